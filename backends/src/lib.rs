@@ -1,0 +1,3 @@
+//! # edgeflow-backends
+//!
+//! Implementations of [`edgeflow_runtime::Backend`]: `cpu`, `gpu`, `npu`.

@@ -1,0 +1,418 @@
+//! Built-in stage kinds that need no model: timers, text in/out, host ports,
+//! passthrough and a null sink.
+
+use crate::message::{Event, Message, Payload, Timestamp};
+use crate::port::{PortSpec, PortType, Ports};
+use crate::registry::{BuildEnv, ParamInfo, ParamType, Params, Registry, StageFactory, StageInfo};
+use crate::stage::{Input, Poll, Stage, StageCtx, StageError, StageResult};
+use std::io::{BufRead, Write};
+
+use std::time::{Duration, Instant};
+
+/// Kind name of the host input stage.
+pub const HOST_IN: &str = "host_in";
+/// Kind name of the host output stage.
+pub const HOST_OUT: &str = "host_out";
+
+pub(crate) fn register(r: &mut Registry) {
+    r.register(TimerKind);
+    r.register(TextKind);
+    r.register(StdoutKind);
+    r.register(PassthroughKind);
+    r.register(NullKind);
+    r.register(HostInKind);
+    r.register(HostOutKind);
+}
+
+fn out_port(ty: PortType, doc: &str) -> Ports {
+    Ports {
+        inputs: vec![],
+        outputs: vec![PortSpec::new("out", ty, doc)],
+    }
+}
+
+fn in_port(ty: PortType, doc: &str) -> Ports {
+    Ports {
+        inputs: vec![PortSpec::new("in", ty, doc)],
+        outputs: vec![],
+    }
+}
+
+// ---------------------------------------------------------------- timer
+
+struct TimerKind;
+
+impl StageFactory for TimerKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: "timer",
+            doc: "Emits a tick event at a fixed rate; counts deadline misses when a tick is late by more than half a period (ticks are never bunched up: missed ones are skipped and counted).",
+            params: vec![
+                ParamInfo::new("rate_hz", ParamType::Float, 10.0, "ticks per second (0 < rate <= 100000)"),
+                ParamInfo::optional("count", ParamType::Int, "stop after this many ticks (default: run until stopped)"),
+            ],
+            ports: out_port(PortType::Control, "Event::Tick { index, due }"),
+            source: true,
+        }
+    }
+
+    fn build(&self, p: &Params, _env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        let rate: f64 = p.get_or("rate_hz", 10.0)?;
+        if !(rate > 0.0 && rate <= 100_000.0) {
+            return Err(p.error("rate_hz", format!("must be in (0, 100000], got {rate}")).into());
+        }
+        Ok(Box::new(Timer {
+            period: Duration::from_secs_f64(1.0 / rate),
+            count: p.opt("count")?,
+            next: None,
+            index: 0,
+        }))
+    }
+}
+
+struct Timer {
+    period: Duration,
+    count: Option<u64>,
+    next: Option<Instant>,
+    index: u64,
+}
+
+impl Stage for Timer {
+    fn poll(&mut self, ctx: &mut StageCtx) -> StageResult<Poll> {
+        if self.count.is_some_and(|c| self.index >= c) {
+            return Ok(Poll::Done);
+        }
+        let due = *self.next.get_or_insert_with(Instant::now);
+        if !ctx.sleep_until(due) {
+            return Ok(if ctx.should_stop() { Poll::Done } else { Poll::Idle });
+        }
+        let now = Instant::now();
+        let late = now.saturating_duration_since(due);
+        if late > self.period / 2 {
+            ctx.deadline_missed();
+        }
+        let msg = Message {
+            epoch: ctx.current_epoch(),
+            seq: 0,
+            timestamp: Timestamp::from_instant(due),
+            deadline: Some(Timestamp::from_instant(due + self.period)),
+            payload: Payload::event(Event::Tick {
+                index: self.index,
+                due: Timestamp::from_instant(due),
+            }),
+        };
+        self.index += 1;
+        // Skip (and count) whole periods we slept through.
+        let mut next = due + self.period;
+        while next + self.period / 2 < now {
+            next += self.period;
+            self.index += 1;
+            ctx.deadline_missed();
+        }
+        self.next = Some(next);
+        ctx.emit_msg(0, msg)?;
+        Ok(Poll::Continue)
+    }
+}
+
+// ---------------------------------------------------------------- text
+
+struct TextKind;
+
+impl StageFactory for TextKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: "text",
+            doc: "Emits text: the `text` param, or each line of stdin when it is empty. One message per line unless `whole` is set.",
+            params: vec![
+                ParamInfo::new("text", ParamType::String, "", "text to emit; empty reads stdin until EOF"),
+                ParamInfo::new("whole", ParamType::Bool, true, "emit the text as one message (false: one message per line)"),
+            ],
+            ports: out_port(PortType::Text, "the text"),
+            source: true,
+        }
+    }
+
+    fn build(&self, p: &Params, _env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        Ok(Box::new(TextSource {
+            text: p.get_or("text", String::new())?,
+            whole: p.get_or("whole", true)?,
+            done: false,
+        }))
+    }
+}
+
+struct TextSource {
+    text: String,
+    whole: bool,
+    done: bool,
+}
+
+impl Stage for TextSource {
+    fn poll(&mut self, ctx: &mut StageCtx) -> StageResult<Poll> {
+        if self.done {
+            return Ok(Poll::Done);
+        }
+        self.done = true;
+        let text = if self.text.is_empty() {
+            let mut s = String::new();
+            for line in std::io::stdin().lock().lines() {
+                let line = line.map_err(|e| StageError::msg(format!("reading stdin: {e}")))?;
+                if !self.whole {
+                    if !line.trim().is_empty() {
+                        ctx.emit(0, Payload::text(&line))?;
+                    }
+                    continue;
+                }
+                s.push_str(&line);
+                s.push('\n');
+            }
+            if !self.whole {
+                return Ok(Poll::Done);
+            }
+            s
+        } else {
+            std::mem::take(&mut self.text)
+        };
+        if self.whole {
+            if !text.trim().is_empty() {
+                ctx.emit(0, Payload::text(text.trim_end()))?;
+            }
+        } else {
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                ctx.emit(0, Payload::text(line))?;
+            }
+        }
+        Ok(Poll::Done)
+    }
+}
+
+// ---------------------------------------------------------------- stdout
+
+struct StdoutKind;
+
+impl StageFactory for StdoutKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: "stdout",
+            doc: "Prints what it receives: text as is (streamed pieces joined), other payloads as a one-line summary.",
+            params: vec![ParamInfo::new(
+                "newline",
+                ParamType::Bool,
+                true,
+                "end each message with a newline (false: stream text pieces on one line until end of stream)",
+            )],
+            ports: in_port(PortType::Any, "anything"),
+            source: false,
+        }
+    }
+
+    fn build(&self, p: &Params, _env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        Ok(Box::new(Stdout {
+            newline: p.get_or("newline", true)?,
+            wrote: false,
+        }))
+    }
+}
+
+struct Stdout {
+    newline: bool,
+    wrote: bool,
+}
+
+impl Stage for Stdout {
+    fn process(&mut self, input: Input, _ctx: &mut StageCtx) -> StageResult {
+        let mut out = std::io::stdout().lock();
+        let r = match &input.msg.payload {
+            Payload::Text(t) if !self.newline => write!(out, "{t}"),
+            Payload::Text(t) => writeln!(out, "{t}"),
+            other => writeln!(out, "[epoch {} #{}] {other:?}", input.msg.epoch, input.msg.seq),
+        };
+        self.wrote = true;
+        r.and_then(|_| out.flush())
+            .map_err(|e| StageError::msg(format!("writing stdout: {e}")))
+    }
+
+    fn finish(&mut self, _ctx: &mut StageCtx) -> StageResult {
+        if !self.newline && self.wrote {
+            println!();
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- passthrough / null
+
+struct PassthroughKind;
+
+impl StageFactory for PassthroughKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: "passthrough",
+            doc: "Forwards every message unchanged (shares the payload). Useful to tap or fan out an edge, and for latency benchmarks.",
+            params: vec![],
+            ports: Ports {
+                inputs: vec![PortSpec::new("in", PortType::Any, "anything")],
+                outputs: vec![PortSpec::new("out", PortType::Any, "the same messages")],
+            },
+            source: false,
+        }
+    }
+
+    fn build(&self, _p: &Params, _env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        Ok(Box::new(Passthrough))
+    }
+}
+
+struct Passthrough;
+
+impl Stage for Passthrough {
+    fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+        ctx.emit_msg(0, input.msg)
+    }
+}
+
+struct NullKind;
+
+impl StageFactory for NullKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: "null",
+            doc: "Consumes and discards everything (counts it in metrics).",
+            params: vec![],
+            ports: in_port(PortType::Any, "anything"),
+            source: false,
+        }
+    }
+
+    fn build(&self, _p: &Params, _env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        Ok(Box::new(Null))
+    }
+}
+
+struct Null;
+
+impl Stage for Null {
+    fn process(&mut self, _input: Input, _ctx: &mut StageCtx) -> StageResult {
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- host ports
+
+struct HostInKind;
+
+impl StageFactory for HostInKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: HOST_IN,
+            doc: "Data pushed from host code with `Running::push(id, payload)`; ends when the host calls `close_input(id)` or the pipeline is waited on.",
+            params: vec![ParamInfo::new("type", ParamType::String, "any", "port type: audio, text, tokens, tensor, image, actions, control or any")],
+            ports: out_port(PortType::Any, "what the host pushes"),
+            source: true,
+        }
+    }
+
+    fn ports(&self, p: &Params, _env: &BuildEnv) -> Result<Ports, StageError> {
+        Ok(out_port(parse_type(p)?, "what the host pushes"))
+    }
+
+    fn build(&self, _p: &Params, _env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        Err(StageError::msg("host_in is built by the executor"))
+    }
+}
+
+fn parse_type(p: &Params) -> Result<PortType, StageError> {
+    let t: String = p.get_or("type", "any".to_string())?;
+    Ok(match t.as_str() {
+        "audio" => PortType::AUDIO_ANY,
+        "text" => PortType::Text,
+        "tokens" => PortType::Tokens,
+        "tensor" => PortType::Tensor,
+        "image" => PortType::Image,
+        "actions" => PortType::Actions,
+        "control" => PortType::Control,
+        "any" => PortType::Any,
+        other => {
+            return Err(p
+                .error("type", format!("unknown port type `{other}`; use audio, text, tokens, tensor, image, actions, control or any"))
+                .into())
+        }
+    })
+}
+
+pub(crate) struct HostIn {
+    rx: crossbeam_channel::Receiver<Message>,
+}
+
+impl HostIn {
+    pub(crate) fn new(rx: crossbeam_channel::Receiver<Message>) -> Self {
+        HostIn { rx }
+    }
+}
+
+impl Stage for HostIn {
+    fn poll(&mut self, ctx: &mut StageCtx) -> StageResult<Poll> {
+        match self.rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(m) => {
+                ctx.emit_msg(0, m)?;
+                Ok(Poll::Continue)
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Ok(Poll::Idle),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(Poll::Done),
+        }
+    }
+}
+
+struct HostOutKind;
+
+impl StageFactory for HostOutKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: HOST_OUT,
+            doc: "Delivers messages to host code via `Running::pull(id, timeout)`; blocks (backpressure) when the host does not keep up.",
+            params: vec![
+                ParamInfo::new("type", ParamType::String, "any", "port type: audio, text, tokens, tensor, image, actions, control or any"),
+                ParamInfo::new("capacity", ParamType::Int, 1024, "messages buffered for the host"),
+            ],
+            ports: in_port(PortType::Any, "what the host pulls"),
+            source: false,
+        }
+    }
+
+    fn ports(&self, p: &Params, _env: &BuildEnv) -> Result<Ports, StageError> {
+        Ok(in_port(parse_type(p)?, "what the host pulls"))
+    }
+
+    fn build(&self, _p: &Params, _env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        Err(StageError::msg("host_out is built by the executor"))
+    }
+}
+
+pub(crate) struct HostOut {
+    tx: crossbeam_channel::Sender<Message>,
+}
+
+impl HostOut {
+    pub(crate) fn new(tx: crossbeam_channel::Sender<Message>) -> Self {
+        HostOut { tx }
+    }
+}
+
+impl Stage for HostOut {
+    fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+        let mut m = input.msg;
+        loop {
+            match self.tx.send_timeout(m, Duration::from_millis(20)) {
+                Ok(()) => return Ok(()),
+                Err(crossbeam_channel::SendTimeoutError::Timeout(back)) => {
+                    ctx.check()?;
+                    m = back;
+                }
+                // Host dropped its end: discard.
+                Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => return Ok(()),
+            }
+        }
+    }
+}
+

@@ -1,0 +1,754 @@
+//! The executor: one thread per stage (or inline on the producer), bounded
+//! inboxes, a control lane for cancellation, clean shutdown on error/panic.
+
+mod inbox;
+
+pub(crate) use inbox::{Control, EdgeQueue, Inbox, Item, PushError};
+
+use crate::error::{Error, Result};
+use crate::message::{Epoch, Message, Payload, Timestamp};
+use crate::metrics::{CancelReport, EdgeStats, MetricsSnapshot, StageMetrics};
+use crate::plan::Plan;
+use crate::stage::{Input, Poll, Stage, StageCtx, StageError};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Acknowledgement tracker for one cancel.
+#[derive(Debug)]
+pub(crate) struct CancelAck {
+    epoch: Epoch,
+    asked: AtomicUsize,
+    acked: AtomicUsize,
+    started: Instant,
+    done: Mutex<Option<Duration>>,
+    cv: Condvar,
+}
+
+impl CancelAck {
+    pub(crate) fn ack(&self) {
+        let n = self.acked.fetch_add(1, Ordering::AcqRel) + 1;
+        if n >= self.asked.load(Ordering::Acquire) {
+            let mut d = self.done.lock();
+            if d.is_none() {
+                *d = Some(self.started.elapsed());
+            }
+            self.cv.notify_all();
+        }
+    }
+
+    fn report(&self) -> CancelReport {
+        CancelReport {
+            epoch: self.epoch,
+            acked: self.acked.load(Ordering::Acquire),
+            stages: self.asked.load(Ordering::Acquire),
+            ack_ms: self.done.lock().map(|d| d.as_secs_f64() * 1e3),
+        }
+    }
+}
+
+/// State shared by all stage threads of one running pipeline.
+pub(crate) struct Shared {
+    stopping: AtomicBool,
+    cancelled: RwLock<HashSet<Epoch>>,
+    n_cancelled: AtomicUsize,
+    epoch: AtomicU64,
+    inboxes: Mutex<Vec<Arc<Inbox>>>,
+    cancels: Mutex<Vec<Arc<CancelAck>>>,
+    failure: Mutex<Option<Error>>,
+}
+
+impl Shared {
+    fn new() -> Self {
+        Shared {
+            stopping: AtomicBool::new(false),
+            cancelled: RwLock::new(HashSet::new()),
+            n_cancelled: AtomicUsize::new(0),
+            epoch: AtomicU64::new(0),
+            inboxes: Mutex::new(Vec::new()),
+            cancels: Mutex::new(Vec::new()),
+            failure: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_cancelled(&self, epoch: Epoch) -> bool {
+        self.n_cancelled.load(Ordering::Acquire) > 0 && self.cancelled.read().contains(&epoch)
+    }
+
+    pub(crate) fn current_epoch(&self) -> Epoch {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn new_epoch(&self) -> Epoch {
+        self.epoch.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    pub(crate) fn cancel(&self, epoch: Epoch) -> Arc<CancelAck> {
+        if self.cancelled.write().insert(epoch) {
+            self.n_cancelled.fetch_add(1, Ordering::AcqRel);
+        }
+        let inboxes = self.inboxes.lock().clone();
+        let ack = Arc::new(CancelAck {
+            epoch,
+            asked: AtomicUsize::new(usize::MAX),
+            acked: AtomicUsize::new(0),
+            started: Instant::now(),
+            done: Mutex::new(None),
+            cv: Condvar::new(),
+        });
+        let mut asked = 0;
+        for ib in &inboxes {
+            if ib.cancel(epoch, &ack) {
+                asked += 1;
+            }
+        }
+        ack.asked.store(asked, Ordering::Release);
+        // Acks that arrived before `asked` was known: re-check completion.
+        if ack.acked.load(Ordering::Acquire) >= asked {
+            let mut d = ack.done.lock();
+            if d.is_none() {
+                *d = Some(ack.started.elapsed());
+            }
+            ack.cv.notify_all();
+        }
+        self.cancels.lock().push(ack.clone());
+        ack
+    }
+
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        for ib in self.inboxes.lock().iter() {
+            ib.wake_all();
+        }
+    }
+
+    fn fail(&self, e: Error) {
+        {
+            let mut f = self.failure.lock();
+            if f.is_none() {
+                *f = Some(e);
+            }
+        }
+        self.stop();
+    }
+}
+
+/// One consumer edge reached from an output port.
+pub(crate) struct Target {
+    pub(crate) inbox: Arc<Inbox>,
+    pub(crate) edge: usize,
+    /// Inline consumer: run it right here instead of queueing.
+    pub(crate) inline: Option<Arc<InlineStage>>,
+}
+
+impl Target {
+    pub(crate) fn push(&self, msg: Message, shared: &Shared) -> std::result::Result<(), PushError> {
+        if let Some(inl) = &self.inline {
+            return inl.deliver(msg, shared);
+        }
+        self.inbox.push(self.edge, msg, shared)
+    }
+}
+
+/// An output port and where it leads.
+pub(crate) struct OutPort {
+    pub(crate) targets: Vec<Target>,
+    pub(crate) seq: u64,
+}
+
+/// A stage run on its producer's thread.
+pub(crate) struct InlineStage {
+    stage: Mutex<(Box<dyn Stage>, StageCtx)>,
+    port: usize,
+    edge_stats: Arc<EdgeStats>,
+    kind: String,
+}
+
+impl InlineStage {
+    fn deliver(&self, msg: Message, shared: &Shared) -> std::result::Result<(), PushError> {
+        if shared.is_stopping() {
+            return Err(PushError::Stopped);
+        }
+        if shared.is_cancelled(msg.epoch) {
+            self.edge_stats.dropped_cancel.fetch_add(1, Ordering::Relaxed);
+            return Err(PushError::Cancelled);
+        }
+        self.edge_stats.sent.fetch_add(1, Ordering::Relaxed);
+        self.edge_stats.delivered.fetch_add(1, Ordering::Relaxed);
+        let mut g = self.stage.lock();
+        let (stage, ctx) = &mut *g;
+        ctx.epoch = msg.epoch;
+        ctx.timestamp = Some(msg.timestamp);
+        ctx.deadline = msg.deadline;
+        let t0 = Instant::now();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            stage.process(
+                Input {
+                    port: self.port,
+                    msg,
+                },
+                ctx,
+            )
+        }));
+        ctx.metrics.processed(t0.elapsed());
+        match r {
+            Ok(Ok(())) | Ok(Err(StageError::Cancelled)) => Ok(()),
+            Ok(Err(StageError::Failed(e))) => {
+                shared.fail(Error::StageFailed {
+                    stage: ctx.id.to_string(),
+                    msg: e.to_string(),
+                });
+                Err(PushError::Stopped)
+            }
+            Err(p) => {
+                shared.fail(Error::StagePanicked {
+                    stage: ctx.id.to_string(),
+                    msg: panic_message(&p),
+                });
+                Err(PushError::Stopped)
+            }
+        }
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".into()
+    }
+}
+
+/// Channels behind `host_in` / `host_out` stages, by stage id.
+#[derive(Default)]
+pub(crate) struct HostPorts {
+    pub(crate) inputs: HashMap<String, crossbeam_channel::Sender<Message>>,
+    pub(crate) outputs: HashMap<String, crossbeam_channel::Receiver<Message>>,
+}
+
+struct StageSlot {
+    id: String,
+    kind: String,
+    device: String,
+    metrics: Arc<StageMetrics>,
+}
+
+struct EdgeSlot {
+    label: String,
+    policy: &'static str,
+    capacity: usize,
+    stats: Arc<EdgeStats>,
+    inbox: Option<Arc<Inbox>>,
+}
+
+/// A running pipeline. Drop stops it and joins every thread.
+pub struct Running {
+    name: String,
+    shared: Arc<Shared>,
+    threads: Vec<(String, JoinHandle<()>)>,
+    stages: Vec<StageSlot>,
+    edges: Vec<EdgeSlot>,
+    host: HostPorts,
+    started: Instant,
+    finished: Arc<(Mutex<usize>, Condvar)>,
+    n_threads: usize,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running").field("name", &self.name).finish()
+    }
+}
+
+
+impl Running {
+    /// Build every stage and start the threads.
+    pub(crate) fn start(plan: Plan) -> Result<Running> {
+        let shared = Arc::new(Shared::new());
+        let n = plan.stages.len();
+        // Build stages first so a failing build starts nothing.
+        let mut host = HostPorts::default();
+        let mut built: Vec<Option<Box<dyn Stage>>> = Vec::with_capacity(n);
+        for st in &plan.stages {
+            let stage = if st.kind == crate::builtin::HOST_IN {
+                let (tx, rx) = crossbeam_channel::bounded(64);
+                host.inputs.insert(st.id.clone(), tx);
+                Box::new(crate::builtin::HostIn::new(rx)) as Box<dyn Stage>
+            } else if st.kind == crate::builtin::HOST_OUT {
+                let cap = st.params.get_or::<usize>("capacity", 1024).unwrap_or(1024).max(1);
+                let (tx, rx) = crossbeam_channel::bounded(cap);
+                host.outputs.insert(st.id.clone(), rx);
+                Box::new(crate::builtin::HostOut::new(tx)) as Box<dyn Stage>
+            } else {
+                st.factory
+                    .build(&st.params, &st.env)
+                    .map_err(|e| Error::Build {
+                        stage: st.id.clone(),
+                        msg: e.to_string(),
+                    })?
+            };
+            built.push(Some(stage));
+        }
+        let inboxes: Vec<Arc<Inbox>> = (0..n).map(|_| Arc::new(Inbox::default())).collect();
+        *shared.inboxes.lock() = inboxes.clone();
+        let metrics: Vec<Arc<StageMetrics>> = (0..n).map(|_| Arc::default()).collect();
+
+        // Edges: register each on its consumer's inbox.
+        let mut edge_slots = Vec::new();
+        let mut edge_index = Vec::new(); // plan edge -> inbox edge idx
+        for e in &plan.edges {
+            let stats = Arc::new(EdgeStats::default());
+            let idx = inboxes[e.to.0].add_edge(EdgeQueue {
+                queue: Default::default(),
+                capacity: e.capacity,
+                policy: e.policy,
+                max_age: e.max_age,
+                port: e.to.1,
+                producers: 1,
+                stats: stats.clone(),
+            });
+            edge_index.push(idx);
+            edge_slots.push(EdgeSlot {
+                label: e.label.clone(),
+                policy: e.policy.name(),
+                capacity: e.capacity,
+                stats,
+                inbox: Some(inboxes[e.to.0].clone()),
+            });
+        }
+
+        // Inline stages: exactly one incoming edge, not a source.
+        let mut inline: Vec<Option<Arc<InlineStage>>> = vec![None; n];
+        let incoming = |i: usize| plan.edges.iter().filter(|e| e.to.0 == i).count();
+        // Build contexts (outputs need inline targets, so resolve inline
+        // stages from the sinks upward: a stage's targets are ready when all
+        // its consumers are).
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(topo_depth(&plan, i)));
+        let mut ctxs: Vec<Option<StageCtx>> = (0..n).map(|_| None).collect();
+        for &i in &order {
+            let mut outputs = Vec::new();
+            for p in 0..plan.stages[i].ports.outputs.len() {
+                let mut targets = Vec::new();
+                for (k, e) in plan.edges.iter().enumerate() {
+                    if e.from == (i, p) {
+                        targets.push(Target {
+                            inbox: inboxes[e.to.0].clone(),
+                            edge: edge_index[k],
+                            inline: inline[e.to.0].clone(),
+                        });
+                    }
+                }
+                outputs.push(OutPort { targets, seq: 0 });
+            }
+            let ctx = StageCtx {
+                id: Arc::from(plan.stages[i].id.as_str()),
+                outputs,
+                shared: shared.clone(),
+                inbox: Some(inboxes[i].clone()),
+                metrics: metrics[i].clone(),
+                epoch: 0,
+                timestamp: None,
+                deadline: None,
+            };
+            let st = &plan.stages[i];
+            if st.inline && !st.source && incoming(i) == 1 {
+                let k = plan.edges.iter().position(|e| e.to.0 == i).unwrap_or(0);
+                if let Some(stage) = built[i].take() {
+                    inline[i] = Some(Arc::new(InlineStage {
+                        stage: Mutex::new((stage, ctx)),
+                        port: plan.edges[k].to.1,
+                        edge_stats: edge_slots[k].stats.clone(),
+                        kind: st.kind.clone(),
+                    }));
+                    edge_slots[k].inbox = None;
+                    continue;
+                }
+            }
+            ctxs[i] = Some(ctx);
+        }
+
+        let finished = Arc::new((Mutex::new(0usize), Condvar::new()));
+        let mut threads = Vec::new();
+        for i in 0..n {
+            let (Some(stage), Some(ctx)) = (built[i].take(), ctxs[i].take()) else {
+                continue;
+            };
+            let st = &plan.stages[i];
+            let source = st.source;
+            let shared2 = shared.clone();
+            let inbox = inboxes[i].clone();
+            let fin = finished.clone();
+            let name = format!("ef-{}", st.id);
+            let h = std::thread::Builder::new()
+                .name(name.chars().take(15).collect())
+                .spawn(move || {
+                    run_actor(stage, ctx, inbox, shared2, source);
+                    let (m, cv) = &*fin;
+                    *m.lock() += 1;
+                    cv.notify_all();
+                })
+                .map_err(|e| Error::Build {
+                    stage: st.id.clone(),
+                    msg: format!("could not spawn its thread: {e}"),
+                })?;
+            threads.push((st.id.clone(), h));
+        }
+        // Inline stages: they finish when their producer finishes.
+        let n_threads = threads.len();
+        let stages = plan
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| StageSlot {
+                id: s.id.clone(),
+                kind: s.kind.clone(),
+                device: s.env.device.to_string(),
+                metrics: metrics[i].clone(),
+            })
+            .collect();
+        let running = Running {
+            name: plan.name.clone(),
+            shared,
+            threads,
+            stages,
+            edges: edge_slots,
+            host,
+            started: Instant::now(),
+            finished,
+            n_threads,
+        };
+        // Keep inline stages alive via the targets that reference them; finish
+        // them when the run ends.
+        let _ = inline.iter().flatten().map(|s| s.kind.len()).sum::<usize>();
+        Ok(running)
+    }
+
+    /// The pipeline's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Push a payload into a `host_in` stage (blocks while its queue is full).
+    /// Stamped with the current epoch and now.
+    pub fn push(&self, stage: &str, payload: Payload) -> Result<()> {
+        let tx = self
+            .host
+            .inputs
+            .get(stage)
+            .ok_or_else(|| Error::NoHostPort(stage.to_string()))?;
+        let msg = Message::new(self.shared.current_epoch(), payload);
+        tx.send(msg).map_err(|_| Error::Stopped)
+    }
+
+    /// End the stream of a `host_in` stage: downstream sees end-of-stream.
+    pub fn close_input(&mut self, stage: &str) -> Result<()> {
+        self.host
+            .inputs
+            .remove(stage)
+            .map(|_| ())
+            .ok_or_else(|| Error::NoHostPort(stage.to_string()))
+    }
+
+    /// Pull the next message from a `host_out` stage, waiting up to `timeout`.
+    /// `Ok(None)` means the stream ended.
+    pub fn pull(&self, stage: &str, timeout: Duration) -> Result<Option<Message>> {
+        let rx = self
+            .host
+            .outputs
+            .get(stage)
+            .ok_or_else(|| Error::NoHostPort(stage.to_string()))?;
+        match rx.recv_timeout(timeout) {
+            Ok(m) => Ok(Some(m)),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::Timeout(timeout)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(None),
+        }
+    }
+
+    /// The current epoch (turn).
+    pub fn current_epoch(&self) -> Epoch {
+        self.shared.current_epoch()
+    }
+
+    /// Start a new epoch; host pushes and sources use it from now on.
+    pub fn new_epoch(&self) -> Epoch {
+        self.shared.new_epoch()
+    }
+
+    /// Cancel `epoch`: its queued messages are dropped everywhere, stages
+    /// interrupt loops working on it, reset and acknowledge. Waits up to
+    /// `timeout` for every acknowledgement and reports how long it took.
+    pub fn cancel(&self, epoch: Epoch, timeout: Duration) -> Result<CancelReport> {
+        let ack = self.shared.cancel(epoch);
+        let deadline = Instant::now() + timeout;
+        let mut d = ack.done.lock();
+        while d.is_none() {
+            if ack.cv.wait_until(&mut d, deadline).timed_out() {
+                break;
+            }
+        }
+        drop(d);
+        let r = ack.report();
+        if r.ack_ms.is_none() {
+            return Err(Error::Timeout(timeout));
+        }
+        Ok(r)
+    }
+
+    /// Ask every stage to stop; sources end, queues are abandoned.
+    pub fn stop(&self) {
+        self.shared.stop();
+    }
+
+    /// Whether every stage thread has finished.
+    pub fn is_finished(&self) -> bool {
+        *self.finished.0.lock() >= self.n_threads
+    }
+
+    /// Wait for the pipeline to finish (end of stream everywhere), up to
+    /// `timeout` (None: forever). On timeout the pipeline is stopped.
+    /// Returns the first stage failure, if any.
+    pub fn wait(mut self, timeout: Option<Duration>) -> Result<MetricsSnapshot> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut timed_out = false;
+        {
+            let (m, cv) = &*self.finished;
+            let mut done = m.lock();
+            while *done < self.n_threads {
+                match deadline {
+                    Some(d) => {
+                        if cv.wait_until(&mut done, d).timed_out() {
+                            timed_out = true;
+                            break;
+                        }
+                    }
+                    None => cv.wait(&mut done),
+                }
+            }
+        }
+        if timed_out {
+            self.shared.stop();
+        }
+        self.host.inputs.clear();
+        self.join_all();
+        let snap = self.metrics();
+        if let Some(e) = self.shared.failure.lock().take() {
+            return Err(e);
+        }
+        if timed_out {
+            return Err(Error::Timeout(timeout.unwrap_or_default()));
+        }
+        Ok(snap)
+    }
+
+    fn join_all(&mut self) {
+        // Host inputs closed so host_in sources end.
+        self.host.inputs.clear();
+        for (id, h) in self.threads.drain(..) {
+            if h.join().is_err() {
+                self.shared.fail(Error::StagePanicked {
+                    stage: id,
+                    msg: "thread panicked outside the stage".into(),
+                });
+            }
+        }
+    }
+
+    /// A metrics snapshot (callable while running).
+    pub fn metrics(&self) -> MetricsSnapshot {
+        let mut depth: HashMap<*const EdgeStats, usize> = HashMap::new();
+        for e in &self.edges {
+            if let Some(ib) = &e.inbox {
+                for (s, d) in ib.depths() {
+                    depth.insert(Arc::as_ptr(&s), d);
+                }
+            }
+        }
+        MetricsSnapshot {
+            pipeline: self.name.clone(),
+            wall_s: self.started.elapsed().as_secs_f64(),
+            stages: self
+                .stages
+                .iter()
+                .map(|s| s.metrics.snapshot(&s.id, &s.kind, &s.device))
+                .collect(),
+            edges: self
+                .edges
+                .iter()
+                .map(|e| {
+                    let d = depth.get(&Arc::as_ptr(&e.stats)).copied().unwrap_or(0);
+                    e.stats.snapshot(&e.label, e.policy, e.capacity, d)
+                })
+                .collect(),
+            cancels: self.shared.cancels.lock().iter().map(|c| c.report()).collect(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.shared.stop();
+            self.join_all();
+        }
+    }
+}
+
+fn topo_depth(plan: &Plan, i: usize) -> usize {
+    // Longest path from a source to `i`, ignoring back-edges (bounded by n).
+    let n = plan.stages.len();
+    let mut depth = vec![0usize; n];
+    for _ in 0..n {
+        let mut changed = false;
+        for e in plan.edges.iter().filter(|e| !e.back_edge) {
+            let d = depth[e.from.0] + 1;
+            if d > depth[e.to.0] && d <= n {
+                depth[e.to.0] = d;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    depth[i]
+}
+
+/// The body of a stage thread.
+fn run_actor(mut stage: Box<dyn Stage>, mut ctx: StageCtx, inbox: Arc<Inbox>, shared: Arc<Shared>, source: bool) {
+    let id = ctx.id.to_string();
+    let call = |f: &mut dyn FnMut() -> std::result::Result<(), StageError>| -> bool {
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(Ok(())) | Ok(Err(StageError::Cancelled)) => true,
+            Ok(Err(StageError::Failed(e))) => {
+                shared.fail(Error::StageFailed {
+                    stage: id.clone(),
+                    msg: e.to_string(),
+                });
+                false
+            }
+            Err(p) => {
+                shared.fail(Error::StagePanicked {
+                    stage: id.clone(),
+                    msg: panic_message(&p),
+                });
+                false
+            }
+        }
+    };
+    let mut ok = call(&mut || stage.start(&mut ctx));
+    while ok {
+        if source {
+            // Control first, then one poll.
+            match inbox.pop(&shared, false) {
+                Some(Item::Control(c)) => {
+                    ok = handle_control(c, &mut *stage, &mut ctx, &call);
+                    continue;
+                }
+                Some(Item::Stop) => break,
+                _ => {}
+            }
+            ctx.timestamp = None;
+            ctx.deadline = None;
+            ctx.epoch = shared.current_epoch();
+            let t0 = Instant::now();
+            let mut res = Poll::Done;
+            ok = call(&mut || {
+                res = stage.poll(&mut ctx)?;
+                Ok(())
+            });
+            if res == Poll::Continue {
+                ctx.metrics.processed(t0.elapsed());
+            }
+            if !ok || res == Poll::Done || shared.is_stopping() {
+                break;
+            }
+            continue;
+        }
+        match inbox.pop(&shared, true) {
+            Some(Item::Control(c)) => ok = handle_control(c, &mut *stage, &mut ctx, &call),
+            Some(Item::Msg(port, msg)) => {
+                ctx.epoch = msg.epoch;
+                ctx.timestamp = Some(msg.timestamp);
+                ctx.deadline = msg.deadline;
+                if let Some(d) = msg.deadline {
+                    if Timestamp::now() > d {
+                        ctx.metrics.deadline_missed();
+                    }
+                }
+                let t0 = Instant::now();
+                let mut input = Some(Input { port, msg });
+                ok = call(&mut || match input.take() {
+                    Some(inp) => stage.process(inp, &mut ctx),
+                    None => Ok(()),
+                });
+                ctx.metrics.processed(t0.elapsed());
+            }
+            Some(Item::EndOfStream) => {
+                ctx.timestamp = None;
+                let _ = call(&mut || stage.finish(&mut ctx));
+                break;
+            }
+            Some(Item::Stop) | None => break,
+        }
+    }
+    // Inline consumers finish with their producer.
+    for out in &ctx.outputs {
+        for t in &out.targets {
+            if let Some(inl) = &t.inline {
+                let mut g = inl.stage.lock();
+                let (s, c) = &mut *g;
+                c.timestamp = None;
+                let _ = call(&mut || s.finish(c));
+                for o in &c.outputs {
+                    for tt in &o.targets {
+                        tt.inbox.close_edge(tt.edge);
+                    }
+                }
+            }
+        }
+    }
+    inbox.kill();
+    for out in &ctx.outputs {
+        for t in &out.targets {
+            if t.inline.is_none() {
+                t.inbox.close_edge(t.edge);
+            }
+        }
+    }
+}
+
+fn handle_control(
+    c: Control,
+    stage: &mut dyn Stage,
+    ctx: &mut StageCtx,
+    call: &dyn Fn(&mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool,
+) -> bool {
+    match c {
+        Control::Cancel(epoch, ack) => {
+            let ok = call(&mut || stage.reset(epoch, ctx));
+            // Inline consumers reset with their producer.
+            for out in &ctx.outputs {
+                for t in &out.targets {
+                    if let Some(inl) = &t.inline {
+                        let mut g = inl.stage.lock();
+                        let (s, c) = &mut *g;
+                        let _ = call(&mut || s.reset(epoch, c));
+                    }
+                }
+            }
+            ack.ack();
+            ok
+        }
+    }
+}

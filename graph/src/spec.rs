@@ -1,0 +1,181 @@
+//! The YAML pipeline format, as serde types. Every field is documented here;
+//! `edgeflow schema` (and the committed `pipelines/schema.json`) is generated
+//! from these types.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A pipeline file.
+///
+/// ```yaml
+/// name: hello
+/// stages:
+///   - id: tick
+///     kind: timer
+///     params: { rate_hz: 10, count: 5 }
+///   - id: show
+///     kind: stdout
+/// edges:
+///   - { from: tick.out, to: show.in }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    /// Pipeline name, shown in logs and metrics.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Free text describing what the pipeline does.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The stages (actors). Ids must be unique.
+    pub stages: Vec<StageSpec>,
+    /// The edges (bounded channels) between stage ports.
+    #[serde(default)]
+    pub edges: Vec<EdgeSpec>,
+}
+
+/// One stage: an actor of some `kind` with its params and placement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StageSpec {
+    /// Unique id, used in edges as `id.port` and in `--set id.param=value`.
+    pub id: String,
+    /// Stage kind (`edgeflow stages` lists them).
+    pub kind: String,
+    /// Where model stages compute: `cpu`, `gpu`, `gpu:N`, `npu`, `npu:N` or
+    /// `auto` (best available by probe). Default: `cpu`.
+    #[serde(default)]
+    pub device: Option<String>,
+    /// Threads the stage may use for its own compute (default 1).
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// Run this stage on its producer's thread instead of its own. Only for
+    /// cheap stages with exactly one input edge; saves a thread hop.
+    #[serde(default)]
+    pub inline: bool,
+    /// Kind-specific parameters (`edgeflow stages` documents each).
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    pub params: BTreeMap<String, serde_json::Value>,
+}
+
+/// What a full edge does with a new message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Lossless: the producer waits (backpressure). Default; right for audio and tokens.
+    #[default]
+    Block,
+    /// Drop the oldest queued message to make room (counted).
+    DropOldest,
+    /// Keep only the newest message: each new one replaces what is queued
+    /// (counted). Right for camera frames and observations.
+    Latest,
+    /// Drop the new message (counted).
+    DropNewest,
+}
+
+impl Policy {
+    /// Name as written in YAML.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Block => "block",
+            Policy::DropOldest => "drop_oldest",
+            Policy::Latest => "latest",
+            Policy::DropNewest => "drop_newest",
+        }
+    }
+}
+
+/// A duration: seconds as a number, or a string with a unit
+/// (`250us`, `20ms`, `1.5s`, `2m`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum DurationSpec {
+    /// Seconds.
+    Seconds(f64),
+    /// Number with unit: us, ms, s, m.
+    Text(String),
+}
+
+impl DurationSpec {
+    /// Parse to a `Duration`.
+    pub fn to_duration(&self) -> Result<Duration, String> {
+        match self {
+            DurationSpec::Seconds(s) => seconds(*s),
+            DurationSpec::Text(t) => parse_duration(t),
+        }
+    }
+}
+
+fn seconds(s: f64) -> Result<Duration, String> {
+    if !s.is_finite() || s < 0.0 || s > 1e9 {
+        return Err(format!("duration {s} s is not a finite, non-negative number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// Parse `20ms`, `1.5s`, `250us`, `2m` or a bare number of seconds.
+pub fn parse_duration(t: &str) -> Result<Duration, String> {
+    let t = t.trim();
+    let idx = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+' || c == 'e'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(idx);
+    let v: f64 = num.parse().map_err(|_| {
+        format!("`{t}` is not a duration: write a number with a unit, e.g. 20ms, 1.5s, 250us")
+    })?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" => 1e-6,
+        "ns" => 1e-9,
+        "m" | "min" => 60.0,
+        other => {
+            return Err(format!(
+                "`{t}`: unknown duration unit `{other}`; use ns, us, ms, s or m"
+            ))
+        }
+    };
+    seconds(v * scale)
+}
+
+/// Parse a duration given as a JSON value (number of seconds, or string).
+pub fn parse_duration_value(v: &serde_json::Value) -> Result<Duration, String> {
+    match v {
+        serde_json::Value::Number(n) => seconds(n.as_f64().unwrap_or(f64::NAN)),
+        serde_json::Value::String(s) => parse_duration(s),
+        other => Err(format!("expected a duration like `20ms` or a number of seconds, got {other}")),
+    }
+}
+
+/// An edge: a bounded channel from an output port to an input port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeSpec {
+    /// Producer as `stage.port` (`stage` alone means its only output).
+    pub from: String,
+    /// Consumer as `stage.port` (`stage` alone means its only input).
+    pub to: String,
+    /// Queue capacity in messages, 1..=65536 (default 8).
+    #[serde(default)]
+    pub capacity: Option<usize>,
+    /// What a full queue does with a new message (default `block`).
+    #[serde(default)]
+    pub policy: Option<Policy>,
+    /// Drop messages older than this (by capture timestamp) when dequeued;
+    /// counted as `age` drops.
+    #[serde(default)]
+    pub max_age: Option<DurationSpec>,
+    /// Marks a deliberate feedback edge (e.g. a flow limiter's back-edge);
+    /// cycles are rejected unless one of their edges is marked.
+    #[serde(default)]
+    pub back_edge: bool,
+}
+
+/// Default queue capacity.
+pub const DEFAULT_CAPACITY: usize = 8;
+/// Largest accepted queue capacity.
+pub const MAX_CAPACITY: usize = 65_536;

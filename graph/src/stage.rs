@@ -1,0 +1,277 @@
+//! The actor contract every stage implements, and the context it runs in.
+
+use crate::exec::{Inbox, OutPort, PushError, Shared};
+use crate::message::{Epoch, Message, Payload, Timestamp};
+use crate::metrics::StageMetrics;
+use edgeflow_runtime::DeviceStats;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Why a stage call did not complete.
+#[derive(Debug)]
+pub enum StageError {
+    /// The epoch in hand was cancelled (or the pipeline is stopping); not a
+    /// failure. Long loops return this from [`StageCtx::check`].
+    Cancelled,
+    /// A real failure: the pipeline stops and reports it with the stage id.
+    Failed(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl StageError {
+    /// A failure from a message.
+    pub fn msg(m: impl Into<String>) -> Self {
+        StageError::Failed(m.into().into())
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for StageError {
+    fn from(e: E) -> Self {
+        StageError::Failed(Box::new(e))
+    }
+}
+
+impl fmt::Display for StageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StageError::Cancelled => f.write_str("cancelled"),
+            StageError::Failed(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Result of stage calls.
+pub type StageResult<T = ()> = Result<T, StageError>;
+
+/// A message delivered to a stage, with the input port it arrived on.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// Index into the stage's `Ports::inputs`.
+    pub port: usize,
+    /// The message.
+    pub msg: Message,
+}
+
+/// What a source's `poll` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poll {
+    /// Call again.
+    Continue,
+    /// Nothing now; the engine checks the control lane and calls again.
+    Idle,
+    /// The source is exhausted: end-of-stream goes downstream.
+    Done,
+}
+
+/// A stage: one actor of the pipeline, run on its own thread (or inline on
+/// its producer's thread). Lifecycle: `start`, then `process` per message
+/// (or `poll` for sources), `reset` after each cancelled epoch, `finish` at
+/// end of stream.
+pub trait Stage: Send + 'static {
+    /// Called once on the stage's thread before any message.
+    fn start(&mut self, ctx: &mut StageCtx) -> StageResult {
+        let _ = ctx;
+        Ok(())
+    }
+
+    /// Handle one input message. Emit results with [`StageCtx::emit`]; they
+    /// inherit the input's epoch and timestamp.
+    fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+        let _ = (input, ctx);
+        Ok(())
+    }
+
+    /// Sources only (stages with no inputs): produce some output, or say
+    /// you are done. Should not block for more than ~50 ms at a time so
+    /// the control lane stays responsive; check [`StageCtx::should_stop`].
+    fn poll(&mut self, ctx: &mut StageCtx) -> StageResult<Poll> {
+        let _ = ctx;
+        Ok(Poll::Done)
+    }
+
+    /// Epoch `epoch` was cancelled: drop any state that belongs to it
+    /// (buffers, KV caches, partial sentences). Called on the stage's
+    /// thread; returning acknowledges the cancel.
+    fn reset(&mut self, epoch: Epoch, ctx: &mut StageCtx) -> StageResult {
+        let _ = (epoch, ctx);
+        Ok(())
+    }
+
+    /// Every input has ended: flush what is buffered.
+    fn finish(&mut self, ctx: &mut StageCtx) -> StageResult {
+        let _ = ctx;
+        Ok(())
+    }
+}
+
+/// What a stage uses to talk to the engine: emit, check cancellation, start
+/// or cancel epochs, record metrics.
+pub struct StageCtx {
+    pub(crate) id: Arc<str>,
+    pub(crate) outputs: Vec<OutPort>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) inbox: Option<Arc<Inbox>>,
+    pub(crate) metrics: Arc<StageMetrics>,
+    /// Epoch and timestamp of the message in hand (sources: current epoch, now).
+    pub(crate) epoch: Epoch,
+    pub(crate) timestamp: Option<Timestamp>,
+    pub(crate) deadline: Option<Timestamp>,
+}
+
+impl fmt::Debug for StageCtx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StageCtx")
+            .field("id", &self.id)
+            .field("epoch", &self.epoch)
+            .finish()
+    }
+}
+
+impl StageCtx {
+    /// This stage's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Epoch of the message in hand (for sources: the pipeline's current epoch).
+    pub fn epoch(&self) -> Epoch {
+        if self.timestamp.is_none() {
+            self.shared.current_epoch()
+        } else {
+            self.epoch
+        }
+    }
+
+    /// Emit `payload` on output `port` (an index into `Ports::outputs`),
+    /// stamped with the epoch and capture time of the message in hand.
+    /// Blocks on a full `block` edge (backpressure). Returns
+    /// `Err(Cancelled)` when that epoch was cancelled or the pipeline stops.
+    pub fn emit(&mut self, port: usize, payload: Payload) -> StageResult {
+        let msg = Message {
+            epoch: self.epoch(),
+            seq: 0,
+            timestamp: self.timestamp.unwrap_or_else(Timestamp::now),
+            deadline: self.deadline,
+            payload,
+        };
+        self.emit_msg(port, msg)
+    }
+
+    /// Emit a fully formed message (sources setting their own capture time).
+    /// The sequence number is assigned per port.
+    pub fn emit_msg(&mut self, port: usize, mut msg: Message) -> StageResult {
+        let Some(out) = self.outputs.get_mut(port) else {
+            return Err(StageError::msg(format!(
+                "stage `{}` emitted on output #{port}, but it has {} output(s)",
+                self.id,
+                self.outputs.len()
+            )));
+        };
+        out.seq += 1;
+        msg.seq = out.seq;
+        let n = out.targets.len();
+        for (i, t) in out.targets.iter().enumerate() {
+            let m = if i + 1 == n {
+                std::mem::replace(&mut msg, Message::placeholder())
+            } else {
+                msg.clone()
+            };
+            match t.push(m, &self.shared) {
+                Ok(()) => {}
+                Err(PushError::Cancelled) | Err(PushError::Stopped) => {
+                    return Err(StageError::Cancelled)
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of output ports.
+    pub fn output_count(&self) -> usize {
+        self.outputs.len()
+    }
+
+    /// True when the epoch in hand has been cancelled or the pipeline is
+    /// stopping. Long loops (decode, denoising steps) call this each step.
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.is_stopping() || self.shared.is_cancelled(self.epoch())
+    }
+
+    /// `Err(Cancelled)` when [`Self::is_cancelled`]; use with `?` in loops.
+    pub fn check(&self) -> StageResult {
+        if self.is_cancelled() {
+            Err(StageError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// True once the pipeline is shutting down (sources should return `Done`).
+    pub fn should_stop(&self) -> bool {
+        self.shared.is_stopping()
+    }
+
+    /// Whether `epoch` has been cancelled.
+    pub fn epoch_cancelled(&self, epoch: Epoch) -> bool {
+        self.shared.is_cancelled(epoch)
+    }
+
+    /// Cancel `epoch` across the whole pipeline (barge-in, new goal). Returns
+    /// at once; every stage resets and acknowledges asynchronously, and the
+    /// time until the last acknowledgement is recorded in the metrics.
+    pub fn cancel_epoch(&self, epoch: Epoch) {
+        self.shared.cancel(epoch);
+    }
+
+    /// Start a new epoch (turn); sources stamp new data with it. Returns it.
+    pub fn new_epoch(&self) -> Epoch {
+        self.shared.new_epoch()
+    }
+
+    /// The pipeline's current epoch.
+    pub fn current_epoch(&self) -> Epoch {
+        self.shared.current_epoch()
+    }
+
+    /// Use this epoch for what this source emits next (sources only).
+    pub fn set_epoch(&mut self, epoch: Epoch) {
+        self.epoch = epoch;
+    }
+
+    /// Record a domain metric value (e.g. `time_to_first_audio_ms`); the
+    /// summary (count, mean, p50, p99, last) appears in the metrics.
+    pub fn record(&self, name: &str, value: f64) {
+        self.metrics.record(name, value);
+    }
+
+    /// Count one missed deadline.
+    pub fn deadline_missed(&self) {
+        self.metrics.deadline_missed();
+    }
+
+    /// Attach a runtime device's counters (fallbacks, transfers, resident
+    /// bytes) so they appear in this stage's metrics.
+    pub fn attach_device(&self, stats: Arc<DeviceStats>) {
+        self.metrics.attach_device(stats);
+    }
+
+    /// Sleep until `t`, waking early (returning false) if the pipeline
+    /// stops or a control message (cancel) arrives for this stage.
+    pub fn sleep_until(&self, t: Instant) -> bool {
+        match &self.inbox {
+            Some(inbox) => inbox.sleep_until(t, &self.shared),
+            None => {
+                let now = Instant::now();
+                if t > now {
+                    std::thread::sleep(t - now);
+                }
+                !self.shared.is_stopping()
+            }
+        }
+    }
+
+    /// Sleep for `d` (see [`Self::sleep_until`]).
+    pub fn sleep(&self, d: Duration) -> bool {
+        self.sleep_until(Instant::now() + d)
+    }
+}

@@ -1,0 +1,61 @@
+//! The [`Backend`] trait that CPU, GPU and NPU implement.
+
+use crate::{Op, Result, Tensor};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Kind of compute device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// Host CPU (candle kernels).
+    Cpu,
+    /// GPU through wgpu compute shaders.
+    Gpu,
+    /// NPU through a delegate (in-tree: the simulator).
+    Npu,
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Gpu => "gpu",
+            DeviceKind::Npu => "npu",
+        })
+    }
+}
+
+/// A compute backend. Implementations live in the `edgeflow-backends` crate.
+///
+/// Contract:
+/// - [`Backend::supports`] is exact: when it says yes, `execute` must give a
+///   result within the op's documented tolerance, never an approximation of
+///   a different op. When it says no, the [`crate::Device`] dispatcher moves
+///   the inputs to the host, runs the op on the CPU backend and counts it.
+/// - `execute` receives inputs already resident on this backend (the
+///   dispatcher calls [`Backend::upload`] first).
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// Short unique name, e.g. `cpu`, `gpu:0`, `npu-sim:0`.
+    fn name(&self) -> &str;
+    /// Which kind of device this is.
+    fn kind(&self) -> DeviceKind;
+    /// Human-readable adapter description (e.g. `llvmpipe (Vulkan)`).
+    fn adapter(&self) -> String {
+        self.name().to_string()
+    }
+    /// Whether this backend runs `op` on these inputs natively.
+    fn supports(&self, op: &Op, inputs: &[&Tensor]) -> bool;
+    /// Whether `t` already lives on this backend.
+    fn holds(&self, t: &Tensor) -> bool;
+    /// Move a host tensor onto this backend (identity for the CPU).
+    fn upload(&self, t: &Tensor) -> Result<Tensor>;
+    /// Move a tensor of this backend to the host.
+    fn download(&self, t: &Tensor) -> Result<Tensor>;
+    /// Run one op on resident inputs.
+    fn execute(&self, op: &Op, inputs: &[&Tensor]) -> Result<Tensor>;
+    /// Wait for queued work to finish (no-op for synchronous backends).
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,237 @@
+//! [`Device`]: the handle model code runs ops through, with per-op CPU
+//! fallback and counted transfers; [`DeviceSpec`]: placement as written in YAML.
+
+use crate::{Backend, DeviceKind, Error, Op, Result, Tensor};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Placement as written in a pipeline: `cpu`, `gpu`, `gpu:N`, `npu`, `npu:N`, `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DeviceSpec {
+    /// Best available device, from cached probe results.
+    #[default]
+    Auto,
+    /// The host CPU.
+    Cpu,
+    /// GPU adapter N.
+    Gpu(usize),
+    /// NPU N.
+    Npu(usize),
+}
+
+impl FromStr for DeviceSpec {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        let (kind, idx) = match s.split_once(':') {
+            Some((k, i)) => (
+                k,
+                Some(
+                    i.parse::<usize>()
+                        .map_err(|_| Error::BadDevice(s.to_string()))?,
+                ),
+            ),
+            None => (s, None),
+        };
+        match (kind, idx) {
+            ("auto", None) => Ok(DeviceSpec::Auto),
+            ("cpu", None | Some(0)) => Ok(DeviceSpec::Cpu),
+            ("gpu", i) => Ok(DeviceSpec::Gpu(i.unwrap_or(0))),
+            ("npu", i) => Ok(DeviceSpec::Npu(i.unwrap_or(0))),
+            _ => Err(Error::BadDevice(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Auto => f.write_str("auto"),
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::Gpu(i) => write!(f, "gpu:{i}"),
+            DeviceSpec::Npu(i) => write!(f, "npu:{i}"),
+        }
+    }
+}
+
+/// Counters a [`Device`] keeps; shown in stage metrics.
+#[derive(Debug, Default)]
+pub struct DeviceStats {
+    ops: AtomicU64,
+    fallback_ops: AtomicU64,
+    uploads: AtomicU64,
+    downloads: AtomicU64,
+    bytes_transferred: AtomicU64,
+    resident_bytes: AtomicU64,
+    fallback_by_op: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// A point-in-time copy of [`DeviceStats`], serializable for metrics JSON.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct DeviceStatsSnapshot {
+    /// Ops dispatched.
+    pub ops: u64,
+    /// Ops the placed backend lacked, run on the CPU instead.
+    pub fallback_ops: u64,
+    /// Host -> device copies.
+    pub uploads: u64,
+    /// Device -> host copies.
+    pub downloads: u64,
+    /// Bytes moved by those copies.
+    pub bytes_transferred: u64,
+    /// Bytes of weights and state held by the stage on this device.
+    pub resident_bytes: u64,
+    /// Fallback count per op name.
+    pub fallback_by_op: BTreeMap<String, u64>,
+}
+
+impl DeviceStats {
+    /// Snapshot the counters.
+    pub fn snapshot(&self) -> DeviceStatsSnapshot {
+        DeviceStatsSnapshot {
+            ops: self.ops.load(Ordering::Relaxed),
+            fallback_ops: self.fallback_ops.load(Ordering::Relaxed),
+            uploads: self.uploads.load(Ordering::Relaxed),
+            downloads: self.downloads.load(Ordering::Relaxed),
+            bytes_transferred: self.bytes_transferred.load(Ordering::Relaxed),
+            resident_bytes: self.resident_bytes.load(Ordering::Relaxed),
+            fallback_by_op: self
+                .fallback_by_op
+                .lock()
+                .map(|m| m.iter().map(|(k, v)| (k.to_string(), *v)).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Account `bytes` more (or fewer, with a negative value) resident bytes.
+    pub fn add_resident(&self, bytes: i64) {
+        if bytes >= 0 {
+            self.resident_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        } else {
+            self.resident_bytes
+                .fetch_sub(bytes.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// The handle a model stage runs ops through.
+///
+/// Each op goes to the placed backend when it [`Backend::supports`] it; else
+/// its inputs are moved to the host (counted) and the CPU backend runs it
+/// (counted per op). A wrong answer or a crash is never the fallback.
+#[derive(Clone)]
+pub struct Device {
+    primary: Arc<dyn Backend>,
+    cpu: Arc<dyn Backend>,
+    stats: Arc<DeviceStats>,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("primary", &self.primary.name())
+            .finish()
+    }
+}
+
+impl Device {
+    /// A device placed on `primary`, falling back to `cpu` op by op.
+    /// For a CPU placement pass the same backend twice.
+    pub fn new(primary: Arc<dyn Backend>, cpu: Arc<dyn Backend>) -> Self {
+        Device {
+            primary,
+            cpu,
+            stats: Arc::new(DeviceStats::default()),
+        }
+    }
+
+    /// The placed backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.primary
+    }
+
+    /// The placed backend's kind.
+    pub fn kind(&self) -> DeviceKind {
+        self.primary.kind()
+    }
+
+    /// Counters (fallbacks, transfers, resident bytes).
+    pub fn stats(&self) -> &Arc<DeviceStats> {
+        &self.stats
+    }
+
+    fn count_transfer(&self, t: &Tensor, up: bool) {
+        let c = if up {
+            &self.stats.uploads
+        } else {
+            &self.stats.downloads
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .bytes_transferred
+            .fetch_add(t.size_bytes() as u64, Ordering::Relaxed);
+    }
+
+    /// Bring a tensor to the host (counted when it was elsewhere).
+    pub fn to_host(&self, t: &Tensor) -> Result<Tensor> {
+        if t.is_host() {
+            return Ok(t.clone());
+        }
+        self.count_transfer(t, false);
+        self.primary.download(t)
+    }
+
+    /// Place a tensor on the primary backend (counted when it moves).
+    /// Use it for weights at load time; they then count as resident.
+    pub fn place(&self, t: &Tensor) -> Result<Tensor> {
+        if self.primary.holds(t) {
+            return Ok(t.clone());
+        }
+        let host = self.to_host(t)?;
+        self.count_transfer(&host, true);
+        self.primary.upload(&host)
+    }
+
+    /// Run one op: natively when the placed backend supports it, otherwise on
+    /// the CPU with counted transfers.
+    pub fn run(&self, op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+        self.stats.ops.fetch_add(1, Ordering::Relaxed);
+        if self.primary.supports(&op, inputs) {
+            let mut moved = Vec::with_capacity(inputs.len());
+            for t in inputs {
+                moved.push(if self.primary.holds(t) {
+                    (*t).clone()
+                } else {
+                    let host = self.to_host(t)?;
+                    self.count_transfer(&host, true);
+                    self.primary.upload(&host)?
+                });
+            }
+            let refs: Vec<&Tensor> = moved.iter().collect();
+            return self.primary.execute(&op, &refs);
+        }
+        if !Arc::ptr_eq(&self.primary, &self.cpu) {
+            self.stats.fallback_ops.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut m) = self.stats.fallback_by_op.lock() {
+                *m.entry(op.name()).or_default() += 1;
+            }
+        }
+        let mut host = Vec::with_capacity(inputs.len());
+        for t in inputs {
+            host.push(self.to_host(t)?);
+        }
+        let refs: Vec<&Tensor> = host.iter().collect();
+        if !self.cpu.supports(&op, &refs) {
+            return Err(Error::Unsupported {
+                backend: self.cpu.name().to_string(),
+                op: op.name(),
+                msg: "not supported on the CPU either (check input dtypes and shapes)".into(),
+            });
+        }
+        self.cpu.execute(&op, &refs)
+    }
+}

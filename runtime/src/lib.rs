@@ -1,0 +1,30 @@
+//! # edgeflow-runtime
+//!
+//! The bottom layer of edgeflow: [`Tensor`], [`DType`], the [`Op`] set, the
+//! [`Backend`] trait that the CPU, GPU and NPU backends implement, the
+//! [`Device`] dispatcher that model code runs ops through (with counted CPU
+//! fallback), weight readers, and memory accounting.
+//!
+//! ## Design
+//! Models are written once as sequences of [`Device::run`] calls (or the
+//! typed helpers on [`Device`]). Every op is a value, so the dispatcher can
+//! decide per op whether the placed backend runs it or the CPU does, count
+//! the fallback and the bytes moved, and the conformance suite can run every
+//! op on every backend against an f64 reference.
+
+mod backend;
+mod device;
+mod dtype;
+mod error;
+mod op;
+mod tensor;
+
+pub use backend::{Backend, DeviceKind};
+pub use device::{Device, DeviceSpec, DeviceStats, DeviceStatsSnapshot};
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub use op::{BinaryOp, Op, PadMode, ReduceOp, UnaryOp};
+pub use tensor::{DeviceBuffer, Storage, Tensor};
+
+/// Re-exported so backends and models use the same candle version.
+pub use candle_core;
