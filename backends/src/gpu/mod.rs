@@ -1,0 +1,1 @@
+//! GPU backend: wgpu compute shaders.

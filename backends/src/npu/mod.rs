@@ -1,0 +1,1 @@
+//! NPU delegate interface and the in-tree NPU simulator.
