@@ -29,7 +29,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|s| s.parse::<edgeflow_graph::Override>().map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let registry = crate::registry();
+    let registry = edgeflow::registry();
     let p = edgeflow_graph::Pipeline::from_file(&a.file, &registry, &overrides)?;
     let timeout = a.timeout.map(std::time::Duration::from_secs_f64);
     let metrics = p.run(timeout)?;
