@@ -1,0 +1,520 @@
+//! Executor semantics: policies, backpressure, cancellation, shutdown.
+
+use edgeflow_graph::{
+    BuildEnv, Input, Message, ParamInfo, ParamType, Params, Payload, PipelineBuilder, Poll,
+    PortSpec, PortType, Ports, Policy, Registry, Stage, StageCtx, StageError, StageFactory,
+    StageInfo, StageResult,
+};
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Run `f` on a thread and fail the test (instead of hanging) after `secs`.
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(secs))
+        .expect("test hung: the pipeline did not finish in time")
+}
+
+// A test stage kind built from closures.
+type Build = Arc<dyn Fn(&Params) -> Box<dyn Stage> + Send + Sync>;
+
+struct Kind {
+    name: &'static str,
+    ports: Ports,
+    build: Build,
+}
+
+impl StageFactory for Kind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: self.name,
+            doc: "test stage",
+            params: vec![ParamInfo::optional("n", ParamType::Int, "count")],
+            ports: self.ports.clone(),
+            source: self.ports.inputs.is_empty(),
+        }
+    }
+    fn build(&self, p: &Params, _e: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        Ok((self.build)(p))
+    }
+}
+
+fn ports(inputs: &[&str], outputs: &[&str]) -> Ports {
+    Ports {
+        inputs: inputs.iter().map(|n| PortSpec::new(n, PortType::Any, "")).collect(),
+        outputs: outputs.iter().map(|n| PortSpec::new(n, PortType::Any, "")).collect(),
+    }
+}
+
+fn kind(
+    r: &mut Registry,
+    name: &'static str,
+    inputs: &[&str],
+    outputs: &[&str],
+    build: impl Fn(&Params) -> Box<dyn Stage> + Send + Sync + 'static,
+) {
+    r.register(Kind {
+        name,
+        ports: ports(inputs, outputs),
+        build: Arc::new(build),
+    });
+}
+
+/// Emits integers 0..n as text, as fast as it can, once `gate` opens.
+struct Counter {
+    n: u64,
+    i: u64,
+    done: Arc<AtomicBool>,
+}
+
+impl Stage for Counter {
+    fn poll(&mut self, ctx: &mut StageCtx) -> StageResult<Poll> {
+        if self.i == self.n {
+            self.done.store(true, Ordering::SeqCst);
+            return Ok(Poll::Done);
+        }
+        ctx.emit(0, Payload::text(self.i.to_string()))?;
+        self.i += 1;
+        Ok(Poll::Continue)
+    }
+}
+
+/// Collects what it receives; optionally waits in `start` until `gate` is set.
+struct Collect {
+    got: Arc<Mutex<Vec<String>>>,
+    gate: Option<Arc<AtomicBool>>,
+    delay: Duration,
+}
+
+impl Stage for Collect {
+    fn start(&mut self, _ctx: &mut StageCtx) -> StageResult {
+        if let Some(g) = &self.gate {
+            while !g.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Let the producer's last push land.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+    fn process(&mut self, input: Input, _ctx: &mut StageCtx) -> StageResult {
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        if let Some(t) = input.msg.payload.as_text() {
+            self.got.lock().unwrap().push(t.to_string());
+        }
+        Ok(())
+    }
+}
+
+fn policy_run(policy: Policy, n: u64, cap: usize) -> (Vec<String>, edgeflow_graph::MetricsSnapshot) {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut r = Registry::builtin();
+    let d = done.clone();
+    kind(&mut r, "count", &[], &["out"], move |p| {
+        Box::new(Counter {
+            n: p.get_or("n", 0).unwrap(),
+            i: 0,
+            done: d.clone(),
+        })
+    });
+    let (g, gate) = (got.clone(), done.clone());
+    let gated = policy != Policy::Block;
+    kind(&mut r, "collect", &["in"], &[], move |_| {
+        Box::new(Collect {
+            got: g.clone(),
+            gate: gated.then(|| gate.clone()),
+            delay: Duration::ZERO,
+        })
+    });
+    let p = PipelineBuilder::new("policy")
+        .stage("src", "count", json!({ "n": n }))
+        .stage("sink", "collect", json!({}))
+        .edge_with("src.out", "sink.in", cap, policy)
+        .build(&r)
+        .unwrap();
+    let m = within(30, move || p.run(None).unwrap());
+    let got = got.lock().unwrap().clone();
+    (got, m)
+}
+
+fn nums(v: &[String]) -> Vec<u64> {
+    v.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+#[test]
+fn block_is_lossless_and_ordered() {
+    let (got, m) = policy_run(Policy::Block, 5000, 4);
+    assert_eq!(nums(&got), (0..5000).collect::<Vec<_>>());
+    let e = &m.edges[0];
+    assert_eq!(e.sent, 5000);
+    assert_eq!(e.delivered, 5000);
+    assert_eq!(e.dropped_total, 0);
+    assert!(e.max_depth <= 4, "queue exceeded its capacity: {}", e.max_depth);
+}
+
+#[test]
+fn drop_oldest_keeps_the_newest_capacity() {
+    let (got, m) = policy_run(Policy::DropOldest, 100, 4);
+    assert_eq!(nums(&got), vec![96, 97, 98, 99]);
+    let e = &m.edges[0];
+    assert_eq!(e.sent, 100);
+    assert_eq!(e.sent, e.delivered + e.dropped["oldest"]);
+    assert_eq!(e.dropped["oldest"], 96);
+}
+
+#[test]
+fn drop_newest_keeps_the_first_capacity() {
+    let (got, m) = policy_run(Policy::DropNewest, 100, 4);
+    assert_eq!(nums(&got), vec![0, 1, 2, 3]);
+    let e = &m.edges[0];
+    assert_eq!(e.sent, e.delivered + e.dropped["newest"]);
+    assert_eq!(e.dropped["newest"], 96);
+}
+
+#[test]
+fn latest_delivers_only_the_newest() {
+    let (got, m) = policy_run(Policy::Latest, 100, 4);
+    assert_eq!(nums(&got), vec![99]);
+    let e = &m.edges[0];
+    assert_eq!(e.sent, e.delivered + e.dropped["latest"]);
+    assert_eq!(e.dropped["latest"], 99);
+}
+
+#[test]
+fn max_age_drops_stale_messages() {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut r = Registry::builtin();
+    let d = done.clone();
+    kind(&mut r, "count", &[], &["out"], move |p| {
+        Box::new(Counter {
+            n: p.get_or("n", 0).unwrap(),
+            i: 0,
+            done: d.clone(),
+        })
+    });
+    let (g, gate) = (got.clone(), done.clone());
+    kind(&mut r, "collect", &["in"], &[], move |_| {
+        Box::new(Collect {
+            got: g.clone(),
+            gate: Some(gate.clone()),
+            delay: Duration::ZERO,
+        })
+    });
+    let yaml = r#"
+stages:
+  - { id: src, kind: count, params: { n: 10 } }
+  - { id: sink, kind: collect }
+edges:
+  - { from: src.out, to: sink.in, capacity: 16, max_age: 5ms }
+"#;
+    let p = edgeflow_graph::Pipeline::from_yaml(yaml, &r).unwrap();
+    let m = within(30, move || p.run(None).unwrap());
+    // The sink waited > 20 ms before reading: every message was too old.
+    assert!(got.lock().unwrap().is_empty());
+    assert_eq!(m.edges[0].dropped["age"], 10);
+    assert_eq!(m.edges[0].sent, 10);
+}
+
+/// Bounded memory: a stalled sink stops the source, through every hop.
+#[test]
+fn backpressure_bounds_memory_with_a_stalled_sink() {
+    let emitted = Arc::new(AtomicU64::new(0));
+    let release = Arc::new(AtomicBool::new(false));
+    let mut r = Registry::builtin();
+    let e = emitted.clone();
+    struct Endless(Arc<AtomicU64>);
+    impl Stage for Endless {
+        fn poll(&mut self, ctx: &mut StageCtx) -> StageResult<Poll> {
+            ctx.emit(0, Payload::Tokens(vec![0u32; 1024].into()))?;
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(Poll::Continue)
+        }
+    }
+    kind(&mut r, "endless", &[], &["out"], move |_| Box::new(Endless(e.clone())));
+    let rel = release.clone();
+    struct Stalled(Arc<AtomicBool>);
+    impl Stage for Stalled {
+        fn process(&mut self, _i: Input, ctx: &mut StageCtx) -> StageResult {
+            while !self.0.load(Ordering::SeqCst) {
+                ctx.check()?;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(())
+        }
+    }
+    kind(&mut r, "stalled", &["in"], &[], move |_| Box::new(Stalled(rel.clone())));
+    let running = PipelineBuilder::new("bp")
+        .stage("src", "endless", json!({}))
+        .stage("a", "passthrough", json!({}))
+        .stage("b", "passthrough", json!({}))
+        .stage("sink", "stalled", json!({}))
+        .edge_with("src.out", "a.in", 4, Policy::Block)
+        .edge_with("a.out", "b.in", 4, Policy::Block)
+        .edge_with("b.out", "sink.in", 4, Policy::Block)
+        .build(&r)
+        .unwrap()
+        .start()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let first = emitted.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(300));
+    let second = emitted.load(Ordering::SeqCst);
+    // 3 queues of 4 + one message held by each of a, b, sink + one blocked push.
+    assert!(second <= 3 * 4 + 3 + 1, "source kept producing: {second}");
+    assert_eq!(first, second, "source was not stalled");
+    let m = running.metrics();
+    for e in &m.edges {
+        assert!(e.depth <= 4 && e.max_depth <= 4, "{e:?}");
+    }
+    assert!(m.edges[0].blocked > 0);
+    running.stop();
+    release.store(true, Ordering::SeqCst);
+    within(10, move || {
+        let _ = running.wait(Some(Duration::from_secs(5)));
+    });
+}
+
+/// Cancel an epoch across a chain: the long loop stops at its next step,
+/// queued messages of that epoch are dropped, every stage resets and
+/// acknowledges, and the next epoch flows untouched.
+#[test]
+fn cancel_is_acknowledged_across_a_chain() {
+    let resets = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(AtomicBool::new(false));
+    let mut r = Registry::builtin();
+    struct LongLoop {
+        resets: Arc<AtomicUsize>,
+        started: Arc<AtomicBool>,
+    }
+    impl Stage for LongLoop {
+        fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+            // A "decode loop": 10 s of steps unless cancelled.
+            self.started.store(true, Ordering::SeqCst);
+            for step in 0..10_000 {
+                ctx.check()?;
+                std::thread::sleep(Duration::from_millis(1));
+                if step % 100 == 0 {
+                    ctx.emit(0, input.msg.payload.clone())?;
+                }
+                if input.msg.payload.as_text() == Some("short") && step == 3 {
+                    return ctx.emit(0, Payload::text("done"));
+                }
+            }
+            Ok(())
+        }
+        fn reset(&mut self, _e: u64, _ctx: &mut StageCtx) -> StageResult {
+            self.resets.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+    let (rs, st) = (resets.clone(), started.clone());
+    kind(&mut r, "long", &["in"], &["out"], move |_| {
+        Box::new(LongLoop {
+            resets: rs.clone(),
+            started: st.clone(),
+        })
+    });
+    let yaml = r#"
+stages:
+  - { id: in, kind: host_in, params: { type: text } }
+  - { id: think, kind: long }
+  - { id: a, kind: passthrough }
+  - { id: b, kind: passthrough }
+  - { id: out, kind: host_out }
+edges:
+  - { from: in.out, to: think.in }
+  - { from: think.out, to: a.in }
+  - { from: a.out, to: b.in }
+  - { from: b.out, to: out.in }
+"#;
+    let running = edgeflow_graph::Pipeline::from_yaml(yaml, &r).unwrap().start().unwrap();
+    let e0 = running.current_epoch();
+    running.push("in", Payload::text("long")).unwrap();
+    running.push("in", Payload::text("queued-in-epoch-0")).unwrap();
+    while !started.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // First output of epoch 0 arrives.
+    let first = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!(first.epoch, e0);
+    let t0 = Instant::now();
+    let report = running.cancel(e0, Duration::from_secs(5)).unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert_eq!(report.acked, report.stages);
+    assert_eq!(report.stages, 5, "every live stage acknowledges");
+    assert!(report.ack_ms.is_some());
+    assert_eq!(resets.load(Ordering::SeqCst), 1);
+    // Nothing more from epoch 0; the next epoch is untouched.
+    let e1 = running.new_epoch();
+    assert_ne!(e0, e1);
+    running.push("in", Payload::text("short")).unwrap();
+    loop {
+        let m = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+        assert_eq!(m.epoch, e1, "a message of the cancelled epoch leaked: {m:?}");
+        if m.payload.as_text() == Some("done") {
+            break;
+        }
+    }
+    let metrics = running.metrics();
+    assert_eq!(metrics.cancels.len(), 1);
+    running.stop();
+    within(10, move || {
+        let _ = running.wait(Some(Duration::from_secs(5)));
+    });
+}
+
+#[test]
+fn a_panicking_stage_stops_the_pipeline_cleanly() {
+    let mut r = Registry::builtin();
+    struct Boom;
+    impl Stage for Boom {
+        fn process(&mut self, input: Input, _ctx: &mut StageCtx) -> StageResult {
+            if input.msg.payload.as_text() == Some("3") {
+                panic!("boom at 3");
+            }
+            Ok(())
+        }
+    }
+    kind(&mut r, "boom", &["in"], &[], |_| Box::new(Boom));
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    kind(&mut r, "count", &[], &["out"], move |p| {
+        Box::new(Counter {
+            n: p.get_or("n", 0).unwrap(),
+            i: 0,
+            done: d.clone(),
+        })
+    });
+    // An endless upstream too: it must be stopped, not left running.
+    let p = PipelineBuilder::new("panic")
+        .stage("tick", "timer", json!({ "rate_hz": 1000.0 }))
+        .stage("ticks", "null", json!({}))
+        .stage("src", "count", json!({ "n": 1_000_000 }))
+        .stage("mid", "passthrough", json!({}))
+        .stage("boom", "boom", json!({}))
+        .edge("tick.out", "ticks.in")
+        .edge("src.out", "mid.in")
+        .edge("mid.out", "boom.in")
+        .build(&r)
+        .unwrap();
+    let err = within(20, move || p.run(None).unwrap_err());
+    let s = err.to_string();
+    assert!(s.contains("stage `boom` panicked") && s.contains("boom at 3"), "{s}");
+}
+
+#[test]
+fn a_failing_stage_is_named() {
+    let mut r = Registry::builtin();
+    struct Fail;
+    impl Stage for Fail {
+        fn process(&mut self, _input: Input, _ctx: &mut StageCtx) -> StageResult {
+            Err(StageError::msg("model file vanished"))
+        }
+    }
+    kind(&mut r, "fail", &["in"], &[], |_| Box::new(Fail));
+    let p = PipelineBuilder::new("fail")
+        .stage("t", "timer", json!({ "rate_hz": 100.0 }))
+        .stage("f", "fail", json!({}))
+        .edge("t.out", "f.in")
+        .build(&r)
+        .unwrap();
+    let err = within(20, move || p.run(None).unwrap_err());
+    assert_eq!(err.to_string(), "stage `f` failed: model file vanished");
+}
+
+#[test]
+fn finite_pipeline_ends_by_end_of_stream() {
+    let p = PipelineBuilder::new("eos")
+        .stage("t", "timer", json!({ "rate_hz": 1000.0, "count": 25 }))
+        .stage("a", "passthrough", json!({}))
+        .stage("b", "null", json!({}))
+        .edge("t.out", "a.in")
+        .edge("a.out", "b.in")
+        .build(&Registry::builtin())
+        .unwrap();
+    let m = within(20, move || p.run(None).unwrap());
+    assert_eq!(m.stages[2].processed, 25);
+    assert_eq!(m.edges[1].delivered, 25);
+}
+
+#[test]
+fn timeout_stops_an_endless_pipeline() {
+    let p = PipelineBuilder::new("endless")
+        .stage("t", "timer", json!({ "rate_hz": 100.0 }))
+        .stage("b", "null", json!({}))
+        .edge("t.out", "b.in")
+        .build(&Registry::builtin())
+        .unwrap();
+    let err = within(20, move || p.run(Some(Duration::from_millis(200))).unwrap_err());
+    assert!(matches!(err, edgeflow_graph::Error::Timeout(_)), "{err}");
+}
+
+#[test]
+fn inline_stage_runs_on_the_producer_thread() {
+    let mut r = Registry::builtin();
+    let names = Arc::new(Mutex::new(Vec::<String>::new()));
+    struct Where(Arc<Mutex<Vec<String>>>);
+    impl Stage for Where {
+        fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+            let n = std::thread::current().name().unwrap_or("").to_string();
+            self.0.lock().unwrap().push(n);
+            ctx.emit_msg(0, input.msg)
+        }
+    }
+    let n2 = names.clone();
+    kind(&mut r, "where", &["in"], &["out"], move |_| Box::new(Where(n2.clone())));
+    let p = PipelineBuilder::new("inline")
+        .stage("t", "timer", json!({ "rate_hz": 1000.0, "count": 5 }))
+        .stage("w", "where", json!({}))
+        .inline()
+        .stage("sink", "null", json!({}))
+        .edge("t.out", "w.in")
+        .edge("w.out", "sink.in")
+        .build(&r)
+        .unwrap();
+    let m = within(20, move || p.run(None).unwrap());
+    let names = names.lock().unwrap();
+    assert_eq!(names.len(), 5);
+    assert!(names.iter().all(|n| n == "ef-t"), "{names:?}");
+    assert_eq!(m.stages[2].processed, 5);
+}
+
+#[test]
+fn tensors_are_shared_not_copied() {
+    let t = edgeflow_runtime::Tensor::from_vec(vec![1.0f32; 1 << 20], &[1 << 20]).unwrap();
+    let yaml = r#"
+stages:
+  - { id: in, kind: host_in, params: { type: tensor } }
+  - { id: a, kind: passthrough }
+  - { id: b, kind: passthrough }
+  - { id: out, kind: host_out }
+edges:
+  - { from: in.out, to: a.in }
+  - { from: a.out, to: b.in }
+  - { from: b.out, to: out.in }
+"#;
+    let running = edgeflow_graph::Pipeline::from_yaml(yaml, &Registry::builtin())
+        .unwrap()
+        .start()
+        .unwrap();
+    running.push("in", Payload::Tensor(t.clone())).unwrap();
+    let m: Message = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+    let Payload::Tensor(back) = m.payload else {
+        panic!("not a tensor")
+    };
+    // candle tensors share one allocation (and id) when cloned.
+    assert_eq!(
+        back.as_candle().unwrap().id(),
+        t.as_candle().unwrap().id(),
+        "the tensor was copied on the way"
+    );
+}
