@@ -110,7 +110,8 @@ impl DeviceStats {
     /// Account `bytes` more (or fewer, with a negative value) resident bytes.
     pub fn add_resident(&self, bytes: i64) {
         if bytes >= 0 {
-            self.resident_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+            self.resident_bytes
+                .fetch_add(bytes as u64, Ordering::Relaxed);
         } else {
             self.resident_bytes
                 .fetch_sub(bytes.unsigned_abs(), Ordering::Relaxed);

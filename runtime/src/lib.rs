@@ -17,6 +17,8 @@ mod device;
 mod dtype;
 mod error;
 mod op;
+mod ops_api;
+pub mod rng;
 mod tensor;
 
 pub use backend::{Backend, DeviceKind};
@@ -24,6 +26,7 @@ pub use device::{Device, DeviceSpec, DeviceStats, DeviceStatsSnapshot};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use op::{BinaryOp, Op, PadMode, ReduceOp, UnaryOp};
+pub use ops_api::{ConvCfg, ConvTransposeCfg, KvCache};
 pub use tensor::{DeviceBuffer, Storage, Tensor};
 
 /// Re-exported so backends and models use the same candle version.

@@ -45,7 +45,7 @@ impl Tensor {
             candle_core::DType::F16 => DType::F16,
             candle_core::DType::BF16 => DType::BF16,
             candle_core::DType::I64 => DType::I64,
-            candle_core::DType::U32 => DType::I32,
+            candle_core::DType::U32 | candle_core::DType::I32 => DType::I32,
             candle_core::DType::U8 => DType::U8,
             other => {
                 return Err(Error::bad_input(
@@ -112,7 +112,8 @@ impl Tensor {
 
     /// f32 zeros on the host.
     pub fn zeros(dims: &[usize]) -> Result<Self> {
-        let t = candle_core::Tensor::zeros(dims, candle_core::DType::F32, &candle_core::Device::Cpu)?;
+        let t =
+            candle_core::Tensor::zeros(dims, candle_core::DType::F32, &candle_core::Device::Cpu)?;
         Self::from_candle(t)
     }
 
@@ -176,6 +177,8 @@ impl Tensor {
     /// Copy host f32 data out (converting other float dtypes). Errors for device data.
     pub fn to_vec_f32(&self) -> Result<Vec<f32>> {
         let t = self.candle("to_vec_f32")?;
-        Ok(t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+        Ok(t.to_dtype(candle_core::DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?)
     }
 }

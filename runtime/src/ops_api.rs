@@ -1,0 +1,431 @@
+//! Typed helpers on [`Device`]: each builds one [`Op`] and dispatches it with
+//! [`Device::run`], so model code reads like candle code while keeping
+//! per-op placement, fallback and counting.
+//!
+//! ```no_run
+//! # use edgeflow_runtime::{Device, Tensor, UnaryOp, Result};
+//! # fn f(dev: &Device, x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+//! let h = dev.linear(x, w, Some(b))?;
+//! let h = dev.unary(UnaryOp::Gelu, &h)?;
+//! dev.softmax(&h, h.rank() - 1)
+//! # }
+//! ```
+
+use crate::{BinaryOp, DType, Device, Op, PadMode, ReduceOp, Result, Tensor, UnaryOp};
+
+/// Stride, padding, dilation and groups of a convolution (PyTorch meaning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvCfg {
+    /// Stride.
+    pub stride: usize,
+    /// Zero padding on each side.
+    pub padding: usize,
+    /// Dilation.
+    pub dilation: usize,
+    /// Groups.
+    pub groups: usize,
+}
+
+impl Default for ConvCfg {
+    fn default() -> Self {
+        ConvCfg {
+            stride: 1,
+            padding: 0,
+            dilation: 1,
+            groups: 1,
+        }
+    }
+}
+
+/// Parameters of a transposed convolution (PyTorch `ConvTranspose1d` meaning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvTransposeCfg {
+    /// Stride (the upsampling factor).
+    pub stride: usize,
+    /// Padding removed from both ends of the output.
+    pub padding: usize,
+    /// Extra length added at the end of the output.
+    pub output_padding: usize,
+    /// Dilation.
+    pub dilation: usize,
+    /// Groups.
+    pub groups: usize,
+}
+
+impl Default for ConvTransposeCfg {
+    fn default() -> Self {
+        ConvTransposeCfg {
+            stride: 1,
+            padding: 0,
+            output_padding: 0,
+            dilation: 1,
+            groups: 1,
+        }
+    }
+}
+
+fn with_opt<'a>(base: &[&'a Tensor], opt: Option<&'a Tensor>) -> Vec<&'a Tensor> {
+    let mut v = base.to_vec();
+    if let Some(t) = opt {
+        v.push(t);
+    }
+    v
+}
+
+impl Device {
+    /// `a[..., m, k] @ b[..., k, n]` with batch broadcasting.
+    pub fn matmul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        self.run(Op::MatMul, &[a, b])
+    }
+
+    /// `x[..., k] @ w[n, k]^T (+ bias[n])`; `w` may be quantized (Q4_0/Q4_1/Q8_0).
+    pub fn linear(&self, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        self.run(Op::Linear, &with_opt(&[x, w], bias))
+    }
+
+    /// 1-D convolution: x[b, c_in, l], w[c_out, c_in/groups, k], bias[c_out].
+    pub fn conv1d(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        cfg: ConvCfg,
+    ) -> Result<Tensor> {
+        let op = Op::Conv1d {
+            stride: cfg.stride,
+            padding: cfg.padding,
+            dilation: cfg.dilation,
+            groups: cfg.groups,
+        };
+        self.run(op, &with_opt(&[x, w], bias))
+    }
+
+    /// 2-D convolution: x[b, c_in, h, w], w[c_out, c_in/groups, kh, kw], bias[c_out].
+    pub fn conv2d(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        cfg: ConvCfg,
+    ) -> Result<Tensor> {
+        let op = Op::Conv2d {
+            stride: cfg.stride,
+            padding: cfg.padding,
+            dilation: cfg.dilation,
+            groups: cfg.groups,
+        };
+        self.run(op, &with_opt(&[x, w], bias))
+    }
+
+    /// Transposed 1-D convolution (vocoder upsampling):
+    /// x[b, c_in, l], w[c_in, c_out/groups, k] (PyTorch layout), bias[c_out].
+    pub fn conv_transpose1d(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        cfg: ConvTransposeCfg,
+    ) -> Result<Tensor> {
+        let op = Op::ConvTranspose1d {
+            stride: cfg.stride,
+            padding: cfg.padding,
+            output_padding: cfg.output_padding,
+            dilation: cfg.dilation,
+            groups: cfg.groups,
+        };
+        self.run(op, &with_opt(&[x, w], bias))
+    }
+
+    /// Layer norm over the last dim.
+    pub fn layer_norm(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        beta: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        self.run(Op::LayerNorm { eps }, &with_opt(&[x, gamma], beta))
+    }
+
+    /// RMS norm over the last dim.
+    pub fn rms_norm(&self, x: &Tensor, gamma: &Tensor, eps: f64) -> Result<Tensor> {
+        self.run(Op::RmsNorm { eps }, &[x, gamma])
+    }
+
+    /// Softmax over `dim`.
+    pub fn softmax(&self, x: &Tensor, dim: usize) -> Result<Tensor> {
+        self.run(Op::Softmax { dim }, &[x])
+    }
+
+    /// Scaled dot-product attention: q[b, h, s, d], k/v[b, hk, t, d] (`hk`
+    /// divides `h`), optional additive mask broadcastable to [b, h, s, t].
+    /// `causal` masks key j > i + (t - s) (aligned to the end, for KV-cache decode).
+    pub fn attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        scale: f64,
+        causal: bool,
+    ) -> Result<Tensor> {
+        self.run(Op::Attention { scale, causal }, &with_opt(&[q, k, v], mask))
+    }
+
+    /// Rotary embedding: x[b, h, s, d], cos/sin[s, d/2].
+    pub fn rope(
+        &self,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        interleaved: bool,
+    ) -> Result<Tensor> {
+        self.run(Op::Rope { interleaved }, &[x, cos, sin])
+    }
+
+    /// Element-wise unary function.
+    pub fn unary(&self, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+        self.run(Op::Unary(op), &[x])
+    }
+
+    /// GELU, tanh approximation.
+    pub fn gelu(&self, x: &Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Gelu, x)
+    }
+
+    /// SiLU (swish).
+    pub fn silu(&self, x: &Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Silu, x)
+    }
+
+    /// tanh.
+    pub fn tanh(&self, x: &Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh, x)
+    }
+
+    /// Logistic sigmoid.
+    pub fn sigmoid(&self, x: &Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid, x)
+    }
+
+    /// e^x.
+    pub fn exp(&self, x: &Tensor) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp, x)
+    }
+
+    /// `max(x, slope * x)`.
+    pub fn leaky_relu(&self, x: &Tensor, slope: f64) -> Result<Tensor> {
+        self.run(Op::LeakyRelu { slope }, &[x])
+    }
+
+    /// Snake activation: x[b, c, t], alpha[c].
+    pub fn snake(&self, x: &Tensor, alpha: &Tensor) -> Result<Tensor> {
+        self.run(Op::Snake, &[x, alpha])
+    }
+
+    /// Element-wise binary function with broadcasting.
+    pub fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        self.run(Op::Binary(op), &[a, b])
+    }
+
+    /// `a + b` (broadcasting).
+    pub fn add(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Add, a, b)
+    }
+
+    /// `a - b` (broadcasting).
+    pub fn sub(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Sub, a, b)
+    }
+
+    /// `a * b` (broadcasting).
+    pub fn mul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Mul, a, b)
+    }
+
+    /// `a / b` (broadcasting).
+    pub fn div(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Div, a, b)
+    }
+
+    /// `x * mul + add`.
+    pub fn affine(&self, x: &Tensor, mul: f64, add: f64) -> Result<Tensor> {
+        self.run(Op::Affine { mul, add }, &[x])
+    }
+
+    /// `x * s`.
+    pub fn scale(&self, x: &Tensor, s: f64) -> Result<Tensor> {
+        self.affine(x, s, 0.0)
+    }
+
+    /// Reduction over `dim`.
+    pub fn reduce(&self, op: ReduceOp, x: &Tensor, dim: usize, keepdim: bool) -> Result<Tensor> {
+        self.run(Op::Reduce { op, dim, keepdim }, &[x])
+    }
+
+    /// Sum over `dim`.
+    pub fn sum(&self, x: &Tensor, dim: usize, keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Sum, x, dim, keepdim)
+    }
+
+    /// Mean over `dim`.
+    pub fn mean(&self, x: &Tensor, dim: usize, keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Mean, x, dim, keepdim)
+    }
+
+    /// Index of the maximum over `dim`, as [`DType::I32`] (candle stores it as u32).
+    pub fn argmax(&self, x: &Tensor, dim: usize, keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::ArgMax, x, dim, keepdim)
+    }
+
+    /// Inclusive cumulative sum over `dim`.
+    pub fn cumsum(&self, x: &Tensor, dim: usize) -> Result<Tensor> {
+        self.run(Op::Cumsum { dim }, &[x])
+    }
+
+    /// Same data, new shape.
+    pub fn reshape(&self, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
+        self.run(
+            Op::Reshape {
+                shape: shape.to_vec(),
+            },
+            &[x],
+        )
+    }
+
+    /// Reorder dimensions.
+    pub fn permute(&self, x: &Tensor, dims: &[usize]) -> Result<Tensor> {
+        self.run(
+            Op::Permute {
+                dims: dims.to_vec(),
+            },
+            &[x],
+        )
+    }
+
+    /// Swap two dimensions (a [`Op::Permute`]).
+    pub fn transpose(&self, x: &Tensor, d0: usize, d1: usize) -> Result<Tensor> {
+        let mut dims: Vec<usize> = (0..x.rank()).collect();
+        if d0 >= dims.len() || d1 >= dims.len() {
+            return Err(crate::Error::bad_input(
+                "permute",
+                format!("transpose({d0}, {d1}) of a rank-{} tensor", x.rank()),
+            ));
+        }
+        dims.swap(d0, d1);
+        self.permute(x, &dims)
+    }
+
+    /// Concatenate along `dim`.
+    pub fn concat(&self, xs: &[&Tensor], dim: usize) -> Result<Tensor> {
+        self.run(Op::Concat { dim }, xs)
+    }
+
+    /// `len` elements of `dim` from `start`.
+    pub fn narrow(&self, x: &Tensor, dim: usize, start: usize, len: usize) -> Result<Tensor> {
+        self.run(Op::Narrow { dim, start, len }, &[x])
+    }
+
+    /// Pad `dim` with `before` / `after` elements.
+    pub fn pad(
+        &self,
+        x: &Tensor,
+        dim: usize,
+        before: usize,
+        after: usize,
+        mode: PadMode,
+    ) -> Result<Tensor> {
+        self.run(
+            Op::Pad {
+                dim,
+                before,
+                after,
+                mode,
+            },
+            &[x],
+        )
+    }
+
+    /// torch.gather along `dim`.
+    pub fn gather(&self, x: &Tensor, idx: &Tensor, dim: usize) -> Result<Tensor> {
+        self.run(Op::Gather { dim }, &[x, idx])
+    }
+
+    /// Select slices of `dim` by index (embedding lookup: `dim = 0`).
+    pub fn index_select(&self, x: &Tensor, idx: &Tensor, dim: usize) -> Result<Tensor> {
+        self.run(Op::IndexSelect { dim }, &[x, idx])
+    }
+
+    /// Convert the element type (dequantizes quantized tensors to f32/f16).
+    pub fn cast(&self, x: &Tensor, dtype: DType) -> Result<Tensor> {
+        self.run(Op::Cast { dtype }, &[x])
+    }
+
+    /// Seeded normal samples; identical for a seed on every backend
+    /// (see [`crate::rng`]).
+    pub fn rand_normal(&self, shape: &[usize], mean: f64, std: f64, seed: u64) -> Result<Tensor> {
+        self.run(
+            Op::RandNormal {
+                shape: shape.to_vec(),
+                mean,
+                std,
+                seed,
+            },
+            &[],
+        )
+    }
+}
+
+/// A growing key/value cache for autoregressive attention.
+///
+/// Keys and values are `[b, hk, t, d]`; each [`KvCache::append`] concatenates
+/// along `t` (dim 2) on the cache's device and returns the full cache.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    k: Option<Tensor>,
+    v: Option<Tensor>,
+}
+
+impl KvCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cached length along the sequence dim (0 when empty).
+    pub fn len(&self) -> usize {
+        self.k.as_ref().map(|k| k.dims()[2]).unwrap_or(0)
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Append new keys/values `[b, hk, s, d]` and return the whole cache.
+    pub fn append(&mut self, dev: &Device, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        if k.rank() != 4 || v.rank() != 4 {
+            return Err(crate::Error::bad_input(
+                "attention",
+                format!(
+                    "KV cache expects [b, h, t, d] keys and values, got {:?} and {:?}",
+                    k.dims(),
+                    v.dims()
+                ),
+            ));
+        }
+        let (nk, nv) = match (&self.k, &self.v) {
+            (Some(ck), Some(cv)) => (dev.concat(&[ck, k], 2)?, dev.concat(&[cv, v], 2)?),
+            _ => (k.clone(), v.clone()),
+        };
+        self.k = Some(nk.clone());
+        self.v = Some(nv.clone());
+        Ok((nk, nv))
+    }
+
+    /// Forget everything (new turn / cancelled epoch).
+    pub fn reset(&mut self) {
+        self.k = None;
+        self.v = None;
+    }
+}
