@@ -468,10 +468,19 @@ impl Running {
             .outputs
             .get(stage)
             .ok_or_else(|| Error::NoHostPort(stage.to_string()))?;
-        match rx.recv_timeout(timeout) {
-            Ok(m) => Ok(Some(m)),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(Error::Timeout(timeout)),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(None),
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                // Already handed to the host side but not yet pulled: a
+                // cancelled epoch's messages are dropped here too.
+                Ok(m) if self.shared.is_cancelled(m.epoch) => continue,
+                Ok(m) => return Ok(Some(m)),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    return Err(Error::Timeout(timeout))
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(None),
+            }
         }
     }
 

@@ -13,6 +13,12 @@ pub enum BenchCommand {
 /// Run a benchmark.
 pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
     match b {
-        BenchCommand::Dataflow => anyhow::bail!("being wired up"),
+        BenchCommand::Dataflow => {
+            let o = edgeflow_graph::bench::DataflowBenchOptions::default();
+            eprintln!("measuring the raw baseline and the engine (about 10 s)...");
+            let r = edgeflow_graph::bench::run_dataflow_bench(&o)?;
+            print!("{}", r.render());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One-time (idempotent) set-up of a fresh Debian 12 machine for edgeflow:
+# system packages for audio (ALSA/PulseAudio), phonemes (espeak-ng), the GPU
+# backend on software Vulkan (lavapipe), and the Rust toolchain check.
+set -euo pipefail
+
+need=(pkg-config libasound2-dev espeak-ng pulseaudio pulseaudio-utils libasound2-plugins sox
+      mesa-vulkan-drivers libvulkan1 python3-venv)
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO=sudo
+  echo "setup: installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust from https://rustup.rs" >&2; exit 1; }
