@@ -33,6 +33,7 @@ mod registry;
 pub mod spec;
 mod stage;
 mod validate;
+pub mod bench;
 
 pub use error::{Diagnostic, Error, Result};
 pub use exec::Running;
