@@ -25,7 +25,11 @@ pub enum ParamType {
     /// String.
     String,
     /// File path (relative paths resolve against the pipeline file's folder).
+    /// Not checked at validation: use it for outputs and optional caches.
     Path,
+    /// A path the stage reads (model weights, an input WAV...): like `Path`,
+    /// and validation fails, naming the resolved path, when it does not exist.
+    InputPath,
     /// Duration: a number of seconds or a string like `20ms`, `1.5s`.
     Duration,
     /// List or map (free-form).
