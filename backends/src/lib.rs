@@ -4,7 +4,147 @@
 //! - [`cpu`]: candle-core / candle-nn kernels (including quantized matmul);
 //! - [`gpu`]: wgpu compute shaders (Vulkan / Metal / DX12; lavapipe in CI);
 //! - [`npu`]: a delegate interface and an in-tree NPU *simulator*.
+//!
+//! [`open`] turns a placement ([`DeviceSpec`]) into a [`Device`];
+//! [`probe_all`] runs the availability probe on every backend.
+//!
+//! ## Design
+//! A backend is available only when a real computation on it matched the
+//! CPU ([`edgeflow_runtime::probe`]). Probes run once per process (cached in
+//! a `OnceLock`) and are cached on disk keyed by adapter, so `device: auto`
+//! costs one probe per machine and driver, not one per stage.
 
 pub mod cpu;
 pub mod gpu;
 pub mod npu;
+
+pub use edgeflow_runtime::probe::ProbeReport;
+use edgeflow_runtime::probe::{probe_backend, ProbeCache};
+use edgeflow_runtime::{Backend, Device, DeviceKind, DeviceSpec, Error, Result};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The process-wide CPU backend (stateless; shared by every device as the fallback).
+pub fn cpu_backend() -> Arc<dyn Backend> {
+    static CPU: OnceLock<Arc<dyn Backend>> = OnceLock::new();
+    CPU.get_or_init(|| Arc::new(cpu::CpuBackend::new())).clone()
+}
+
+/// How many GPU / NPU indices the probe tries beyond the ones that exist.
+const MAX_NPU: usize = 1;
+
+fn open_backend(kind: DeviceKind, index: usize) -> Result<Arc<dyn Backend>> {
+    match kind {
+        DeviceKind::Cpu => Ok(cpu_backend()),
+        DeviceKind::Gpu => Ok(Arc::new(gpu::GpuBackend::new(index)?)),
+        DeviceKind::Npu => Err(Error::DeviceUnavailable {
+            device: format!("npu:{index}"),
+            reason: "the NPU simulator is not built into this binary yet".into(),
+        }),
+    }
+}
+
+/// Open a device for a placement. `cpu`, `gpu:N` and `npu:N` open that
+/// backend (an error says why it is unavailable); `auto` opens the best
+/// available one according to [`probe_all`]: a hardware GPU or NPU that
+/// passed its probe, else the CPU. Software emulations (lavapipe, the NPU
+/// simulator) are never chosen by `auto`: they are correct but slower than
+/// the CPU.
+pub fn open(spec: DeviceSpec) -> Result<Device> {
+    let cpu = cpu_backend();
+    let primary = match spec {
+        DeviceSpec::Cpu => cpu.clone(),
+        DeviceSpec::Gpu(i) => open_backend(DeviceKind::Gpu, i)?,
+        DeviceSpec::Npu(i) => open_backend(DeviceKind::Npu, i)?,
+        DeviceSpec::Auto => return open(auto_spec()),
+    };
+    Ok(Device::new(primary, cpu))
+}
+
+/// The placement `auto` resolves to on this machine (from the cached probes).
+pub fn auto_spec() -> DeviceSpec {
+    let reports = probe_all(false);
+    let pick = |kind: DeviceKind| {
+        reports
+            .iter()
+            .filter(|r| r.kind == kind && r.available && !r.simulated)
+            .min_by(|a, b| a.probe_ms.total_cmp(&b.probe_ms))
+            .and_then(|r| r.name.split_once(':'))
+            .and_then(|(_, i)| i.parse::<usize>().ok())
+    };
+    if let Some(i) = pick(DeviceKind::Gpu) {
+        DeviceSpec::Gpu(i)
+    } else if let Some(i) = pick(DeviceKind::Npu) {
+        DeviceSpec::Npu(i)
+    } else {
+        DeviceSpec::Cpu
+    }
+}
+
+fn probe_one(
+    kind: DeviceKind,
+    index: usize,
+    cache: &mut ProbeCache,
+    refresh: bool,
+) -> Option<ProbeReport> {
+    let name = match kind {
+        DeviceKind::Cpu => "cpu".to_string(),
+        DeviceKind::Gpu => format!("gpu:{index}"),
+        DeviceKind::Npu => format!("npu:{index}"),
+    };
+    let backend = match open_backend(kind, index) {
+        Ok(b) => b,
+        Err(e) => {
+            let reason = match e {
+                Error::DeviceUnavailable { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            return Some(ProbeReport::unavailable(kind, &name, "-", reason));
+        }
+    };
+    let adapter = backend.adapter();
+    if !refresh {
+        if let Some(r) = cache.get(&name, &adapter) {
+            return Some(r);
+        }
+    }
+    let mut r = probe_backend(backend, cpu_backend());
+    // Placement uses the `kind:N` form whatever the backend calls itself.
+    r.name = name;
+    cache.insert(&r);
+    Some(r)
+}
+
+/// Probe every backend: the CPU, each GPU adapter wgpu lists (or `gpu:0`
+/// when there is none, to say why) and the NPU simulator.
+///
+/// Runs once per process; `refresh` re-runs the probes (and rewrites the
+/// on-disk cache) instead of reusing cached results.
+pub fn probe_all(refresh: bool) -> Vec<ProbeReport> {
+    static REPORTS: OnceLock<Mutex<Option<Vec<ProbeReport>>>> = OnceLock::new();
+    let slot = REPORTS.get_or_init(|| Mutex::new(None));
+    let mut guard = match slot.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if !refresh {
+        if let Some(r) = guard.as_ref() {
+            return r.clone();
+        }
+    }
+    let mut cache = ProbeCache::load();
+    let mut out = Vec::new();
+    // The CPU probe checks the CPU against itself; it always runs so the
+    // report carries a timing, and it is the reference for the others.
+    out.extend(probe_one(DeviceKind::Cpu, 0, &mut cache, refresh));
+    let gpus = gpu::adapters().len().max(1);
+    for i in 0..gpus {
+        out.extend(probe_one(DeviceKind::Gpu, i, &mut cache, refresh));
+    }
+    for i in 0..MAX_NPU {
+        out.extend(probe_one(DeviceKind::Npu, i, &mut cache, refresh));
+    }
+    // Best effort: an unwritable cache directory only costs a re-probe.
+    let _ = cache.save();
+    *guard = Some(out.clone());
+    out
+}

@@ -44,6 +44,22 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn adapter(&self) -> String {
         self.name().to_string()
     }
+    /// True for a software emulation of its kind (a GPU driver running on the
+    /// CPU such as lavapipe, the NPU simulator): correct but not faster than
+    /// the CPU backend, so `device: auto` never picks it.
+    fn is_simulated(&self) -> bool {
+        let a = self.adapter().to_ascii_lowercase();
+        [
+            "llvmpipe",
+            "lavapipe",
+            "swiftshader",
+            "simulat",
+            "devicetype::cpu",
+            ", cpu)",
+        ]
+        .iter()
+        .any(|s| a.contains(s))
+    }
     /// Whether this backend runs `op` on these inputs natively.
     fn supports(&self, op: &Op, inputs: &[&Tensor]) -> bool;
     /// Whether `t` already lives on this backend.

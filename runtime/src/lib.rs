@@ -18,6 +18,7 @@ mod dtype;
 mod error;
 mod op;
 mod ops_api;
+pub mod probe;
 pub mod rng;
 mod tensor;
 
