@@ -155,6 +155,21 @@ impl Device {
         &self.primary
     }
 
+    /// The CPU backend this device falls back to.
+    pub fn cpu_backend(&self) -> &Arc<dyn Backend> {
+        &self.cpu
+    }
+
+    /// The same device on the host: its CPU fallback backend, sharing these
+    /// counters (for host-side work such as quantizing weights at load).
+    pub fn host(&self) -> Device {
+        Device {
+            primary: self.cpu.clone(),
+            cpu: self.cpu.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+
     /// The placed backend's kind.
     pub fn kind(&self) -> DeviceKind {
         self.primary.kind()

@@ -21,6 +21,7 @@ mod ops_api;
 pub mod probe;
 pub mod rng;
 mod tensor;
+pub mod weights;
 
 pub use backend::{Backend, DeviceKind};
 pub use device::{Device, DeviceSpec, DeviceStats, DeviceStatsSnapshot};
