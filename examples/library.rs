@@ -97,7 +97,10 @@ edges:
         .build(&registry)?
         .start()?;
     let turn = running.current_epoch();
-    running.push("in", Payload::text("a very long answer that nobody wants to hear"))?;
+    running.push(
+        "in",
+        Payload::text("a very long answer that nobody wants to hear"),
+    )?;
     let first = running.pull("out", Duration::from_secs(5))?;
     println!("talker started: {:?}", first.map(|m| m.payload));
     let report = running.cancel(turn, Duration::from_secs(2))?;

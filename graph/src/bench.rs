@@ -162,11 +162,17 @@ fn raw_crossbeam(o: &DataflowBenchOptions) -> BenchRow {
 }
 
 fn chain_yaml(n: usize, inline: bool, ty: &str) -> String {
-    let mut y = format!("name: bench\nstages:\n  - {{ id: s0, kind: host_in, params: {{ type: {ty} }} }}\n");
+    let mut y = format!(
+        "name: bench\nstages:\n  - {{ id: s0, kind: host_in, params: {{ type: {ty} }} }}\n"
+    );
     for i in 1..n - 1 {
         let _ = writeln!(y, "  - {{ id: s{i}, kind: passthrough, inline: {inline} }}");
     }
-    let _ = writeln!(y, "  - {{ id: s{}, kind: host_out, params: {{ capacity: 8 }} }}", n - 1);
+    let _ = writeln!(
+        y,
+        "  - {{ id: s{}, kind: host_out, params: {{ capacity: 8 }} }}",
+        n - 1
+    );
     y.push_str("edges:\n");
     for i in 0..n - 1 {
         let _ = writeln!(
@@ -209,9 +215,7 @@ fn engine(o: &DataflowBenchOptions, inline: bool, name: &str) -> crate::Result<B
         for _ in 0..o.throughput_msgs {
             running.pull(&last, timeout)?;
         }
-        pusher
-            .join()
-            .map_err(|_| crate::Error::Stopped)?
+        pusher.join().map_err(|_| crate::Error::Stopped)?
     })?;
     let el = t0.elapsed();
     running.stop();

@@ -59,7 +59,9 @@ impl StageFactory for TimerKind {
     fn build(&self, p: &Params, _env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
         let rate: f64 = p.get_or("rate_hz", 10.0)?;
         if !(rate > 0.0 && rate <= 100_000.0) {
-            return Err(p.error("rate_hz", format!("must be in (0, 100000], got {rate}")).into());
+            return Err(p
+                .error("rate_hz", format!("must be in (0, 100000], got {rate}"))
+                .into());
         }
         Ok(Box::new(Timer {
             period: Duration::from_secs_f64(1.0 / rate),
@@ -84,7 +86,11 @@ impl Stage for Timer {
         }
         let due = *self.next.get_or_insert_with(Instant::now);
         if !ctx.sleep_until(due) {
-            return Ok(if ctx.should_stop() { Poll::Done } else { Poll::Idle });
+            return Ok(if ctx.should_stop() {
+                Poll::Done
+            } else {
+                Poll::Idle
+            });
         }
         let now = Instant::now();
         let late = now.saturating_duration_since(due);
@@ -226,7 +232,11 @@ impl Stage for Stdout {
         let r = match &input.msg.payload {
             Payload::Text(t) if !self.newline => write!(out, "{t}"),
             Payload::Text(t) => writeln!(out, "{t}"),
-            other => writeln!(out, "[epoch {} #{}] {other:?}", input.msg.epoch, input.msg.seq),
+            other => writeln!(
+                out,
+                "[epoch {} #{}] {other:?}",
+                input.msg.epoch, input.msg.seq
+            ),
         };
         self.wrote = true;
         r.and_then(|_| out.flush())
@@ -415,4 +425,3 @@ impl Stage for HostOut {
         }
     }
 }
-

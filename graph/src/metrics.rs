@@ -173,7 +173,13 @@ pub struct EdgeSnapshot {
 }
 
 impl EdgeStats {
-    pub(crate) fn snapshot(&self, edge: &str, policy: &str, capacity: usize, depth: usize) -> EdgeSnapshot {
+    pub(crate) fn snapshot(
+        &self,
+        edge: &str,
+        policy: &str,
+        capacity: usize,
+        depth: usize,
+    ) -> EdgeSnapshot {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut dropped = BTreeMap::new();
         for (k, v) in [
@@ -391,16 +397,28 @@ impl MetricsSnapshot {
         }
         for e in &self.edges {
             if e.dropped_total > 0 {
-                let _ = writeln!(s, "  edge {}: {} dropped ({})", e.edge, e.dropped_total, e.policy);
+                let _ = writeln!(
+                    s,
+                    "  edge {}: {} dropped ({})",
+                    e.edge, e.dropped_total, e.policy
+                );
             }
         }
         for c in &self.cancels {
             match c.ack_ms {
                 Some(ms) => {
-                    let _ = writeln!(s, "  cancel epoch {}: acknowledged by {} stages in {:.2} ms", c.epoch, c.acked, ms);
+                    let _ = writeln!(
+                        s,
+                        "  cancel epoch {}: acknowledged by {} stages in {:.2} ms",
+                        c.epoch, c.acked, ms
+                    );
                 }
                 None => {
-                    let _ = writeln!(s, "  cancel epoch {}: {}/{} acknowledged", c.epoch, c.acked, c.stages);
+                    let _ = writeln!(
+                        s,
+                        "  cancel epoch {}: {}/{} acknowledged",
+                        c.epoch, c.acked, c.stages
+                    );
                 }
             }
         }

@@ -1,9 +1,9 @@
 //! Executor semantics: policies, backpressure, cancellation, shutdown.
 
 use edgeflow_graph::{
-    BuildEnv, Input, Message, ParamInfo, ParamType, Params, Payload, PipelineBuilder, Poll,
-    PortSpec, PortType, Ports, Policy, Registry, Stage, StageCtx, StageError, StageFactory,
-    StageInfo, StageResult,
+    BuildEnv, Input, Message, ParamInfo, ParamType, Params, Payload, PipelineBuilder, Policy, Poll,
+    PortSpec, PortType, Ports, Registry, Stage, StageCtx, StageError, StageFactory, StageInfo,
+    StageResult,
 };
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -46,8 +46,14 @@ impl StageFactory for Kind {
 
 fn ports(inputs: &[&str], outputs: &[&str]) -> Ports {
     Ports {
-        inputs: inputs.iter().map(|n| PortSpec::new(n, PortType::Any, "")).collect(),
-        outputs: outputs.iter().map(|n| PortSpec::new(n, PortType::Any, "")).collect(),
+        inputs: inputs
+            .iter()
+            .map(|n| PortSpec::new(n, PortType::Any, ""))
+            .collect(),
+        outputs: outputs
+            .iter()
+            .map(|n| PortSpec::new(n, PortType::Any, ""))
+            .collect(),
     }
 }
 
@@ -113,7 +119,11 @@ impl Stage for Collect {
     }
 }
 
-fn policy_run(policy: Policy, n: u64, cap: usize) -> (Vec<String>, edgeflow_graph::MetricsSnapshot) {
+fn policy_run(
+    policy: Policy,
+    n: u64,
+    cap: usize,
+) -> (Vec<String>, edgeflow_graph::MetricsSnapshot) {
     let got = Arc::new(Mutex::new(Vec::new()));
     let done = Arc::new(AtomicBool::new(false));
     let mut r = Registry::builtin();
@@ -157,7 +167,11 @@ fn block_is_lossless_and_ordered() {
     assert_eq!(e.sent, 5000);
     assert_eq!(e.delivered, 5000);
     assert_eq!(e.dropped_total, 0);
-    assert!(e.max_depth <= 4, "queue exceeded its capacity: {}", e.max_depth);
+    assert!(
+        e.max_depth <= 4,
+        "queue exceeded its capacity: {}",
+        e.max_depth
+    );
 }
 
 #[test]
@@ -239,7 +253,9 @@ fn backpressure_bounds_memory_with_a_stalled_sink() {
             Ok(Poll::Continue)
         }
     }
-    kind(&mut r, "endless", &[], &["out"], move |_| Box::new(Endless(e.clone())));
+    kind(&mut r, "endless", &[], &["out"], move |_| {
+        Box::new(Endless(e.clone()))
+    });
     let rel = release.clone();
     struct Stalled(Arc<AtomicBool>);
     impl Stage for Stalled {
@@ -251,7 +267,9 @@ fn backpressure_bounds_memory_with_a_stalled_sink() {
             Ok(())
         }
     }
-    kind(&mut r, "stalled", &["in"], &[], move |_| Box::new(Stalled(rel.clone())));
+    kind(&mut r, "stalled", &["in"], &[], move |_| {
+        Box::new(Stalled(rel.clone()))
+    });
     let running = PipelineBuilder::new("bp")
         .stage("src", "endless", json!({}))
         .stage("a", "passthrough", json!({}))
@@ -336,15 +354,23 @@ edges:
   - { from: a.out, to: b.in }
   - { from: b.out, to: out.in }
 "#;
-    let running = edgeflow_graph::Pipeline::from_yaml(yaml, &r).unwrap().start().unwrap();
+    let running = edgeflow_graph::Pipeline::from_yaml(yaml, &r)
+        .unwrap()
+        .start()
+        .unwrap();
     let e0 = running.current_epoch();
     running.push("in", Payload::text("long")).unwrap();
-    running.push("in", Payload::text("queued-in-epoch-0")).unwrap();
+    running
+        .push("in", Payload::text("queued-in-epoch-0"))
+        .unwrap();
     while !started.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(1));
     }
     // First output of epoch 0 arrives.
-    let first = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+    let first = running
+        .pull("out", Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
     assert_eq!(first.epoch, e0);
     let t0 = Instant::now();
     let report = running.cancel(e0, Duration::from_secs(5)).unwrap();
@@ -358,8 +384,14 @@ edges:
     assert_ne!(e0, e1);
     running.push("in", Payload::text("short")).unwrap();
     loop {
-        let m = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
-        assert_eq!(m.epoch, e1, "a message of the cancelled epoch leaked: {m:?}");
+        let m = running
+            .pull("out", Duration::from_secs(5))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            m.epoch, e1,
+            "a message of the cancelled epoch leaked: {m:?}"
+        );
         if m.payload.as_text() == Some("done") {
             break;
         }
@@ -408,7 +440,10 @@ fn a_panicking_stage_stops_the_pipeline_cleanly() {
         .unwrap();
     let err = within(20, move || p.run(None).unwrap_err());
     let s = err.to_string();
-    assert!(s.contains("stage `boom` panicked") && s.contains("boom at 3"), "{s}");
+    assert!(
+        s.contains("stage `boom` panicked") && s.contains("boom at 3"),
+        "{s}"
+    );
 }
 
 #[test]
@@ -454,7 +489,9 @@ fn timeout_stops_an_endless_pipeline() {
         .edge("t.out", "b.in")
         .build(&Registry::builtin())
         .unwrap();
-    let err = within(20, move || p.run(Some(Duration::from_millis(200))).unwrap_err());
+    let err = within(20, move || {
+        p.run(Some(Duration::from_millis(200))).unwrap_err()
+    });
     assert!(matches!(err, edgeflow_graph::Error::Timeout(_)), "{err}");
 }
 
@@ -471,7 +508,9 @@ fn inline_stage_runs_on_the_producer_thread() {
         }
     }
     let n2 = names.clone();
-    kind(&mut r, "where", &["in"], &["out"], move |_| Box::new(Where(n2.clone())));
+    kind(&mut r, "where", &["in"], &["out"], move |_| {
+        Box::new(Where(n2.clone()))
+    });
     let p = PipelineBuilder::new("inline")
         .stage("t", "timer", json!({ "rate_hz": 1000.0, "count": 5 }))
         .stage("w", "where", json!({}))
@@ -507,7 +546,10 @@ edges:
         .start()
         .unwrap();
     running.push("in", Payload::Tensor(t.clone())).unwrap();
-    let m: Message = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+    let m: Message = running
+        .pull("out", Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
     let Payload::Tensor(back) = m.payload else {
         panic!("not a tensor")
     };

@@ -77,7 +77,10 @@ impl Inbox {
                 return Err(PushError::Stopped);
             }
             if shared.is_cancelled(msg.epoch) {
-                st.edges[edge].stats.dropped_cancel.fetch_add(1, Ordering::Relaxed);
+                st.edges[edge]
+                    .stats
+                    .dropped_cancel
+                    .fetch_add(1, Ordering::Relaxed);
                 return Err(PushError::Cancelled);
             }
             let dead = st.dead;

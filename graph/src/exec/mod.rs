@@ -178,7 +178,9 @@ impl InlineStage {
             return Err(PushError::Stopped);
         }
         if shared.is_cancelled(msg.epoch) {
-            self.edge_stats.dropped_cancel.fetch_add(1, Ordering::Relaxed);
+            self.edge_stats
+                .dropped_cancel
+                .fetch_add(1, Ordering::Relaxed);
             return Err(PushError::Cancelled);
         }
         self.edge_stats.sent.fetch_add(1, Ordering::Relaxed);
@@ -270,7 +272,6 @@ impl std::fmt::Debug for Running {
     }
 }
 
-
 impl Running {
     /// Build every stage and start the threads.
     pub(crate) fn start(plan: Plan) -> Result<Running> {
@@ -285,7 +286,11 @@ impl Running {
                 host.inputs.insert(st.id.clone(), tx);
                 Box::new(crate::builtin::HostIn::new(rx)) as Box<dyn Stage>
             } else if st.kind == crate::builtin::HOST_OUT {
-                let cap = st.params.get_or::<usize>("capacity", 1024).unwrap_or(1024).max(1);
+                let cap = st
+                    .params
+                    .get_or::<usize>("capacity", 1024)
+                    .unwrap_or(1024)
+                    .max(1);
                 let (tx, rx) = crossbeam_channel::bounded(cap);
                 host.outputs.insert(st.id.clone(), rx);
                 Box::new(crate::builtin::HostOut::new(tx)) as Box<dyn Stage>
@@ -599,7 +604,13 @@ impl Running {
                     e.stats.snapshot(&e.label, e.policy, e.capacity, d)
                 })
                 .collect(),
-            cancels: self.shared.cancels.lock().iter().map(|c| c.report()).collect(),
+            cancels: self
+                .shared
+                .cancels
+                .lock()
+                .iter()
+                .map(|c| c.report())
+                .collect(),
         }
     }
 }
@@ -634,7 +645,13 @@ fn topo_depth(plan: &Plan, i: usize) -> usize {
 }
 
 /// The body of a stage thread.
-fn run_actor(mut stage: Box<dyn Stage>, mut ctx: StageCtx, inbox: Arc<Inbox>, shared: Arc<Shared>, source: bool) {
+fn run_actor(
+    mut stage: Box<dyn Stage>,
+    mut ctx: StageCtx,
+    inbox: Arc<Inbox>,
+    shared: Arc<Shared>,
+    source: bool,
+) {
     let id = ctx.id.to_string();
     let call = |f: &mut dyn FnMut() -> std::result::Result<(), StageError>| -> bool {
         match catch_unwind(AssertUnwindSafe(f)) {

