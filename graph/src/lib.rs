@@ -22,6 +22,7 @@
 //! assert_eq!(msg.payload.as_text(), Some("hello"));
 //! ```
 
+pub mod bench;
 pub mod builtin;
 mod error;
 mod exec;
@@ -33,10 +34,9 @@ mod registry;
 pub mod spec;
 mod stage;
 mod validate;
-pub mod bench;
 
 pub use error::{Diagnostic, Error, Result};
-pub use exec::Running;
+pub use exec::{Running, StopHandle};
 pub use message::{
     ActionChunk, AudioChunk, Epoch, Event, ImageFrame, Message, Payload, PixelFormat, Timestamp,
 };
@@ -61,7 +61,11 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Load and validate a YAML file, with `--set` style overrides.
-    pub fn from_file(path: impl AsRef<Path>, registry: &Registry, overrides: &[Override]) -> Result<Self> {
+    pub fn from_file(
+        path: impl AsRef<Path>,
+        registry: &Registry,
+        overrides: &[Override],
+    ) -> Result<Self> {
         Ok(Pipeline {
             plan: load_file(path.as_ref(), registry, overrides)?,
         })

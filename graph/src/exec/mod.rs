@@ -253,6 +253,23 @@ struct EdgeSlot {
     inbox: Option<Arc<Inbox>>,
 }
 
+/// Stops a running pipeline from anywhere (see [`Running::stop_handle`]).
+#[derive(Clone)]
+pub struct StopHandle(Arc<Shared>);
+
+impl std::fmt::Debug for StopHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StopHandle")
+    }
+}
+
+impl StopHandle {
+    /// Ask every stage to stop.
+    pub fn stop(&self) {
+        self.0.stop();
+    }
+}
+
 /// A running pipeline. Drop stops it and joins every thread.
 pub struct Running {
     name: String,
@@ -519,6 +536,12 @@ impl Running {
         Ok(r)
     }
 
+    /// A handle that can stop this pipeline from another thread (e.g. a
+    /// Ctrl-C handler) while the owner waits on it.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.shared.clone())
+    }
+
     /// Ask every stage to stop; sources end, queues are abandoned.
     pub fn stop(&self) {
         self.shared.stop();
@@ -531,8 +554,15 @@ impl Running {
 
     /// Wait for the pipeline to finish (end of stream everywhere), up to
     /// `timeout` (None: forever). On timeout the pipeline is stopped.
-    /// Returns the first stage failure, if any.
-    pub fn wait(mut self, timeout: Option<Duration>) -> Result<MetricsSnapshot> {
+    /// Returns the metrics, or the first stage failure.
+    pub fn wait(self, timeout: Option<Duration>) -> Result<MetricsSnapshot> {
+        let (metrics, result) = self.finish(timeout);
+        result.map(|()| metrics)
+    }
+
+    /// Like [`Running::wait`], but always returns the metrics, with the
+    /// outcome beside them (failure, timeout or success).
+    pub fn finish(mut self, timeout: Option<Duration>) -> (MetricsSnapshot, Result<()>) {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut timed_out = false;
         {
@@ -553,16 +583,15 @@ impl Running {
         if timed_out {
             self.shared.stop();
         }
-        self.host.inputs.clear();
         self.join_all();
         let snap = self.metrics();
         if let Some(e) = self.shared.failure.lock().take() {
-            return Err(e);
+            return (snap, Err(e));
         }
         if timed_out {
-            return Err(Error::Timeout(timeout.unwrap_or_default()));
+            return (snap, Err(Error::Timeout(timeout.unwrap_or_default())));
         }
-        Ok(snap)
+        (snap, Ok(()))
     }
 
     fn join_all(&mut self) {
