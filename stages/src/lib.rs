@@ -1,6 +1,15 @@
 //! # edgeflow-stages
 //!
 //! Model stages written against the edgeflow tensor runtime.
+//!
+//! - [`piper`]: Piper voices (fetching, text front end) and the TTS stages;
+//! - [`onnx_proto`]: a minimal ONNX reader used to extract Piper's weights.
+
+mod error;
+pub mod onnx_proto;
+pub mod piper;
+
+pub use error::{Error, Result};
 
 use edgeflow_graph::Registry;
 

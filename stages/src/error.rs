@@ -1,0 +1,87 @@
+//! The crate's single error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in a model stage: fetching and converting
+/// weights, the text front end, and the model itself.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A tensor op failed in the runtime.
+    #[error("runtime: {0}")]
+    Runtime(#[from] edgeflow_runtime::Error),
+    /// A model is not in the cache (or is incomplete); the message says how
+    /// to get it.
+    #[error("model `{model}` is not available: {msg}")]
+    ModelMissing {
+        /// Model name as used by `edgeflow models fetch`.
+        model: String,
+        /// What to run or where to put which file.
+        msg: String,
+    },
+    /// Fetching a model failed (no network, bad hash, broken archive).
+    #[error("fetching `{model}`: {msg}")]
+    Fetch {
+        /// Model name.
+        model: String,
+        /// What failed and what to do.
+        msg: String,
+    },
+    /// A weight or config file is malformed or does not match the model.
+    #[error("{path}: {msg}")]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (names the tensor or field concerned).
+        msg: String,
+    },
+    /// The text front end could not turn the input into phonemes.
+    #[error("text front end: {0}")]
+    Text(String),
+    /// An external program (espeak-ng, pip) failed or is missing.
+    #[error("running `{program}`: {msg}")]
+    Program {
+        /// The program.
+        program: String,
+        /// What failed and what to install.
+        msg: String,
+    },
+    /// Inputs do not fit the model (shape, length, parameters).
+    #[error("{0}")]
+    BadInput(String),
+    /// I/O failure with the path concerned.
+    #[error("{path}: {source}")]
+    Io {
+        /// File or folder.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// An [`Error::Io`] for `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// An [`Error::BadFile`] for `path`.
+    pub fn bad_file(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
+        Error::BadFile {
+            path: path.into(),
+            msg: msg.into(),
+        }
+    }
+}
+
+impl From<edgeflow_runtime::candle_core::Error> for Error {
+    fn from(e: edgeflow_runtime::candle_core::Error) -> Self {
+        Error::Runtime(edgeflow_runtime::Error::Candle(e))
+    }
+}

