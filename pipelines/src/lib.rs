@@ -16,5 +16,7 @@ pub fn registry() -> Registry {
     let mut r = Registry::builtin();
     edgeflow_audio::register(&mut r);
     edgeflow_stages::register(&mut r);
+    edgeflow_llm::register(&mut r);
+    edgeflow_speech::register(&mut r);
     r
 }
