@@ -36,10 +36,7 @@ fn open_backend(kind: DeviceKind, index: usize) -> Result<Arc<dyn Backend>> {
     match kind {
         DeviceKind::Cpu => Ok(cpu_backend()),
         DeviceKind::Gpu => Ok(Arc::new(gpu::GpuBackend::new(index)?)),
-        DeviceKind::Npu => Err(Error::DeviceUnavailable {
-            device: format!("npu:{index}"),
-            reason: "the NPU simulator is not built into this binary yet".into(),
-        }),
+        DeviceKind::Npu => Ok(Arc::new(npu::SimNpu::new(index)?)),
     }
 }
 
