@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// A pipeline file.
+/// A pipeline file: named stages (actors) and the edges (bounded channels)
+/// between their ports. Check one with `edgeflow validate FILE`.
 ///
 /// ```yaml
 /// name: hello
@@ -29,33 +30,48 @@ pub struct PipelineSpec {
     /// Free text describing what the pipeline does.
     #[serde(default)]
     pub description: Option<String>,
-    /// The stages (actors). Ids must be unique.
+    /// The stages (actors), at least one. Ids must be unique.
     pub stages: Vec<StageSpec>,
-    /// The edges (bounded channels) between stage ports.
+    /// The edges (bounded channels) between stage ports. Every required
+    /// input must be fed by one; cycles need a `back_edge: true`.
     #[serde(default)]
     pub edges: Vec<EdgeSpec>,
 }
 
 /// One stage: an actor of some `kind` with its params and placement.
+///
+/// ```yaml
+/// - id: asr
+///   kind: whisper
+///   device: gpu:0
+///   threads: 2
+///   params: { model: models/whisper-tiny }
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StageSpec {
     /// Unique id, used in edges as `id.port` and in `--set id.param=value`.
+    /// No `.` or spaces.
+    #[schemars(pattern(r"^[^.\s]+$"))]
     pub id: String,
     /// Stage kind (`edgeflow stages` lists them).
     pub kind: String,
     /// Where model stages compute: `cpu`, `gpu`, `gpu:N`, `npu`, `npu:N` or
     /// `auto` (best available by probe). Default: `cpu`.
     #[serde(default)]
+    #[schemars(pattern(r"^(cpu|auto|gpu(:[0-9]+)?|npu(:[0-9]+)?)$"))]
     pub device: Option<String>,
-    /// Threads the stage may use for its own compute (default 1).
+    /// Threads the stage may use for its own compute, 1..=256 (default 1).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 256))]
     pub threads: Option<usize>,
     /// Run this stage on its producer's thread instead of its own. Only for
     /// cheap stages with exactly one input edge; saves a thread hop.
     #[serde(default)]
     pub inline: bool,
-    /// Kind-specific parameters (`edgeflow stages` documents each).
+    /// Kind-specific parameters (`edgeflow stages KIND` documents each).
+    /// Relative paths resolve against the pipeline file's folder; any param
+    /// can be overridden with `--set id.param=value`.
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, serde_json::Value>")]
     pub params: BTreeMap<String, serde_json::Value>,
@@ -111,8 +127,10 @@ impl DurationSpec {
 }
 
 fn seconds(s: f64) -> Result<Duration, String> {
-    if !s.is_finite() || s < 0.0 || s > 1e9 {
-        return Err(format!("duration {s} s is not a finite, non-negative number of seconds"));
+    if !s.is_finite() || !(0.0..=1e9).contains(&s) {
+        return Err(format!(
+            "duration {s} s is not a finite, non-negative number of seconds"
+        ));
     }
     Ok(Duration::from_secs_f64(s))
 }
@@ -147,11 +165,17 @@ pub fn parse_duration_value(v: &serde_json::Value) -> Result<Duration, String> {
     match v {
         serde_json::Value::Number(n) => seconds(n.as_f64().unwrap_or(f64::NAN)),
         serde_json::Value::String(s) => parse_duration(s),
-        other => Err(format!("expected a duration like `20ms` or a number of seconds, got {other}")),
+        other => Err(format!(
+            "expected a duration like `20ms` or a number of seconds, got {other}"
+        )),
     }
 }
 
 /// An edge: a bounded channel from an output port to an input port.
+///
+/// ```yaml
+/// - { from: cam.frames, to: vla.image, capacity: 1, policy: latest, max_age: 100ms }
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EdgeSpec {
@@ -161,6 +185,7 @@ pub struct EdgeSpec {
     pub to: String,
     /// Queue capacity in messages, 1..=65536 (default 8).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 65536))]
     pub capacity: Option<usize>,
     /// What a full queue does with a new message (default `block`).
     #[serde(default)]
@@ -179,3 +204,19 @@ pub struct EdgeSpec {
 pub const DEFAULT_CAPACITY: usize = 8;
 /// Largest accepted queue capacity.
 pub const MAX_CAPACITY: usize = 65_536;
+
+/// The JSON schema of the pipeline format, generated from these types (doc
+/// comments become descriptions). Committed as `pipelines/schema.json` so
+/// editors can validate pipeline files; `edgeflow schema` prints it.
+pub fn json_schema() -> serde_json::Value {
+    let schema = schemars::schema_for!(PipelineSpec);
+    schema.to_value()
+}
+
+/// [`json_schema`] as pretty-printed JSON text with a trailing newline, exactly
+/// as committed in `pipelines/schema.json`.
+pub fn json_schema_text() -> String {
+    let mut text = serde_json::to_string_pretty(&json_schema()).unwrap_or_default();
+    text.push('\n');
+    text
+}

@@ -189,6 +189,10 @@ fn clean_parse_message(text: &str) -> String {
         let key = key.split(',').next().unwrap_or(key).trim();
         return format!("duplicate key `{key}`");
     }
+    if let Some(rest) = first.strip_prefix("cannot deserialize null into ") {
+        let what = rest.split(';').next().unwrap_or(rest).trim();
+        return format!("expected {what}, found a YAML null (`null`, `~` or nothing)");
+    }
     if first.starts_with("multiple YAML documents") {
         return "the file holds more than one YAML document (`---`)".into();
     }
@@ -248,8 +252,16 @@ fn parse_fix(message: &str, field: Option<&str>) -> String {
     if message.contains("more than one YAML document") {
         return "a pipeline is one YAML document: remove the `---` and what follows, or split it into files".into();
     }
+    let null = message.contains("found a YAML null");
     if let Some(hint) = field.and_then(field_hint) {
-        return hint.into();
+        return if null {
+            format!("{hint}; to write the word null, quote it: `\"null\"`")
+        } else {
+            hint.into()
+        };
+    }
+    if null {
+        return "give it a value; to write the word null, quote it: `\"null\"`".into();
     }
     if message.contains("expected mapping") {
         return "a pipeline file is a mapping with `stages:` (a list of stages) and `edges:`"
@@ -343,8 +355,8 @@ pub fn validate(
         .map(|(i, s)| plan_stage(i, s, registry, base_dir, overrides, &cx, &mut diags))
         .collect();
     check_overrides(spec, overrides, &cx, &mut diags);
-    let (edges, edge_lines) = plan_edges(spec, &ids, &stages, &cx, &mut diags);
-    check_inputs(&stages, &edges, &cx, &mut diags);
+    let (edges, edge_lines, fed) = plan_edges(spec, &ids, &stages, &cx, &mut diags);
+    check_inputs(&stages, &fed, &cx, &mut diags);
     check_cycles(&stages, &edges, &edge_lines, &cx, &mut diags);
     if !diags.is_empty() {
         return Err(Error::Invalid(diags));
@@ -432,7 +444,7 @@ fn plan_stage(
             diags.push(cx.diag(
                 cx.field_or_item(List::Stages, i, "device"),
                 ctx.clone(),
-                format!("bad device `{}`: {e}", s.device.as_deref().unwrap_or("")),
+                e.to_string(),
                 "write `device: cpu`, `gpu`, `gpu:0`, `npu`, `npu:0` or `auto`",
             ));
             DeviceSpec::Cpu
@@ -603,17 +615,20 @@ fn check_overrides(
 }
 
 /// Resolve every edge; check ends, capacity, age, types, duplicates.
-/// Returns the planned edges and, for each, its index in the spec.
+/// Returns the planned edges, for each its index in the spec, and every
+/// input port that some edge leads to (even an edge with other problems, so
+/// that one mistake is not also reported as a dangling input).
 fn plan_edges(
     spec: &PipelineSpec,
     ids: &HashMap<&str, usize>,
     stages: &[Option<PlannedStage>],
     cx: &Ctx<'_>,
     diags: &mut Vec<Diagnostic>,
-) -> (Vec<PlannedEdge>, Vec<usize>) {
+) -> (Vec<PlannedEdge>, Vec<usize>, HashSet<(usize, usize)>) {
     let mut edges: Vec<PlannedEdge> = Vec::new();
     let mut spec_index = Vec::new();
-    let mut seen: HashMap<((usize, usize), (usize, usize)), usize> = HashMap::new();
+    let mut fed = HashSet::new();
+    let mut seen: HashMap<(PortRef, PortRef), usize> = HashMap::new();
     for (i, e) in spec.edges.iter().enumerate() {
         let ctx = format!("edge `{} -> {}`", e.from, e.to);
         let item = cx.map.item_pos(List::Edges, i);
@@ -624,7 +639,12 @@ fn plan_edges(
             .enumerate()
         {
             match resolve_end(end, output, ids, stages) {
-                Ok(r) => ends[k] = Some(r),
+                Ok(r) => {
+                    if !output {
+                        fed.insert(r);
+                    }
+                    ends[k] = Some(r);
+                }
                 // The stage itself is invalid and already reported.
                 Err(None) => ok = false,
                 Err(Some((m, fix))) => {
@@ -640,7 +660,6 @@ fn plan_edges(
         }
         let capacity = e.capacity.unwrap_or(DEFAULT_CAPACITY);
         if capacity == 0 || capacity > MAX_CAPACITY {
-            ok = false;
             diags.push(cx.diag(
                 cx.field_or_item(List::Edges, i, "capacity"),
                 ctx.clone(),
@@ -719,20 +738,20 @@ fn plan_edges(
         });
         spec_index.push(i);
     }
-    (edges, spec_index)
+    (edges, spec_index, fed)
 }
 
 /// Every required input must be fed by an edge.
 fn check_inputs(
     stages: &[Option<PlannedStage>],
-    edges: &[PlannedEdge],
+    fed: &HashSet<(usize, usize)>,
     cx: &Ctx<'_>,
     diags: &mut Vec<Diagnostic>,
 ) {
     for (i, s) in stages.iter().enumerate() {
         let Some(s) = s else { continue };
         for (p, port) in s.ports.inputs.iter().enumerate() {
-            if !port.required || edges.iter().any(|e| e.to == (i, p)) {
+            if !port.required || fed.contains(&(i, p)) {
                 continue;
             }
             let feeders = compatible_outputs(stages, i, &port.ty);
@@ -775,7 +794,10 @@ fn compatible_outputs(stages: &[Option<PlannedStage>], skip: usize, ty: &PortTyp
         .collect()
 }
 
-type EndResult = std::result::Result<(usize, usize), Option<(String, String)>>;
+/// (stage index, port index).
+type PortRef = (usize, usize);
+
+type EndResult = std::result::Result<PortRef, Option<(String, String)>>;
 
 /// Resolve `stage.port`. `Err(None)`: the stage exists but is itself invalid.
 fn resolve_end(

@@ -266,8 +266,7 @@ impl SourceMap {
                 let field = match &item.value {
                     Node::Map(entries) => entries
                         .iter()
-                        .filter(|(k, _)| Pos::from_location(&k.referenced).is_some_and(|p| p <= at))
-                        .next_back()
+                        .rfind(|(k, _)| Pos::from_location(&k.referenced).is_some_and(|p| p <= at))
                         .map(|(k, _)| k.value.clone()),
                     _ => None,
                 };
