@@ -112,7 +112,8 @@ pub struct OpErrorReport {
 pub struct NpuCounters {
     /// Op sites currently known (calibrating or compiled).
     pub sites: u64,
-    /// Executions in f32 while observing ranges (calibration).
+    /// Executions that observed ranges (calibration warm-up; they are
+    /// counted in `int8_runs` too).
     pub calibration_runs: u64,
     /// Static-shape compilations (first shape of a site plus recompiles).
     pub compiles: u64,
@@ -121,7 +122,7 @@ pub struct NpuCounters {
     /// Ops refused because their site's recompile budget was spent (they ran
     /// on the CPU through the dispatcher's counted fallback).
     pub budget_rejections: u64,
-    /// Executions in int8.
+    /// Eager op executions in int8 (warm-up and compiled).
     pub int8_runs: u64,
     /// Whole captured subgraphs compiled through [`super::NpuDelegate::compile`].
     pub subgraphs_compiled: u64,

@@ -23,8 +23,11 @@ const HOST_PRODUCER: u64 = 0;
 /// Settings of the simulator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimNpuConfig {
-    /// f32 executions per op site, observing min/max, before the site is
-    /// compiled to int8 (ignored inside [`SimNpu::calibrate`], which compiles
+    /// Executions per op site that observe min/max before the site's int8
+    /// parameters freeze (the site is "compiled"). These warm-up calls already
+    /// compute in int8, with provisional parameters from the ranges seen so
+    /// far including the call itself (dynamic quantization); afterwards the
+    /// parameters are static, as in a compiled NPU binary (ignored inside [`SimNpu::calibrate`], which compiles
     /// when its closure returns). Default 4: one call rarely covers the
     /// range of later ones, and values past the calibrated range saturate.
     /// For best accuracy run [`SimNpu::calibrate`] on representative inputs.
@@ -175,10 +178,11 @@ struct State {
 ///   once per weight buffer (on first use; `Device::place` your weights).
 /// - **int8 activations**, per-tensor, asymmetric by default
 ///   ([`ActivationScheme`]), with scales from calibration: the first
-///   [`SimNpuConfig::calibration_runs`] executions of an op site run in f32
-///   and record each input's and the output's min/max; the site is then
-///   compiled with those fixed parameters. Values outside the calibrated
-///   range saturate, as on hardware.
+///   [`SimNpuConfig::calibration_runs`] executions of an op site record each
+///   activation input's and the output's min/max (computing in int8 with
+///   provisional parameters meanwhile); the site is then compiled with those
+///   fixed parameters. Later values outside the calibrated range saturate,
+///   as on hardware. No supported op ever returns an f32-exact result.
 /// - **int32 accumulation** and fixed-point requantization (Q31 multiplier
 ///   and shift per output channel); int32 bias at scale `s_x * s_w[c]`.
 /// - **Static shapes**: a site is compiled for its exact input shapes. A new
@@ -579,87 +583,90 @@ impl Backend for SimNpu {
         };
 
         let n_act = kind.activation_inputs();
-        match state {
+        let scheme = self.config.scheme;
+        // Parameters: frozen once compiled; while calibrating, provisional
+        // ones from the ranges seen so far *including this call* (dynamic
+        // quantization), so even warm-up calls compute in int8.
+        let (in_q, out_q, f32_out) = match state {
+            SiteState::Compiled { inputs, output } => (inputs, output, None),
             SiteState::Calibrating { .. } => {
-                let y = exec_f32(&kind, &plain_inputs, &out_dims)?;
-                let shadow = if shadow_on && any_shadow {
-                    Some(Arc::new(exec_f32(&kind, &shadow_inputs(), &out_dims)?))
-                } else {
-                    None
-                };
+                let y32 = exec_f32(&kind, &plain_inputs, &out_dims)?;
                 let mut st = self.lock();
                 st.counters.calibration_runs += 1;
                 let mut compile = false;
-                if let Some(Site {
-                    state:
-                        SiteState::Calibrating {
-                            runs,
-                            inputs: obs,
-                            output,
-                        },
-                    ..
-                }) = st.sites.get_mut(&key)
-                {
-                    for (o, b) in obs.iter_mut().zip(&bufs[..n_act]) {
-                        o.observe(&b.data);
+                let params = match st.sites.get_mut(&key).map(|s| &mut s.state) {
+                    Some(SiteState::Calibrating {
+                        runs,
+                        inputs: obs,
+                        output,
+                    }) => {
+                        for (o, b) in obs.iter_mut().zip(&bufs[..n_act]) {
+                            o.observe(&b.data);
+                        }
+                        output.observe(&y32);
+                        *runs += 1;
+                        compile = !self.manual_calibration.load(Ordering::SeqCst)
+                            && *runs >= self.config.calibration_runs;
+                        Some((
+                            obs.iter().map(|o| o.qparams(scheme)).collect::<Vec<_>>(),
+                            output.qparams(scheme),
+                        ))
                     }
-                    output.observe(&y);
-                    if let Some(fixed) = kind.fixed_output_q(self.config.scheme) {
-                        output.observe(&[fixed.dequantize(-128), fixed.dequantize(127)]);
-                    }
-                    *runs += 1;
-                    compile = !self.manual_calibration.load(Ordering::SeqCst)
-                        && *runs >= self.config.calibration_runs;
-                }
+                    // Compiled by a concurrent call in the meantime.
+                    Some(SiteState::Compiled { inputs, output }) => Some((inputs.clone(), *output)),
+                    // Forgotten by a concurrent `reset_sites`.
+                    None => None,
+                };
                 if compile {
                     self.compile_site(&mut st, key);
                 }
                 drop(st);
-                Ok(self.new_buffer(y, out_dims, None, shadow, family, family))
+                let (i, o) = params
+                    .ok_or_else(|| self.err("op site was reset while running; run the op again"))?;
+                (i, o, Some(y32))
             }
-            SiteState::Compiled {
-                inputs: in_q,
-                output: out_q,
-            } => {
-                let out_q = kind.fixed_output_q(self.config.scheme).unwrap_or(out_q);
-                let acts: Vec<ActIn<'_>> = bufs[..n_act]
-                    .iter()
-                    .zip(&in_q)
-                    .map(|(b, q)| ActIn {
-                        data: &b.data,
-                        dims: &b.dims,
-                        q: b.q.unwrap_or(*q),
-                    })
-                    .collect();
-                let weight = if kind.is_weight_input(1) {
-                    Some(bufs[1].quantized_weight())
-                } else {
-                    None
-                };
-                let bias = if kind.is_weight_input(2) {
-                    bufs.get(2).map(|b| b.data.as_slice())
-                } else {
-                    None
-                };
-                let y = exec_int8(&kind, &acts, weight.as_deref(), bias, out_q, &out_dims)?;
-                let shadow = if shadow_on {
-                    let local = exec_f32(&kind, &plain_inputs, &out_dims)?;
-                    let e2e = if any_shadow {
-                        exec_f32(&kind, &shadow_inputs(), &out_dims)?
-                    } else {
-                        local.clone()
-                    };
-                    if let Ok(mut book) = self.book.lock() {
-                        book.record(name, &y, &local, &e2e);
-                    }
-                    Some(Arc::new(e2e))
-                } else {
-                    None
-                };
-                self.lock().counters.int8_runs += 1;
-                Ok(self.new_buffer(y, out_dims, Some(out_q), shadow, family, family))
+        };
+        let out_q = kind.fixed_output_q(scheme).unwrap_or(out_q);
+        let acts: Vec<ActIn<'_>> = bufs[..n_act]
+            .iter()
+            .zip(&in_q)
+            .map(|(b, q)| ActIn {
+                data: &b.data,
+                dims: &b.dims,
+                // int8 data keeps its producer's codes (no requantization).
+                q: b.q.unwrap_or(*q),
+            })
+            .collect();
+        let weight = if kind.is_weight_input(1) {
+            Some(bufs[1].quantized_weight())
+        } else {
+            None
+        };
+        let bias = if kind.is_weight_input(2) {
+            bufs.get(2).map(|b| b.data.as_slice())
+        } else {
+            None
+        };
+        let y = exec_int8(&kind, &acts, weight.as_deref(), bias, out_q, &out_dims)?;
+        let shadow = if shadow_on {
+            let local = match f32_out {
+                Some(v) => v,
+                None => exec_f32(&kind, &plain_inputs, &out_dims)?,
+            };
+            let e2e = if any_shadow {
+                exec_f32(&kind, &shadow_inputs(), &out_dims)?
+            } else {
+                local.clone()
+            };
+            if let Ok(mut book) = self.book.lock() {
+                book.record(name, &y, &local, &e2e);
             }
-        }
+            Some(Arc::new(e2e))
+        } else {
+            None
+        };
+        self.lock().counters.int8_runs += 1;
+        Ok(self.new_buffer(y, out_dims, Some(out_q), shadow, family, family))
     }
 }
 

@@ -122,8 +122,8 @@ fn linear_int8_matches_f32_within_tolerance() {
         assert!(max_rel < 0.10, "linear max error {max_rel:.4} of range");
     }
     let c = npu.counters();
-    assert_eq!(c.int8_runs, 3);
     assert_eq!(c.calibration_runs, 4);
+    assert_eq!(c.int8_runs, 4 + 3, "warm-up calls compute in int8 too");
     assert_eq!(dev.stats().snapshot().fallback_ops, 0);
 }
 
@@ -341,14 +341,16 @@ fn chain_error_report_is_nontrivial_and_bounded() {
     for op in ["linear", "gelu", "add"] {
         let o = r.op(op).unwrap_or_else(|| panic!("{op} in report"));
         assert!(o.calls >= 1);
-        // Non-trivial (int8 is never exact on random data) and bounded.
+        // Non-trivial (int8 is never exact on random data) and bounded:
+        // SQNR in (25, 80) dB; fresh data may saturate past the calibrated
+        // range, so the worst element is bounded by 10% of the range.
         assert!(o.local.max_abs_err > 0.0, "{op}: zero error is suspicious");
         assert!(
             o.local.sqnr_db > 25.0 && o.local.sqnr_db < 80.0,
             "{op}: {:?}",
             o.local
         );
-        assert!(o.local.max_err_over_range < 0.05, "{op}: {:?}", o.local);
+        assert!(o.local.max_err_over_range < 0.10, "{op}: {:?}", o.local);
         assert!(o.end_to_end.sqnr_db > 20.0, "{op}: {:?}", o.end_to_end);
     }
     // The end-to-end shadow of the last op is the whole-chain f32 result.
@@ -468,4 +470,54 @@ fn delegate_partitions_compiles_and_enforces_static_shapes() {
         .expect_err("shape must be static");
     assert!(err.to_string().contains("compiled for"), "{err}");
     assert!(npu.error_report().op("relu").is_some());
+}
+
+#[test]
+fn first_call_is_already_int8_like_a_probe() {
+    // A fresh simulator, one call (what `edgeflow devices` probes): the
+    // result is int8 (not f32-exact) and within the probe's 5% tolerance.
+    let (npu, dev, host) = devices(SimNpuConfig::default());
+    let mut rng = Rng(9);
+    let x = rng.tensor(&[8, 67], 1.0);
+    let w = rng.tensor(&[33, 67], 0.2);
+    let b = rng.tensor(&[33], 0.1);
+    let (xd, wd, bd) = (
+        dev.place(&x).expect("x"),
+        dev.place(&w).expect("w"),
+        dev.place(&b).expect("b"),
+    );
+    let got = host_vec(&dev, &dev.run(Op::Linear, &[&xd, &wd, &bd]).expect("npu"));
+    let want = host_vec(&host, &host.run(Op::Linear, &[&x, &w, &b]).expect("cpu"));
+    let (sqnr, max_rel) = compare(&got, &want);
+    assert!(sqnr < 80.0, "int8 is not exact: {sqnr:.1} dB");
+    // Calibrated on this very call: SQNR > 35 dB, < 2% of range.
+    assert!(sqnr > 35.0 && max_rel < 0.02, "{sqnr:.1} dB, {max_rel:.4}");
+    assert_eq!(npu.counters().int8_runs, 1);
+    assert_eq!(npu.error_report().op("linear").map(|o| o.calls), Some(1));
+}
+
+#[test]
+fn ggml_quantized_linear_weights_are_requantized_to_int8() {
+    use edgeflow_runtime::candle_core::{quantized, Device as CDevice};
+    let (npu, dev, host) = devices(one_shot());
+    let mut rng = Rng(10);
+    let (k, n) = (64, 24);
+    let wf = rng.normal(k * n, 0.2);
+    let wc = edgeflow_runtime::candle_core::Tensor::from_vec(wf, (n, k), &CDevice::Cpu)
+        .expect("candle w");
+    let q = quantized::QTensor::quantize(&wc, quantized::GgmlDType::Q8_0).expect("q8_0");
+    let w = Tensor::from_quantized(Arc::new(q)).expect("w");
+    let x = rng.tensor(&[5, k], 1.0);
+    assert!(npu.supports(&Op::Linear, &[&x, &w]));
+    let wd = dev.place(&w).expect("place");
+    let mut last = (0.0, 1.0);
+    for _ in 0..2 {
+        let got = host_vec(&dev, &dev.run(Op::Linear, &[&x, &wd]).expect("npu"));
+        let want = host_vec(&host, &host.run(Op::Linear, &[&x, &w]).expect("cpu q8"));
+        last = compare(&got, &want);
+    }
+    // Same tolerance as f32 weights: SQNR > 30 dB.
+    assert!(last.0 > 30.0, "{last:?}");
+    assert_eq!(dev.stats().snapshot().fallback_ops, 0);
+    assert_eq!(npu.counters().compiles, 1, "one site across calls");
 }
