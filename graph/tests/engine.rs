@@ -560,3 +560,44 @@ edges:
         "the tensor was copied on the way"
     );
 }
+
+#[test]
+fn cancel_resets_inline_stages_and_completes() {
+    let resets = Arc::new(AtomicUsize::new(0));
+    let mut r = Registry::builtin();
+    struct Counted(Arc<AtomicUsize>);
+    impl Stage for Counted {
+        fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+            ctx.emit_msg(0, input.msg)
+        }
+        fn reset(&mut self, _e: u64, _ctx: &mut StageCtx) -> StageResult {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+    let r2 = resets.clone();
+    kind(&mut r, "counted", &["in"], &["out"], move |_| Box::new(Counted(r2.clone())));
+    let running = PipelineBuilder::new("inline-cancel")
+        .stage("in", "host_in", json!({}))
+        .stage("a", "counted", json!({}))
+        .inline()
+        .stage("b", "counted", json!({}))
+        .inline()
+        .stage("out", "host_out", json!({}))
+        .edge("in.out", "a.in")
+        .edge("a.out", "b.in")
+        .edge("b.out", "out.in")
+        .build(&r)
+        .unwrap()
+        .start()
+        .unwrap();
+    running.push("in", Payload::text("x")).unwrap();
+    assert!(running.pull("out", Duration::from_secs(5)).unwrap().is_some());
+    let rep = running.cancel(running.current_epoch(), Duration::from_secs(5)).unwrap();
+    assert_eq!(rep.acked, rep.stages);
+    assert_eq!(resets.load(Ordering::SeqCst), 2, "both inline stages reset");
+    running.stop();
+    within(10, move || {
+        let _ = running.wait(Some(Duration::from_secs(5)));
+    });
+}

@@ -169,7 +169,6 @@ pub(crate) struct InlineStage {
     stage: Mutex<(Box<dyn Stage>, StageCtx)>,
     port: usize,
     edge_stats: Arc<EdgeStats>,
-    kind: String,
 }
 
 impl InlineStage {
@@ -391,9 +390,11 @@ impl Running {
                         stage: Mutex::new((stage, ctx)),
                         port: plan.edges[k].to.1,
                         edge_stats: edge_slots[k].stats.clone(),
-                        kind: st.kind.clone(),
                     }));
                     edge_slots[k].inbox = None;
+                    // No thread serves this inbox: its producer resets it
+                    // on cancel, so it must not be asked for an ack itself.
+                    inboxes[i].kill();
                     continue;
                 }
             }
@@ -450,9 +451,6 @@ impl Running {
             finished,
             n_threads,
         };
-        // Keep inline stages alive via the targets that reference them; finish
-        // them when the run ends.
-        let _ = inline.iter().flatten().map(|s| s.kind.len()).sum::<usize>();
         Ok(running)
     }
 
@@ -757,19 +755,11 @@ fn run_actor(
             Some(Item::Stop) | None => break,
         }
     }
-    // Inline consumers finish with their producer.
+    // Inline consumers finish with their producer (recursively).
     for out in &ctx.outputs {
         for t in &out.targets {
             if let Some(inl) = &t.inline {
-                let mut g = inl.stage.lock();
-                let (s, c) = &mut *g;
-                c.timestamp = None;
-                let _ = call(&mut || s.finish(c));
-                for o in &c.outputs {
-                    for tt in &o.targets {
-                        tt.inbox.close_edge(tt.edge);
-                    }
-                }
+                finish_inline(inl, &call);
             }
         }
     }
@@ -778,6 +768,43 @@ fn run_actor(
         for t in &out.targets {
             if t.inline.is_none() {
                 t.inbox.close_edge(t.edge);
+            }
+        }
+    }
+}
+
+/// End an inline stage: `finish`, then its own inline consumers, then close
+/// its queued edges so end-of-stream travels on.
+fn finish_inline(
+    inl: &InlineStage,
+    call: &dyn Fn(&mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool,
+) {
+    let mut g = inl.stage.lock();
+    let (s, c) = &mut *g;
+    c.timestamp = None;
+    let _ = call(&mut || s.finish(c));
+    for o in &c.outputs {
+        for t in &o.targets {
+            match &t.inline {
+                Some(next) => finish_inline(next, call),
+                None => t.inbox.close_edge(t.edge),
+            }
+        }
+    }
+}
+
+fn reset_inline(
+    outputs: &[OutPort],
+    epoch: Epoch,
+    call: &dyn Fn(&mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool,
+) {
+    for out in outputs {
+        for t in &out.targets {
+            if let Some(inl) = &t.inline {
+                let mut g = inl.stage.lock();
+                let (s, c) = &mut *g;
+                let _ = call(&mut || s.reset(epoch, c));
+                reset_inline(&c.outputs, epoch, call);
             }
         }
     }
@@ -793,15 +820,7 @@ fn handle_control(
         Control::Cancel(epoch, ack) => {
             let ok = call(&mut || stage.reset(epoch, ctx));
             // Inline consumers reset with their producer.
-            for out in &ctx.outputs {
-                for t in &out.targets {
-                    if let Some(inl) = &t.inline {
-                        let mut g = inl.stage.lock();
-                        let (s, c) = &mut *g;
-                        let _ = call(&mut || s.reset(epoch, c));
-                    }
-                }
-            }
+            reset_inline(&ctx.outputs, epoch, call);
             ack.ack();
             ok
         }
