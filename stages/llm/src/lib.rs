@@ -1,10 +1,60 @@
 //! # edgeflow-llm
 //!
-//! The `thinker` stage: llama-architecture language models from GGUF.
+//! The `thinker` stage: llama-architecture language models from GGUF
+//! (SmolLM2-135M-Instruct by default) on the edgeflow tensor runtime.
+//!
+//! - [`model`]: the decoder ([`Llama`]) with its KV cache; quantized
+//!   weights stay quantized;
+//! - [`tokenizer`]: byte-level BPE and the chat template from the GGUF
+//!   metadata, streaming detokenization on UTF-8 boundaries;
+//! - [`sampling`]: greedy / temperature / top-k / top-p / repetition penalty;
+//! - [`stage`]: the `thinker` stage kind;
+//! - [`fetch`]: getting the model into the cache;
+//! - [`bench()`]: prefill / decode throughput and decode's weight bandwidth.
+
+mod bench;
+mod error;
+pub mod fetch;
+pub mod model;
+pub mod sampling;
+pub mod stage;
+pub mod tokenizer;
+
+pub use bench::{bench, BenchOptions};
+pub use error::{Error, Result};
+pub use model::{Config, Llama};
+pub use sampling::{Sampler, SamplingParams};
+pub use stage::{Thinker, ThinkerConfig, ThinkerKind};
+pub use tokenizer::{ChatMessage, TextTokenizer, Utf8Stream};
 
 use edgeflow_graph::Registry;
 
-/// Register the stage kinds of this crate.
+/// Register the stage kinds of this crate (`thinker`).
 pub fn register(r: &mut Registry) {
-    let _ = r;
+    r.register(ThinkerKind);
+}
+
+/// Greedy continuation: feed `prompt` (after whatever is cached) and return
+/// the next `n` argmax tokens, without stopping at end-of-turn tokens. With
+/// `gaps`, also the gap between the two largest logits at each step.
+pub fn greedy(model: &mut Llama, prompt: &[u32], n: usize) -> Result<(Vec<u32>, Vec<f32>)> {
+    let mut out = Vec::with_capacity(n);
+    let mut gaps = Vec::with_capacity(n);
+    let mut logits = model.forward(prompt)?;
+    for i in 0..n {
+        let id = sampling::argmax(&logits);
+        let best = logits[id];
+        let second = logits
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != id)
+            .map(|(_, &l)| l)
+            .fold(f32::NEG_INFINITY, f32::max);
+        gaps.push(best - second);
+        out.push(id as u32);
+        if i + 1 < n {
+            logits = model.forward(&[id as u32])?;
+        }
+    }
+    Ok((out, gaps))
 }

@@ -2,4 +2,10 @@
 //! (normalization, sentence splitting, espeak-ng phonemes, phoneme ids) and
 //! the stages that speak.
 
+pub mod config;
 pub mod fetch;
+pub mod phonemize;
+pub mod text;
+
+pub use config::{InferenceScales, VoiceConfig};
+pub use phonemize::{EspeakPhonemizer, FrontEnd, PhonemizedSentence};

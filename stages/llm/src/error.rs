@@ -1,0 +1,64 @@
+//! The one error type of this crate.
+
+use std::path::PathBuf;
+
+/// Errors of the thinker: model files, tokenizer, template, runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The model is not in the cache (or the given path does not exist).
+    #[error("model `{model}` not found: {msg}")]
+    ModelMissing {
+        /// Model name.
+        model: String,
+        /// What is missing and how to get it.
+        msg: String,
+    },
+    /// Fetching a model failed.
+    #[error("fetching `{model}`: {msg}")]
+    Fetch {
+        /// Model name.
+        model: String,
+        /// What went wrong and what to do.
+        msg: String,
+    },
+    /// The GGUF lacks something the model needs, or holds unsupported values.
+    #[error("{path}: {msg}")]
+    Model {
+        /// The model file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// Tokenizer construction or use failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The chat template could not be rendered.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// A bad argument (empty prompt, context overflow, bad sampling params).
+    #[error("{0}")]
+    BadInput(String),
+    /// The tensor runtime failed.
+    #[error(transparent)]
+    Runtime(#[from] edgeflow_runtime::Error),
+    /// File I/O.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

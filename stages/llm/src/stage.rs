@@ -1,0 +1,312 @@
+//! The `thinker` stage: a user turn in, the answer out as streamed text
+//! pieces, then an [`Event::Flush`] on the `done` port.
+//!
+//! The conversation is kept across turns (unless `history: false`) and the
+//! KV cache is reused when the new prompt extends what is cached, so a
+//! follow-up question prefills only its own tokens. Cancelling an epoch
+//! stops the decode loop at the next token, and `reset` drops that turn
+//! from the conversation and clears the KV cache.
+
+use crate::model::Llama;
+use crate::sampling::{Sampler, SamplingParams};
+use crate::tokenizer::{ChatMessage, TextTokenizer, Utf8Stream};
+use crate::{fetch, Error};
+use edgeflow_graph::{
+    BuildEnv, Epoch, Event, Input, ParamInfo, ParamType, Params, Payload, PortSpec, PortType,
+    Ports, Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult,
+};
+use edgeflow_runtime::Device;
+use std::time::Instant;
+
+/// Output port index of the text pieces.
+pub const OUT_TEXT: usize = 0;
+/// Output port index of the end-of-turn [`Event::Flush`].
+pub const OUT_DONE: usize = 1;
+
+/// Factory of the `thinker` kind.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ThinkerKind;
+
+fn ports() -> Ports {
+    Ports {
+        inputs: vec![PortSpec::new(
+            "in",
+            PortType::Text,
+            "a user turn (one message = one turn)",
+        )],
+        outputs: vec![
+            PortSpec::new(
+                "out",
+                PortType::Text,
+                "the answer, in pieces as they decode (each ends on a UTF-8 character boundary)",
+            ),
+            PortSpec::optional(
+                "done",
+                PortType::Control,
+                "Event::Flush when a turn's answer is complete",
+            ),
+        ],
+    }
+}
+
+impl StageFactory for ThinkerKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: "thinker",
+            doc: "LLM thinker: a llama-architecture GGUF model (default SmolLM2-135M-Instruct) \
+                  answers each text turn with the model's chat template, streaming text pieces; \
+                  stops within one token of a cancel.",
+            params: vec![
+                ParamInfo::optional(
+                    "model",
+                    ParamType::Path,
+                    "GGUF file (default: SmolLM2-135M-Instruct in the model cache; `edgeflow models fetch smollm2`)",
+                ),
+                ParamInfo::new("max_tokens", ParamType::Int, 256, "most tokens per answer"),
+                ParamInfo::new("temperature", ParamType::Float, 0.0, "0 = greedy; otherwise sampling temperature"),
+                ParamInfo::new("top_k", ParamType::Int, 0, "sample among the k most likely tokens (0 = all)"),
+                ParamInfo::new("top_p", ParamType::Float, 1.0, "nucleus sampling mass (1 = off)"),
+                ParamInfo::new("repetition_penalty", ParamType::Float, 1.0, "> 1 discourages repeating context tokens (1 = off)"),
+                ParamInfo::new("seed", ParamType::Int, 0, "seed of the sampling generator"),
+                ParamInfo::new("system", ParamType::String, "", "system prompt (empty: the chat template's default)"),
+                ParamInfo::new("history", ParamType::Bool, true, "keep the conversation across turns (false: every turn starts fresh)"),
+            ],
+            ports: ports(),
+            source: false,
+        }
+    }
+
+    fn build(&self, p: &Params, env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        let cfg = ThinkerConfig::from_params(p, env)?;
+        let dev = edgeflow_backends::open(env.device)?;
+        Ok(Box::new(Thinker::new(&dev, cfg)?))
+    }
+}
+
+/// Settings of a [`Thinker`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThinkerConfig {
+    /// The GGUF file.
+    pub model: std::path::PathBuf,
+    /// Most tokens per answer.
+    pub max_tokens: usize,
+    /// Sampling.
+    pub sampling: SamplingParams,
+    /// System prompt; empty = the template's default.
+    pub system: String,
+    /// Keep the conversation across turns.
+    pub history: bool,
+}
+
+impl ThinkerConfig {
+    /// Defaults with the cached SmolLM2 (errors when it is not cached).
+    pub fn cached() -> Result<Self, Error> {
+        Ok(ThinkerConfig {
+            model: fetch::locate()?,
+            max_tokens: 256,
+            sampling: SamplingParams::default(),
+            system: String::new(),
+            history: true,
+        })
+    }
+
+    fn from_params(p: &Params, env: &BuildEnv) -> Result<Self, StageError> {
+        let model = match p.path("model", env)? {
+            Some(m) if !m.is_file() => {
+                return Err(p
+                    .error("model", format!("{} does not exist", m.display()))
+                    .into())
+            }
+            Some(m) => m,
+            None => fetch::locate()?,
+        };
+        let max_tokens: i64 = p.get_or("max_tokens", 256)?;
+        if max_tokens < 1 {
+            return Err(p.error("max_tokens", "must be at least 1").into());
+        }
+        let top_k: i64 = p.get_or("top_k", 0)?;
+        if top_k < 0 {
+            return Err(p.error("top_k", "must be >= 0 (0 = off)").into());
+        }
+        let seed: i64 = p.get_or("seed", 0)?;
+        let sampling = SamplingParams {
+            temperature: p.get_or("temperature", 0.0)?,
+            top_k: top_k as usize,
+            top_p: p.get_or("top_p", 1.0)?,
+            repetition_penalty: p.get_or("repetition_penalty", 1.0)?,
+            seed: seed as u64,
+        };
+        sampling
+            .validate()
+            .map_err(|e| StageError::from(p.error("sampling", e.to_string())))?;
+        Ok(ThinkerConfig {
+            model,
+            max_tokens: max_tokens as usize,
+            sampling,
+            system: p.get_or("system", String::new())?,
+            history: p.get_or("history", true)?,
+        })
+    }
+}
+
+/// The thinker stage instance (see the module docs).
+#[derive(Debug)]
+pub struct Thinker {
+    cfg: ThinkerConfig,
+    model: Llama,
+    tok: TextTokenizer,
+    sampler: Sampler,
+    /// The conversation, each message tagged with the epoch of its turn.
+    messages: Vec<(Epoch, ChatMessage)>,
+    /// Tokens whose keys/values are in the model's KV cache.
+    cached: Vec<u32>,
+}
+
+impl Thinker {
+    /// Load the model on `dev`.
+    pub fn new(dev: &Device, cfg: ThinkerConfig) -> Result<Self, Error> {
+        let (model, gguf) = Llama::open(dev, &cfg.model)?;
+        let tok = TextTokenizer::from_gguf(&gguf)?;
+        let sampler = Sampler::new(cfg.sampling)?;
+        Ok(Thinker {
+            cfg,
+            model,
+            tok,
+            sampler,
+            messages: Vec::new(),
+            cached: Vec::new(),
+        })
+    }
+
+    fn chat(&self) -> Vec<ChatMessage> {
+        let mut v = Vec::with_capacity(self.messages.len() + 1);
+        if !self.cfg.system.is_empty() {
+            v.push(ChatMessage::new("system", &self.cfg.system));
+        }
+        v.extend(self.messages.iter().map(|(_, m)| m.clone()));
+        v
+    }
+
+    /// Prompt tokens for the conversation, dropping the oldest turns when
+    /// the prompt and the answer would not fit in the context.
+    fn prompt(&mut self) -> Result<Vec<u32>, Error> {
+        let ctx_len = self.model.config().context_length;
+        loop {
+            let ids = self
+                .tok
+                .encode(&self.tok.render_chat(&self.chat(), true)?)?;
+            if ids.len() + self.cfg.max_tokens <= ctx_len {
+                return Ok(ids);
+            }
+            if self.messages.len() <= 1 {
+                return Err(Error::BadInput(format!(
+                    "the prompt is {} tokens; with max_tokens {} it exceeds the model's context of {ctx_len}",
+                    ids.len(),
+                    self.cfg.max_tokens
+                )));
+            }
+            // Drop the oldest exchange (user + assistant), keeping the
+            // current user message (always the last).
+            let n = if self.messages.len() >= 3 { 2 } else { 1 };
+            self.messages.drain(..n);
+        }
+    }
+
+    fn turn(&mut self, text: &str, ctx: &mut StageCtx) -> StageResult {
+        let epoch = ctx.epoch();
+        if !self.cfg.history {
+            self.messages.clear();
+        }
+        self.messages.push((epoch, ChatMessage::new("user", text)));
+        let ids = self.prompt()?;
+        let t0 = Instant::now();
+        // Reuse the KV cache when the prompt extends what it holds.
+        let reuse = self.cached.len() < ids.len() && ids.starts_with(&self.cached);
+        if !reuse {
+            self.model.reset();
+            self.cached.clear();
+        }
+        let new = &ids[self.cached.len()..];
+        let n_new = new.len();
+        let mut logits = self.model.forward(new)?;
+        self.cached = ids.clone();
+        let prefill_s = t0.elapsed().as_secs_f64();
+        ctx.record("prefill_tok_s", n_new as f64 / prefill_s.max(1e-9));
+        ctx.record("prompt_tokens", n_new as f64);
+
+        let mut stream = Utf8Stream::new();
+        let mut answer = Vec::new();
+        let mut first = true;
+        let t1 = Instant::now();
+        let mut decoded = 0usize;
+        for _ in 0..self.cfg.max_tokens {
+            ctx.check()?;
+            let id = self.sampler.sample(&mut logits, &self.cached)?;
+            if first {
+                ctx.record("time_to_first_token_ms", t0.elapsed().as_secs_f64() * 1e3);
+                first = false;
+            }
+            if id == self.tok.eos() || self.tok.is_control(id) {
+                break;
+            }
+            answer.push(id);
+            let piece = stream.push(self.tok.token_bytes(id));
+            if !piece.is_empty() {
+                ctx.emit(OUT_TEXT, Payload::text(piece))?;
+            }
+            if answer.len() == self.cfg.max_tokens
+                || self.model.position() + 1 > self.model.config().context_length
+            {
+                break;
+            }
+            logits = self.model.forward(&[id])?;
+            self.cached.push(id);
+            decoded += 1;
+        }
+        let tail = stream.finish();
+        if !tail.is_empty() {
+            ctx.emit(OUT_TEXT, Payload::text(tail))?;
+        }
+        if decoded > 0 {
+            ctx.record(
+                "decode_tok_s",
+                decoded as f64 / t1.elapsed().as_secs_f64().max(1e-9),
+            );
+        }
+        ctx.record("answer_tokens", answer.len() as f64);
+        self.messages.push((
+            epoch,
+            ChatMessage::new("assistant", &self.tok.decode(&answer)),
+        ));
+        ctx.emit(OUT_DONE, Payload::event(Event::Flush))
+    }
+}
+
+impl Stage for Thinker {
+    fn start(&mut self, ctx: &mut StageCtx) -> StageResult {
+        ctx.attach_device(self.model.device().stats().clone());
+        Ok(())
+    }
+
+    fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+        let Some(text) = input.msg.payload.as_text() else {
+            return Err(StageError::msg(format!(
+                "thinker takes text turns, got {}",
+                input.msg.payload.type_name()
+            )));
+        };
+        let text = text.trim();
+        if text.is_empty() {
+            return ctx.emit(OUT_DONE, Payload::event(Event::Flush));
+        }
+        self.turn(text, ctx)
+    }
+
+    fn reset(&mut self, epoch: Epoch, _ctx: &mut StageCtx) -> StageResult {
+        self.messages.retain(|(e, _)| *e != epoch);
+        self.model.reset();
+        self.cached.clear();
+        self.sampler.reseed();
+        Ok(())
+    }
+}

@@ -1,0 +1,328 @@
+//! The model's tokenizer and chat template, both read from the GGUF
+//! metadata (`tokenizer.ggml.*`, `tokenizer.chat_template`).
+//!
+//! GGUF `gpt2` tokenizers are byte-level BPE: every byte maps to a printable
+//! character (GPT-2's `bytes_to_unicode`), words are split by a
+//! pre-tokenizer regex, then merged by rank. SmolLM2 (`tokenizer.ggml.pre =
+//! smollm`) first splits digits one by one, then applies GPT-2's regex
+//! (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`).
+//! Control tokens (type 3, e.g. `<|im_start|>`) are matched whole in the
+//! text before BPE. The `tokenizers` crate does the BPE; this module builds
+//! it from the GGUF and adds streaming detokenization on UTF-8 boundaries.
+
+use crate::{Error, Result};
+use edgeflow_runtime::weights::GgufFile;
+use std::collections::HashMap;
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::{AddedToken, Tokenizer};
+
+/// GGUF token type of control tokens (`<|im_start|>`, `<|endoftext|>`...).
+const TOKEN_TYPE_CONTROL: i32 = 3;
+/// GGUF token type of user-defined tokens (matched whole, like control ones).
+const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+
+/// One chat message for [`TextTokenizer::render_chat`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with `role` and `content`.
+    pub fn new(role: &str, content: &str) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Tokenizer, detokenizer and chat template of a GGUF model.
+pub struct TextTokenizer {
+    tok: Tokenizer,
+    /// Raw bytes of each token (control tokens: their text).
+    bytes: Vec<Vec<u8>>,
+    control: Vec<bool>,
+    bos: Option<u32>,
+    eos: u32,
+    bos_text: String,
+    eos_text: String,
+    template: Option<String>,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer")
+            .field("vocab", &self.bytes.len())
+            .field("eos", &self.eos)
+            .finish()
+    }
+}
+
+/// GPT-2's byte <-> printable character table, as char -> byte.
+fn unicode_to_byte() -> HashMap<char, u8> {
+    let mut bs: Vec<u32> = (u32::from('!')..=u32::from('~'))
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    bs.iter()
+        .zip(&cs)
+        .filter_map(|(&b, &c)| Some((char::from_u32(c)?, b as u8)))
+        .collect()
+}
+
+impl TextTokenizer {
+    /// Build the tokenizer from a GGUF's metadata.
+    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        let model = g.meta_str("tokenizer.ggml.model").unwrap_or("");
+        if model != "gpt2" {
+            return Err(Error::Tokenizer(format!(
+                "tokenizer.ggml.model is `{model}`; only byte-level BPE (`gpt2`) is supported"
+            )));
+        }
+        let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("default");
+        let digits_first = match pre {
+            // llama.cpp's SMOLLM / STARCODER / REFACT pre-tokenizers: digits
+            // one by one, then GPT-2's regex.
+            "smollm" | "starcoder" | "refact" => true,
+            "gpt2" | "default" => false,
+            other => {
+                return Err(Error::Tokenizer(format!(
+                    "pre-tokenizer `{other}` is not supported (supported: smollm, starcoder, refact, gpt2)"
+                )))
+            }
+        };
+        let tokens = g
+            .meta_strings("tokenizer.ggml.tokens")
+            .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.tokens is missing".into()))?;
+        let merges = g
+            .meta_strings("tokenizer.ggml.merges")
+            .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.merges is missing".into()))?;
+        let types: Vec<i32> = match g.metadata().get("tokenizer.ggml.token_type") {
+            Some(v) => v
+                .to_vec()
+                .map_err(|e| Error::Tokenizer(format!("tokenizer.ggml.token_type: {e}")))?
+                .iter()
+                .map(|x| x.to_i32().unwrap_or(1))
+                .collect(),
+            None => vec![1; tokens.len()],
+        };
+        let merges: Vec<(String, String)> = merges
+            .iter()
+            .map(|m| {
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .ok_or_else(|| Error::Tokenizer(format!("malformed merge `{m}`")))
+            })
+            .collect::<Result<_>>()?;
+        let vocab: tokenizers::models::bpe::Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(|e| Error::Tokenizer(format!("building BPE: {e}")))?;
+        let mut tok = Tokenizer::new(bpe);
+        let byte_level = ByteLevel::new(false, true, true);
+        let pre: PreTokenizerWrapper = if digits_first {
+            Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
+        } else {
+            byte_level.into()
+        };
+        tok.with_pre_tokenizer(Some(pre));
+        tok.with_decoder(Some(ByteLevelDecoder::default()));
+        let special: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, &ty)| ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED)
+            .map(|(t, _)| AddedToken::from(t.clone(), true))
+            .collect();
+        tok.add_special_tokens(special)
+            .map_err(|e| Error::Tokenizer(format!("adding control tokens: {e}")))?;
+
+        let table = unicode_to_byte();
+        let control: Vec<bool> = (0..tokens.len())
+            .map(|i| types.get(i) == Some(&TOKEN_TYPE_CONTROL))
+            .collect();
+        let bytes = tokens
+            .iter()
+            .zip(&control)
+            .map(|(t, &is_control)| {
+                if is_control {
+                    t.as_bytes().to_vec()
+                } else {
+                    // Characters outside the table cannot occur in a
+                    // byte-level vocabulary; keep them as their UTF-8.
+                    let mut out = Vec::with_capacity(t.len());
+                    for ch in t.chars() {
+                        match table.get(&ch) {
+                            Some(&b) => out.push(b),
+                            None => {
+                                let mut buf = [0u8; 4];
+                                out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                            }
+                        }
+                    }
+                    out
+                }
+            })
+            .collect();
+        let id = |k: &str| g.meta_u64(k).map(|v| v as u32);
+        let eos = id("tokenizer.ggml.eos_token_id")
+            .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.eos_token_id is missing".into()))?;
+        let bos = id("tokenizer.ggml.bos_token_id");
+        let text_of = |i: Option<u32>| {
+            i.and_then(|i| tokens.get(i as usize))
+                .cloned()
+                .unwrap_or_default()
+        };
+        Ok(TextTokenizer {
+            tok,
+            bytes,
+            control,
+            bos,
+            eos,
+            bos_text: text_of(bos),
+            eos_text: text_of(Some(eos)),
+            template: g.meta_str("tokenizer.chat_template").map(str::to_string),
+        })
+    }
+
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// End-of-sequence id (for SmolLM2-Instruct: `<|im_end|>`).
+    pub fn eos(&self) -> u32 {
+        self.eos
+    }
+
+    /// Beginning-of-sequence id, when the model has one.
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// Whether `id` is a control token (never text; generation stops there).
+    pub fn is_control(&self, id: u32) -> bool {
+        self.control.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// Token ids of `text`; control tokens written in the text
+    /// (`<|im_start|>`) become their ids. No BOS is added.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .tok
+            .encode(text, false)
+            .map_err(|e| Error::Tokenizer(format!("encoding: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// The raw bytes of a token (control tokens: their text); empty for an
+    /// id outside the vocabulary.
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        self.bytes
+            .get(id as usize)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// Text of `ids` (invalid UTF-8 replaced), control tokens included.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        let bytes: Vec<u8> = ids
+            .iter()
+            .flat_map(|&i| self.token_bytes(i).iter().copied())
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Render `messages` with the model's chat template (Jinja, from the
+    /// GGUF), ending with the assistant prompt when `add_generation_prompt`.
+    pub fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let tmpl = self.template.as_deref().ok_or_else(|| {
+            Error::Template("the GGUF has no tokenizer.chat_template; use raw prompts".into())
+        })?;
+        let mut env = minijinja::Environment::new();
+        env.add_template("chat", tmpl)
+            .map_err(|e| Error::Template(format!("unsupported template: {e}")))?;
+        let t = env
+            .get_template("chat")
+            .map_err(|e| Error::Template(e.to_string()))?;
+        t.render(minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_text,
+            eos_token => self.eos_text,
+        })
+        .map_err(|e| Error::Template(format!("rendering failed: {e}")))
+    }
+}
+
+/// Turns generated tokens into text pieces that end on UTF-8 character
+/// boundaries (a multi-byte character split across tokens comes out whole).
+#[derive(Debug, Default, Clone)]
+pub struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    /// A stream with nothing pending.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a token's bytes; returns the text that is now complete (may be empty).
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        match std::str::from_utf8(&self.pending) {
+            Ok(s) => {
+                let out = s.to_string();
+                self.pending.clear();
+                out
+            }
+            Err(e) if e.error_len().is_none() => {
+                // An incomplete character at the end: keep it for later.
+                let n = e.valid_up_to();
+                let out = String::from_utf8_lossy(&self.pending[..n]).into_owned();
+                self.pending.drain(..n);
+                out
+            }
+            Err(_) => {
+                // Bytes that can never become valid: emit them replaced.
+                let out = String::from_utf8_lossy(&self.pending).into_owned();
+                self.pending.clear();
+                out
+            }
+        }
+    }
+
+    /// Whatever is left (an incomplete character comes out replaced).
+    pub fn finish(&mut self) -> String {
+        let out = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        out
+    }
+}

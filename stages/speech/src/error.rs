@@ -1,0 +1,71 @@
+//! The one error type of this crate.
+
+use std::path::{Path, PathBuf};
+
+/// Everything that can go wrong in the speech stages.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A model is not in the local cache.
+    #[error("model `{model}` is not available: {msg}")]
+    ModelMissing {
+        /// Cache name of the model (`silero-vad`, `whisper-tiny-en`).
+        model: String,
+        /// What is missing and the command that fetches it.
+        msg: String,
+    },
+    /// Fetching a model failed.
+    #[error("fetching `{model}`: {msg}")]
+    Fetch {
+        /// Cache name of the model.
+        model: String,
+        /// What went wrong and what to do.
+        msg: String,
+    },
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A model file is present but its content is not what the model needs.
+    #[error("{}: {msg}", path.display())]
+    BadModel {
+        /// The file.
+        path: PathBuf,
+        /// What does not match.
+        msg: String,
+    },
+    /// Input the model cannot take (wrong rate, wrong channel count...).
+    #[error("{0}")]
+    BadInput(String),
+    /// The work was cancelled (barge-in, a stopping pipeline).
+    #[error("cancelled")]
+    Cancelled,
+    /// A tensor runtime error (op failure, weight reader error).
+    #[error(transparent)]
+    Runtime(#[from] edgeflow_runtime::Error),
+}
+
+impl Error {
+    /// An I/O error about `path`.
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// A model-content error about `path`.
+    pub fn bad_model(path: &Path, msg: impl Into<String>) -> Self {
+        Error::BadModel {
+            path: path.to_path_buf(),
+            msg: msg.into(),
+        }
+    }
+}
+
+/// Result of this crate.
+pub type Result<T> = std::result::Result<T, Error>;

