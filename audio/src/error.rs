@@ -1,0 +1,38 @@
+//! The audio crate's error type.
+
+use std::path::PathBuf;
+
+/// Errors of the audio stages. Every message says what went wrong, where,
+/// and how to fix it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A WAV file could not be read or written as asked.
+    #[error("{}: {msg}", path.display())]
+    Wav {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        msg: String,
+    },
+    /// A file operation failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A sample rate or channel count the stage cannot work with.
+    #[error("{0}")]
+    Format(String),
+    /// The resampler could not be built or failed.
+    #[error("resampler: {0}")]
+    Resample(String),
+    /// An audio device is missing, busy or refused the configuration.
+    #[error("{0}")]
+    Device(String),
+}
+
+/// Result alias for the audio crate.
+pub type Result<T> = std::result::Result<T, Error>;
