@@ -1,5 +1,5 @@
 //! Built-in stage kinds that need no model: timers, text in/out, host ports,
-//! passthrough and a null sink.
+//! passthrough and a discarding sink.
 
 use crate::message::{Event, Message, Payload, Timestamp};
 use crate::port::{PortSpec, PortType, Ports};
@@ -251,7 +251,7 @@ impl Stage for Stdout {
     }
 }
 
-// ---------------------------------------------------------------- passthrough / null
+// ---------------------------------------------------------------- passthrough / discard
 
 struct PassthroughKind;
 
@@ -287,7 +287,7 @@ struct NullKind;
 impl StageFactory for NullKind {
     fn info(&self) -> StageInfo {
         StageInfo {
-            kind: "null",
+            kind: "discard",
             doc: "Consumes and discards everything (counts it in metrics).",
             params: vec![],
             ports: in_port(PortType::Any, "anything"),

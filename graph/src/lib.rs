@@ -109,7 +109,7 @@ impl Pipeline {
 /// use edgeflow_graph::{PipelineBuilder, Registry};
 /// let p = PipelineBuilder::new("demo")
 ///     .stage("tick", "timer", serde_json::json!({ "rate_hz": 100.0, "count": 3 }))
-///     .stage("sink", "null", serde_json::json!({}))
+///     .stage("sink", "discard", serde_json::json!({}))
 ///     .edge("tick.out", "sink.in")
 ///     .build(&Registry::builtin())
 ///     .unwrap();

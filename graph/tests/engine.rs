@@ -429,7 +429,7 @@ fn a_panicking_stage_stops_the_pipeline_cleanly() {
     // An endless upstream too: it must be stopped, not left running.
     let p = PipelineBuilder::new("panic")
         .stage("tick", "timer", json!({ "rate_hz": 1000.0 }))
-        .stage("ticks", "null", json!({}))
+        .stage("ticks", "discard", json!({}))
         .stage("src", "count", json!({ "n": 1_000_000 }))
         .stage("mid", "passthrough", json!({}))
         .stage("boom", "boom", json!({}))
@@ -471,7 +471,7 @@ fn finite_pipeline_ends_by_end_of_stream() {
     let p = PipelineBuilder::new("eos")
         .stage("t", "timer", json!({ "rate_hz": 1000.0, "count": 25 }))
         .stage("a", "passthrough", json!({}))
-        .stage("b", "null", json!({}))
+        .stage("b", "discard", json!({}))
         .edge("t.out", "a.in")
         .edge("a.out", "b.in")
         .build(&Registry::builtin())
@@ -485,7 +485,7 @@ fn finite_pipeline_ends_by_end_of_stream() {
 fn timeout_stops_an_endless_pipeline() {
     let p = PipelineBuilder::new("endless")
         .stage("t", "timer", json!({ "rate_hz": 100.0 }))
-        .stage("b", "null", json!({}))
+        .stage("b", "discard", json!({}))
         .edge("t.out", "b.in")
         .build(&Registry::builtin())
         .unwrap();
@@ -515,7 +515,7 @@ fn inline_stage_runs_on_the_producer_thread() {
         .stage("t", "timer", json!({ "rate_hz": 1000.0, "count": 5 }))
         .stage("w", "where", json!({}))
         .inline()
-        .stage("sink", "null", json!({}))
+        .stage("sink", "discard", json!({}))
         .edge("t.out", "w.in")
         .edge("w.out", "sink.in")
         .build(&r)

@@ -1,0 +1,115 @@
+//! `edgeflow run` end to end: exit codes, overrides, metrics, timeouts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn edgeflow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_edgeflow"))
+        .args(args)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .expect("failed to start the edgeflow binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn write_yaml(dir: &tempfile::TempDir, name: &str, body: &str) -> PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+#[test]
+fn finite_pipeline_exits_zero_with_summary() {
+    let out = edgeflow(&["run", "pipelines/hello.yaml", "--set", "tick.count=3", "--set", "tick.rate_hz=100"]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 3, "{stdout}");
+    assert!(stdout.contains("Tick { index: 2"), "{stdout}");
+    assert!(text(&out.stderr).contains("pipeline `hello`"));
+}
+
+#[test]
+fn metrics_out_writes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.json");
+    let out = edgeflow(&[
+        "run",
+        "pipelines/hello.yaml",
+        "--set",
+        "tick.count=4",
+        "--set",
+        "tick.rate_hz=200",
+        "--quiet",
+        "--metrics-out",
+        m.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&m).unwrap()).unwrap();
+    assert_eq!(v["pipeline"], "hello");
+    assert_eq!(v["stages"][1]["processed"], 4);
+    assert_eq!(v["edges"][0]["sent"], 4);
+    assert!(v["stages"][1]["processing"]["p99_us"].as_f64().unwrap() > 0.0);
+    assert!(text(&out.stderr).is_empty(), "--quiet printed: {}", text(&out.stderr));
+}
+
+#[test]
+fn timeout_stops_an_endless_pipeline_with_124() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_yaml(
+        &dir,
+        "endless.yaml",
+        "stages:\n  - { id: t, kind: timer, params: { rate_hz: 50 } }\n  - { id: n, kind: discard }\nedges:\n  - { from: t.out, to: n.in }\n",
+    );
+    let out = edgeflow(&["run", p.to_str().unwrap(), "--timeout", "0.3"]);
+    assert_eq!(out.status.code(), Some(124), "stderr: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--timeout"));
+}
+
+#[test]
+fn bad_set_is_a_clear_error() {
+    for (arg, needle) in [
+        ("tick", "STAGE.PARAM=VALUE"),
+        ("nosuch.count=3", "no stage `nosuch`"),
+        ("tick.nosuch=3", "unknown param `nosuch`"),
+        ("tick.rate_hz=fast", "rate_hz"),
+    ] {
+        let out = edgeflow(&["run", "pipelines/hello.yaml", "--set", arg]);
+        assert!(!out.status.success(), "{arg} was accepted");
+        let err = text(&out.stderr);
+        assert!(err.contains(needle), "{arg}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn missing_pipeline_file_names_it() {
+    let out = edgeflow(&["run", "no/such/pipeline.yaml"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("no/such/pipeline.yaml"), "{err}");
+    assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn text_source_reads_stdin_when_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_yaml(
+        &dir,
+        "echo.yaml",
+        "stages:\n  - { id: t, kind: text, params: { whole: false } }\n  - { id: o, kind: stdout }\nedges:\n  - { from: t.out, to: o.in }\n",
+    );
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgeflow"))
+        .args(["run", p.to_str().unwrap(), "--quiet"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"one\ntwo\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout), "one\ntwo\n");
+}
