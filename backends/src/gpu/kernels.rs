@@ -470,3 +470,305 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 "#
     )
 }
+
+/// Attention probabilities in place: `scores * scale (+ mask) (causal)`
+/// then softmax over the last dim, one workgroup per `(b, h, i)` row.
+/// Causally hidden keys get probability 0, as `exp(-inf)` would give.
+/// Params: `[rows, t, scale bits, causal, s, off, has_mask, h, ms_b, ms_h, ms_s, ms_t]`.
+pub(crate) fn attn_softmax_src() -> String {
+    format!(
+        r#"
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> mask: array<f32>;
+@group(0) @binding(2) var<storage, read_write> sc: array<f32>;
+{ROW_HELPERS}
+fn score(base: u32, mbase: u32, j: u32) -> f32 {{
+    var v = sc[base + j] * bitcast<f32>(p[2]);
+    if (p[6] == 1u) {{
+        v = v + mask[mbase + j * p[11]];
+    }}
+    return v;
+}}
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
+    let rows = p[0];
+    let t = p[1];
+    let row = wid.x + wid.y * nwg.x;
+    let valid = row < rows;
+    let s = p[4];
+    let i = row % s;
+    let bh = row / s;
+    let hi = bh % p[7];
+    let bi = bh / p[7];
+    // Keys visible to query i: all, or j <= i + off when causal.
+    var lim = t;
+    if (p[3] == 1u) {{
+        lim = min(t, i + p[5] + 1u);
+    }}
+    let base = row * t;
+    let mbase = bi * p[8] + hi * p[9] + i * p[10];
+    var mx = -3.4028234663852886e38;
+    if (valid) {{
+        for (var j = li; j < lim; j = j + {WG}u) {{
+            mx = max(mx, score(base, mbase, j));
+        }}
+    }}
+    mx = wg_max(li, mx);
+    var sum = 0.0;
+    if (valid) {{
+        for (var j = li; j < lim; j = j + {WG}u) {{
+            sum = sum + exp(score(base, mbase, j) - mx);
+        }}
+    }}
+    sum = wg_sum(li, sum);
+    if (valid) {{
+        for (var j = li; j < t; j = j + {WG}u) {{
+            var e = 0.0;
+            if (j < lim) {{
+                e = exp(score(base, mbase, j) - mx) / sum;
+            }}
+            sc[base + j] = e;
+        }}
+    }}
+}}
+"#
+    )
+}
+
+/// Rotary embedding on `x[b, h, s, d]` with `cos/sin[s, d/2]`.
+/// Params: `[n, s, d, interleaved]`.
+pub(crate) fn rope_src() -> String {
+    format!(
+        r#"
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> cs: array<f32>;
+@group(0) @binding(3) var<storage, read> sn: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
+    let i = (wid.x + wid.y * nwg.x) * {WG}u + li;
+    if (i >= p[0]) {{
+        return;
+    }}
+    let s = p[1];
+    let d = p[2];
+    let half = d / 2u;
+    let dd = i % d;
+    let row = i / d;
+    let si = row % s;
+    let rb = row * d;
+    if (p[3] == 1u) {{
+        let j = dd / 2u;
+        let c = cs[si * half + j];
+        let q = sn[si * half + j];
+        let e = rb + 2u * j;
+        if (dd % 2u == 0u) {{
+            y[i] = x[e] * c - x[e + 1u] * q;
+        }} else {{
+            y[i] = x[e] * q + x[e + 1u] * c;
+        }}
+    }} else {{
+        let j = dd % half;
+        let c = cs[si * half + j];
+        let q = sn[si * half + j];
+        if (dd < half) {{
+            y[i] = x[rb + j] * c - x[rb + j + half] * q;
+        }} else {{
+            y[i] = x[rb + j] * q + x[rb + j + half] * c;
+        }}
+    }}
+}}
+"#
+    )
+}
+
+/// Reduction over one dim seen as `[outer, len, inner]`, one thread per output.
+/// Params: `[n_out, len, inner, op]` with op 0 sum, 1 mean, 2 max, 3 min.
+pub(crate) fn reduce_src() -> String {
+    format!(
+        r#"
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
+    let i = (wid.x + wid.y * nwg.x) * {WG}u + li;
+    if (i >= p[0]) {{
+        return;
+    }}
+    let len = p[1];
+    let inner = p[2];
+    let op = p[3];
+    let base = (i / inner) * len * inner + i % inner;
+    var acc = x[base];
+    for (var j = 1u; j < len; j = j + 1u) {{
+        let v = x[base + j * inner];
+        if (op <= 1u) {{
+            acc = acc + v;
+        }} else if (op == 2u) {{
+            acc = max(acc, v);
+        }} else {{
+            acc = min(acc, v);
+        }}
+    }}
+    if (op == 1u) {{
+        acc = acc / f32(len);
+    }}
+    y[i] = acc;
+}}
+"#
+    )
+}
+
+/// Whole slices of one dim picked by index (embedding lookup); the indices
+/// were range-checked on the host. Params: `[n_out, dim_len, inner, n_idx]`.
+pub(crate) fn index_select_src() -> String {
+    format!(
+        r#"
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> idx: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
+    let i = (wid.x + wid.y * nwg.x) * {WG}u + li;
+    if (i >= p[0]) {{
+        return;
+    }}
+    let inner = p[2];
+    let n_idx = p[3];
+    let r = i / inner;
+    let j = r % n_idx;
+    let o = r / n_idx;
+    y[i] = x[(o * p[1] + idx[j]) * inner + i % inner];
+}}
+"#
+    )
+}
+
+/// Direct transposed 1-D convolution (PyTorch weight layout
+/// `[c_in, c_out/groups, k]`), one thread per output element.
+/// Params: `[n_out, c_in, l, c_out, k, l_out, stride, padding, dilation, groups, has_bias]`.
+pub(crate) fn conv_transpose1d_src() -> String {
+    format!(
+        r#"
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
+    let i = (wid.x + wid.y * nwg.x) * {WG}u + li;
+    if (i >= p[0]) {{
+        return;
+    }}
+    let c_in = p[1];
+    let l = p[2];
+    let c_out = p[3];
+    let k = p[4];
+    let l_out = p[5];
+    let stride = p[6];
+    let pad = p[7];
+    let dil = p[8];
+    let groups = p[9];
+    let lo = i % l_out;
+    let t = i / l_out;
+    let co = t % c_out;
+    let bi = t / c_out;
+    let cin_g = c_in / groups;
+    let cout_g = c_out / groups;
+    let g = co / cout_g;
+    let cog = co % cout_g;
+    var acc = 0.0;
+    for (var kk = 0u; kk < k; kk = kk + 1u) {{
+        let num = i32(lo + pad) - i32(kk * dil);
+        if (num < 0 || u32(num) % stride != 0u) {{
+            continue;
+        }}
+        let li_ = u32(num) / stride;
+        if (li_ >= l) {{
+            continue;
+        }}
+        for (var ci = 0u; ci < cin_g; ci = ci + 1u) {{
+            let c = g * cin_g + ci;
+            acc = acc + x[(bi * c_in + c) * l + li_] * w[(c * cout_g + cog) * k + kk];
+        }}
+    }}
+    if (p[10] == 1u) {{
+        acc = acc + bias[co];
+    }}
+    y[i] = acc;
+}}
+"#
+    )
+}
+
+/// Direct 2-D convolution, one thread per output element.
+/// Params: `[n_out, c_in, h, w, c_out, kh, kw, oh, ow, stride, padding, dilation, groups, has_bias]`.
+pub(crate) fn conv2d_src() -> String {
+    format!(
+        r#"
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
+    let i = (wid.x + wid.y * nwg.x) * {WG}u + li;
+    if (i >= p[0]) {{
+        return;
+    }}
+    let c_in = p[1];
+    let h = p[2];
+    let wd = p[3];
+    let c_out = p[4];
+    let kh = p[5];
+    let kw = p[6];
+    let oh = p[7];
+    let ow = p[8];
+    let stride = p[9];
+    let pad = i32(p[10]);
+    let dil = p[11];
+    let groups = p[12];
+    let ox = i % ow;
+    let t0 = i / ow;
+    let oy = t0 % oh;
+    let t1 = t0 / oh;
+    let co = t1 % c_out;
+    let bi = t1 / c_out;
+    let cin_g = c_in / groups;
+    let g = co / (c_out / groups);
+    var acc = 0.0;
+    for (var ci = 0u; ci < cin_g; ci = ci + 1u) {{
+        let xc = (bi * c_in + g * cin_g + ci) * h;
+        let wc = (co * cin_g + ci) * kh;
+        for (var ky = 0u; ky < kh; ky = ky + 1u) {{
+            let iy = i32(oy * stride + ky * dil) - pad;
+            if (iy < 0 || iy >= i32(h)) {{
+                continue;
+            }}
+            for (var kx = 0u; kx < kw; kx = kx + 1u) {{
+                let ix = i32(ox * stride + kx * dil) - pad;
+                if (ix >= 0 && ix < i32(wd)) {{
+                    acc = acc + x[(xc + u32(iy)) * wd + u32(ix)] * w[(wc + ky) * kw + kx];
+                }}
+            }}
+        }}
+    }}
+    if (p[13] == 1u) {{
+        acc = acc + bias[co];
+    }}
+    y[i] = acc;
+}}
+"#
+    )
+}

@@ -29,7 +29,8 @@ mod kernels;
 mod tests;
 
 use edgeflow_runtime::{
-    BinaryOp, DType, DeviceBuffer, DeviceKind, Error, Op, PadMode, Result, Storage, Tensor, UnaryOp,
+    BinaryOp, DType, DeviceBuffer, DeviceKind, Error, Op, PadMode, ReduceOp, Result, Storage,
+    Tensor, UnaryOp,
 };
 use std::any::Any;
 use std::collections::HashMap;
@@ -125,6 +126,12 @@ enum Kernel {
     LayerNorm,
     RmsNorm,
     Conv1d,
+    AttnSoftmax,
+    Rope,
+    Reduce,
+    IndexSelect,
+    ConvTranspose1d,
+    Conv2d,
 }
 
 impl Kernel {
@@ -141,6 +148,12 @@ impl Kernel {
             Kernel::LayerNorm => kernels::layer_norm_src(),
             Kernel::RmsNorm => kernels::rms_norm_src(),
             Kernel::Conv1d => kernels::conv1d_src(),
+            Kernel::AttnSoftmax => kernels::attn_softmax_src(),
+            Kernel::Rope => kernels::rope_src(),
+            Kernel::Reduce => kernels::reduce_src(),
+            Kernel::IndexSelect => kernels::index_select_src(),
+            Kernel::ConvTranspose1d => kernels::conv_transpose1d_src(),
+            Kernel::Conv2d => kernels::conv2d_src(),
         }
     }
 }
@@ -152,14 +165,28 @@ struct Pipeline {
     layout: wgpu::BindGroupLayout,
 }
 
-/// One kernel launch: its parameters, which op inputs it binds (`None`
-/// binds a 4-byte dummy for an absent optional input), and how many
+/// A buffer a dispatch binds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Slot {
+    /// Op input `i`.
+    In(usize),
+    /// Scratch buffer `i` of the plan.
+    Tmp(usize),
+    /// The op's output.
+    Out,
+    /// A 4-byte placeholder for an absent optional input.
+    Dummy,
+}
+
+/// One kernel launch: its parameters (binding 0), the buffers it reads
+/// (bindings 1..), the buffer it writes (the last binding), and how many
 /// workgroups it needs.
 #[derive(Debug)]
 struct Dispatch {
     kernel: Kernel,
     params: Vec<u32>,
-    inputs: Vec<Option<usize>>,
+    inputs: Vec<Slot>,
+    out: Slot,
     workgroups: u64,
 }
 
@@ -168,8 +195,58 @@ struct Dispatch {
 enum Plan {
     /// The result shares input 0's buffer under new dims (reshape, cast to f32).
     Alias(Vec<usize>),
-    /// Dispatches into a fresh zero-initialised output of these dims.
-    Compute(Vec<usize>, Vec<Dispatch>),
+    /// Dispatches, in order, into a fresh zero-initialised output of `dims`,
+    /// using zero-initialised scratch buffers of `tmp` elements each.
+    Compute {
+        dims: Vec<usize>,
+        tmp: Vec<usize>,
+        dispatches: Vec<Dispatch>,
+    },
+}
+
+impl Plan {
+    /// A plan without scratch buffers.
+    fn simple(dims: Vec<usize>, dispatches: Vec<Dispatch>) -> Plan {
+        Plan::Compute {
+            dims,
+            tmp: Vec::new(),
+            dispatches,
+        }
+    }
+}
+
+/// A dispatch writing the op's output.
+fn dispatch(kernel: Kernel, params: Vec<u32>, inputs: Vec<Slot>, workgroups: u64) -> Dispatch {
+    Dispatch {
+        kernel,
+        params,
+        inputs,
+        out: Slot::Out,
+        workgroups,
+    }
+}
+
+/// `Slot::In(i)` when the op has an `i`-th input, else `Slot::Dummy`.
+fn optional(inputs: &[&Tensor], i: usize) -> Slot {
+    if i < inputs.len() {
+        Slot::In(i)
+    } else {
+        Slot::Dummy
+    }
+}
+
+fn is_float(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// The values of a 1-D integer host tensor (`None` otherwise or if negative).
+fn host_indices(t: &Tensor) -> Option<Vec<usize>> {
+    if t.rank() != 1 || !matches!(t.dtype(), DType::I64 | DType::I32 | DType::U8) {
+        return None;
+    }
+    let c = t.as_candle()?.to_dtype(candle_core::DType::I64).ok()?;
+    let v = c.to_vec1::<i64>().ok()?;
+    v.into_iter().map(|i| usize::try_from(i).ok()).collect()
 }
 
 /// Row-major contiguous strides.
@@ -234,12 +311,12 @@ fn copy_dispatch(
     p.extend_from_slice(dims);
     p.extend_from_slice(istr);
     p.extend_from_slice(ostr);
-    Some(Dispatch {
-        kernel: Kernel::Copy,
-        params: u32s(p)?,
-        inputs: vec![Some(input)],
-        workgroups: groups_for(n),
-    })
+    Some(dispatch(
+        Kernel::Copy,
+        u32s(p)?,
+        vec![Slot::In(input)],
+        groups_for(n),
+    ))
 }
 
 fn f32_bits(v: f64) -> u32 {
@@ -436,7 +513,7 @@ impl GpuBackend {
 
     /// Whether `t` is a float tensor this backend holds or can upload.
     fn usable(&self, t: &Tensor) -> bool {
-        let float = matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16);
+        let float = is_float(t.dtype());
         let here = match t.storage() {
             Storage::Host(_) => true,
             Storage::Device(_) => self.gpu_buf(t).is_some(),
@@ -447,7 +524,13 @@ impl GpuBackend {
 
     /// How `op` runs here, or `None` when it does not (the dispatcher falls back).
     fn plan(&self, op: &Op, inputs: &[&Tensor]) -> Option<Plan> {
-        if !inputs.iter().all(|t| self.usable(t)) {
+        // IndexSelect's indices (input 1) are checked by its own plan.
+        let is_index = |i: usize| i == 1 && matches!(op, Op::IndexSelect { .. });
+        if !inputs
+            .iter()
+            .enumerate()
+            .all(|(i, t)| is_index(i) || self.usable(t))
+        {
             return None;
         }
         let dims = |i: usize| inputs.get(i).map(|t| t.dims());
@@ -477,7 +560,7 @@ impl GpuBackend {
                 if inputs.len() != 1 || x.is_empty() || *dim + 1 != x.len() {
                     return None;
                 }
-                row_plan(Kernel::Softmax, x, vec![], vec![Some(0)])?
+                row_plan(Kernel::Softmax, x, vec![], vec![Slot::In(0)])?
             }
             Op::LayerNorm { eps } => {
                 let x = dims(0)?;
@@ -487,12 +570,11 @@ impl GpuBackend {
                     return None;
                 }
                 let has_beta = u32::from(inputs.len() == 3);
-                let beta = (inputs.len() == 3).then_some(2);
                 row_plan(
                     Kernel::LayerNorm,
                     x,
                     vec![f32_bits(*eps), has_beta],
-                    vec![Some(0), Some(1), beta],
+                    vec![Slot::In(0), Slot::In(1), optional(inputs, 2)],
                 )?
             }
             Op::RmsNorm { eps } => {
@@ -505,7 +587,7 @@ impl GpuBackend {
                     Kernel::RmsNorm,
                     x,
                     vec![f32_bits(*eps)],
-                    vec![Some(0), Some(1)],
+                    vec![Slot::In(0), Slot::In(1)],
                 )?
             }
             Op::Conv1d {
@@ -538,7 +620,7 @@ impl GpuBackend {
                 let out: Vec<usize> = perm.iter().map(|&d| x[d]).collect();
                 let istr: Vec<usize> = perm.iter().map(|&d| s[d]).collect();
                 let d = copy_dispatch(0, &out, 0, &istr, 0, &strides(&out))?;
-                Plan::Compute(out, vec![d])
+                Plan::simple(out, vec![d])
             }
             Op::Narrow { dim, start, len } => {
                 let x = dims(0)?;
@@ -549,7 +631,7 @@ impl GpuBackend {
                 let mut out = x.to_vec();
                 out[*dim] = *len;
                 let d = copy_dispatch(0, &out, start * s[*dim], &s, 0, &strides(&out))?;
-                Plan::Compute(out, vec![d])
+                Plan::simple(out, vec![d])
             }
             Op::Concat { dim } => {
                 let first = dims(0)?;
@@ -576,7 +658,7 @@ impl GpuBackend {
                     }
                     at += d[*dim];
                 }
-                Plan::Compute(out, ds)
+                Plan::simple(out, ds)
             }
             Op::Pad {
                 dim,
@@ -592,12 +674,90 @@ impl GpuBackend {
                 out[*dim] = x[*dim].checked_add(*before)?.checked_add(*after)?;
                 let ostr = strides(&out);
                 let d = copy_dispatch(0, x, 0, &strides(x), before * ostr[*dim], &ostr)?;
-                Plan::Compute(out, vec![d])
+                Plan::simple(out, vec![d])
             }
+            Op::Attention { scale, causal } => attention_plan(inputs, *scale, *causal)?,
+            Op::Rope { interleaved } => {
+                let [x, cos, sin] = inputs else { return None };
+                let &[_, _, s, d] = x.dims() else { return None };
+                if d % 2 != 0 || cos.dims() != [s, d / 2] || sin.dims() != [s, d / 2] {
+                    return None;
+                }
+                let n = x.elem_count();
+                let p = u32s([n, s, d, usize::from(*interleaved)])?;
+                let ins = vec![Slot::In(0), Slot::In(1), Slot::In(2)];
+                let d = dispatch(Kernel::Rope, p, ins, groups_for(n));
+                Plan::simple(x.dims().to_vec(), vec![d])
+            }
+            Op::Reduce { op, dim, keepdim } => {
+                let code = match op {
+                    ReduceOp::Sum => 0,
+                    ReduceOp::Mean => 1,
+                    ReduceOp::Max => 2,
+                    ReduceOp::Min => 3,
+                    ReduceOp::ArgMax => return None,
+                };
+                let [x] = inputs else { return None };
+                let xd = x.dims();
+                if *dim >= xd.len() || xd[*dim] == 0 {
+                    return None;
+                }
+                let inner: usize = xd[dim + 1..].iter().product();
+                let mut out = xd.to_vec();
+                if *keepdim {
+                    out[*dim] = 1;
+                } else {
+                    out.remove(*dim);
+                }
+                let n: usize = out.iter().product();
+                let p = u32s([n, xd[*dim], inner, code])?;
+                let d = dispatch(Kernel::Reduce, p, vec![Slot::In(0)], groups_for(n));
+                Plan::simple(out, vec![d])
+            }
+            Op::IndexSelect { dim } => {
+                let [x, idx] = inputs else { return None };
+                let xd = x.dims();
+                if *dim >= xd.len() {
+                    return None;
+                }
+                let v = host_indices(idx)?;
+                if v.iter().any(|&i| i >= xd[*dim]) {
+                    return None;
+                }
+                let inner: usize = xd[dim + 1..].iter().product();
+                let mut out = xd.to_vec();
+                out[*dim] = v.len();
+                let n: usize = out.iter().product();
+                let p = u32s([n, xd[*dim], inner.max(1), v.len()])?;
+                let ins = vec![Slot::In(0), Slot::In(1)];
+                let d = dispatch(Kernel::IndexSelect, p, ins, groups_for(n));
+                Plan::simple(out, vec![d])
+            }
+            Op::ConvTranspose1d {
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                groups,
+            } => conv_transpose1d_plan(
+                inputs,
+                *stride,
+                *padding,
+                *output_padding,
+                *dilation,
+                *groups,
+            )?,
+            Op::Conv2d {
+                stride,
+                padding,
+                dilation,
+                groups,
+            } => conv2d_plan(inputs, *stride, *padding, *dilation, *groups)?,
             _ => return None,
         };
-        if let Plan::Compute(out, _) = &plan {
-            if out.iter().product::<usize>() > self.max_elems() {
+        if let Plan::Compute { dims, tmp, .. } = &plan {
+            let max = self.max_elems();
+            if dims.iter().product::<usize>() > max || tmp.iter().any(|&n| n > max) {
                 return None;
             }
         }
@@ -631,13 +791,32 @@ impl GpuBackend {
         Ok(self.wrap(buffer, t.dims()))
     }
 
+    /// Integer indices (validated by the plan) as a u32 GPU buffer.
+    fn upload_indices(&self, t: &Tensor) -> Result<wgpu::Buffer> {
+        let idx = host_indices(t).ok_or_else(|| self.err("indices must be a 1-D host tensor"))?;
+        let data = u32s(idx).ok_or_else(|| self.err("index does not fit in u32"))?;
+        let contents: &[u8] = if data.is_empty() {
+            &[0u8; 4]
+        } else {
+            bytemuck::cast_slice(&data)
+        };
+        let buffer = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("edgeflow-indices"),
+                contents,
+                usage: wgpu::BufferUsages::STORAGE,
+            });
+        self.check_errors("upload indices")?;
+        Ok(buffer)
+    }
+
     /// Records one dispatch into `pass`.
     fn encode(
         &self,
         pass: &mut wgpu::ComputePass<'_>,
         d: &Dispatch,
-        inputs: &[&GpuBuffer],
-        out: &wgpu::Buffer,
+        bufs: &Buffers<'_>,
     ) -> Result<()> {
         if d.workgroups == 0 {
             return Ok(());
@@ -654,20 +833,12 @@ impl GpuBackend {
             binding: 0,
             resource: params.as_entire_binding(),
         }];
-        for (i, inp) in d.inputs.iter().enumerate() {
-            let buf = match inp {
-                Some(j) => &inputs[*j].buffer,
-                None => &self.dummy,
-            };
+        for (i, slot) in d.inputs.iter().chain([&d.out]).enumerate() {
             entries.push(wgpu::BindGroupEntry {
                 binding: i as u32 + 1,
-                resource: buf.as_entire_binding(),
+                resource: bufs.get(*slot, &self.dummy)?.as_entire_binding(),
             });
         }
-        entries.push(wgpu::BindGroupEntry {
-            binding: d.inputs.len() as u32 + 1,
-            resource: out.as_entire_binding(),
-        });
         let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("edgeflow-bind"),
             layout: &pipe.layout,
@@ -689,17 +860,35 @@ impl GpuBackend {
     }
 }
 
+/// The buffers of one op's execution, by [`Slot`].
+struct Buffers<'a> {
+    inputs: &'a [&'a wgpu::Buffer],
+    tmp: &'a [wgpu::Buffer],
+    out: &'a wgpu::Buffer,
+}
+
+impl Buffers<'_> {
+    fn get<'b>(&'b self, slot: Slot, dummy: &'b wgpu::Buffer) -> Result<&'b wgpu::Buffer> {
+        let found = match slot {
+            Slot::In(i) => self.inputs.get(i).copied(),
+            Slot::Tmp(i) => self.tmp.get(i),
+            Slot::Out => Some(self.out),
+            Slot::Dummy => Some(dummy),
+        };
+        found.ok_or_else(|| Error::Backend {
+            backend: "gpu".into(),
+            msg: format!("internal: no buffer for {slot:?}"),
+        })
+    }
+}
+
 fn unary_plan(kernel: Kernel, inputs: &[&Tensor], c0: f64, c1: f64) -> Option<Plan> {
     let [x] = inputs else { return None };
     let n = x.elem_count();
-    Some(Plan::Compute(
+    let params = vec![u32::try_from(n).ok()?, f32_bits(c0), f32_bits(c1)];
+    Some(Plan::simple(
         x.dims().to_vec(),
-        vec![Dispatch {
-            kernel,
-            params: vec![u32::try_from(n).ok()?, f32_bits(c0), f32_bits(c1)],
-            inputs: vec![Some(0)],
-            workgroups: groups_for(n),
-        }],
+        vec![dispatch(kernel, params, vec![Slot::In(0)], groups_for(n))],
     ))
 }
 
@@ -710,15 +899,13 @@ fn binary_plan(kernel: Kernel, a: &[usize], b: &[usize]) -> Option<Plan> {
     p.extend_from_slice(&out);
     p.extend_from_slice(&sa);
     p.extend_from_slice(&sb);
-    Some(Plan::Compute(
-        out,
-        vec![Dispatch {
-            kernel,
-            params: u32s(p)?,
-            inputs: vec![Some(0), Some(1)],
-            workgroups: groups_for(n),
-        }],
-    ))
+    let d = dispatch(
+        kernel,
+        u32s(p)?,
+        vec![Slot::In(0), Slot::In(1)],
+        groups_for(n),
+    );
+    Some(Plan::simple(out, vec![d]))
 }
 
 /// Matmul-kernel dispatch (see [`kernels::matmul_src`] for the params).
@@ -730,7 +917,7 @@ fn matmul_dispatch(
     a_rs_cs: (usize, usize),
     b_rs_cs: (usize, usize),
     batch: (&[usize], &[usize], &[usize]),
-    bias: Option<usize>,
+    operands: [Slot; 3],
 ) -> Option<Dispatch> {
     let tile = kernels::TILE as usize;
     let (tn, tm) = (n.div_ceil(tile), m.div_ceil(tile));
@@ -746,18 +933,18 @@ fn matmul_dispatch(
         a_rs_cs.1,
         b_rs_cs.0,
         b_rs_cs.1,
-        usize::from(bias.is_some()),
+        usize::from(operands[2] != Slot::Dummy),
         batch.0.len(),
     ];
     p.extend_from_slice(batch.0);
     p.extend_from_slice(batch.1);
     p.extend_from_slice(batch.2);
-    Some(Dispatch {
-        kernel: Kernel::MatMul,
-        params: u32s(p)?,
-        inputs: vec![Some(0), Some(1), bias],
-        workgroups: (tn as u64) * (tm as u64) * (nb as u64),
-    })
+    Some(dispatch(
+        Kernel::MatMul,
+        u32s(p)?,
+        operands.to_vec(),
+        (tn as u64) * (tm as u64) * (nb as u64),
+    ))
 }
 
 fn matmul_plan(a: &[usize], b: &[usize]) -> Option<Plan> {
@@ -774,10 +961,11 @@ fn matmul_plan(a: &[usize], b: &[usize]) -> Option<Plan> {
     // Batch strides in elements of whole matrices.
     sa.iter_mut().for_each(|s| *s *= m * k);
     sb.iter_mut().for_each(|s| *s *= k * n);
-    let d = matmul_dispatch(m, n, k, (k, 1), (n, 1), (&bdims, &sa, &sb), None)?;
+    let operands = [Slot::In(0), Slot::In(1), Slot::Dummy];
+    let d = matmul_dispatch(m, n, k, (k, 1), (n, 1), (&bdims, &sa, &sb), operands)?;
     let mut out = bdims;
     out.extend([m, n]);
-    Some(Plan::Compute(out, vec![d]))
+    Some(Plan::simple(out, vec![d]))
 }
 
 fn linear_plan(inputs: &[&Tensor]) -> Option<Plan> {
@@ -792,19 +980,14 @@ fn linear_plan(inputs: &[&Tensor]) -> Option<Plan> {
         return None;
     }
     let m: usize = x[..x.len() - 1].iter().product();
-    let bias = (inputs.len() == 3).then_some(2);
-    let d = matmul_dispatch(m, n, k, (k, 1), (1, k), (&[], &[], &[]), bias)?;
+    let operands = [Slot::In(0), Slot::In(1), optional(inputs, 2)];
+    let d = matmul_dispatch(m, n, k, (k, 1), (1, k), (&[], &[], &[]), operands)?;
     let mut out = x[..x.len() - 1].to_vec();
     out.push(n);
-    Some(Plan::Compute(out, vec![d]))
+    Some(Plan::simple(out, vec![d]))
 }
 
-fn row_plan(
-    kernel: Kernel,
-    x: &[usize],
-    extra: Vec<u32>,
-    inputs: Vec<Option<usize>>,
-) -> Option<Plan> {
+fn row_plan(kernel: Kernel, x: &[usize], extra: Vec<u32>, inputs: Vec<Slot>) -> Option<Plan> {
     let cols = *x.last()?;
     let rows: usize = x[..x.len() - 1].iter().product();
     if cols == 0 {
@@ -812,14 +995,9 @@ fn row_plan(
     }
     let mut params = u32s([rows, cols])?;
     params.extend(extra);
-    Some(Plan::Compute(
+    Some(Plan::simple(
         x.to_vec(),
-        vec![Dispatch {
-            kernel,
-            params,
-            inputs,
-            workgroups: rows as u64,
-        }],
+        vec![dispatch(kernel, params, inputs, rows as u64)],
     ))
 }
 
@@ -856,7 +1034,7 @@ fn conv1d_plan(
     if padded.checked_add(stride.checked_mul(l_out)?)? > i32::MAX as usize {
         return None;
     }
-    let bias = (inputs.len() == 3).then_some(2);
+    let bias = optional(inputs, 2);
     let p = u32s([
         n,
         c_in,
@@ -868,17 +1046,233 @@ fn conv1d_plan(
         padding,
         dilation,
         groups,
-        usize::from(bias.is_some()),
+        usize::from(bias != Slot::Dummy),
     ])?;
-    Some(Plan::Compute(
-        vec![b, c_out, l_out],
-        vec![Dispatch {
-            kernel: Kernel::Conv1d,
-            params: p,
-            inputs: vec![Some(0), Some(1), bias],
-            workgroups: groups_for(n),
-        }],
-    ))
+    let d = dispatch(
+        Kernel::Conv1d,
+        p,
+        vec![Slot::In(0), Slot::In(1), bias],
+        groups_for(n),
+    );
+    Some(Plan::simple(vec![b, c_out, l_out], vec![d]))
+}
+
+/// Scaled dot-product attention as three dispatches: scores = q k^T
+/// (query heads grouped over their kv head), masked softmax in place, then
+/// probabilities @ v. The scores live in one scratch buffer.
+fn attention_plan(inputs: &[&Tensor], scale: f64, causal: bool) -> Option<Plan> {
+    if !(3..=4).contains(&inputs.len()) {
+        return None;
+    }
+    let &[b, h, s, d] = inputs[0].dims() else {
+        return None;
+    };
+    let &[kb, hk, t, kd] = inputs[1].dims() else {
+        return None;
+    };
+    let &[vb, vh, vt, dv] = inputs[2].dims() else {
+        return None;
+    };
+    if kb != b || vb != b || kd != d || vh != hk || vt != t || hk == 0 || h % hk != 0 {
+        return None;
+    }
+    if causal && s > t {
+        return None;
+    }
+    let rep = h / hk;
+    // Mask strides in the [b, h, s, t] index space.
+    let (has_mask, ms) = match inputs.get(3) {
+        Some(m) => {
+            let (out, ms, _) = broadcast(m.dims(), &[b, h, s, t])?;
+            if out != [b, h, s, t] {
+                return None;
+            }
+            (1, ms)
+        }
+        None => (0, vec![0; 4]),
+    };
+    let rows = b * h * s;
+    let bdims = [b, hk, rep];
+    let qk = matmul_dispatch(
+        s,
+        t,
+        d,
+        (d, 1),
+        (1, d),
+        (
+            &bdims,
+            &[h * s * d, rep * s * d, s * d],
+            &[hk * t * d, t * d, 0],
+        ),
+        [Slot::In(0), Slot::In(1), Slot::Dummy],
+    )?;
+    let qk = Dispatch {
+        out: Slot::Tmp(0),
+        ..qk
+    };
+    let mut p = u32s([rows, t])?;
+    p.push(f32_bits(scale));
+    p.extend(u32s([
+        usize::from(causal),
+        s,
+        t.saturating_sub(s),
+        has_mask,
+        h,
+        ms[0],
+        ms[1],
+        ms[2],
+        ms[3],
+    ])?);
+    let mask = if has_mask == 1 {
+        Slot::In(3)
+    } else {
+        Slot::Dummy
+    };
+    let sm = Dispatch {
+        kernel: Kernel::AttnSoftmax,
+        params: p,
+        inputs: vec![mask],
+        out: Slot::Tmp(0),
+        workgroups: rows as u64,
+    };
+    let pv = matmul_dispatch(
+        s,
+        dv,
+        t,
+        (t, 1),
+        (dv, 1),
+        (
+            &bdims,
+            &[h * s * t, rep * s * t, s * t],
+            &[hk * t * dv, t * dv, 0],
+        ),
+        [Slot::Tmp(0), Slot::In(2), Slot::Dummy],
+    )?;
+    Some(Plan::Compute {
+        dims: vec![b, h, s, dv],
+        tmp: vec![rows * t],
+        dispatches: vec![qk, sm, pv],
+    })
+}
+
+fn conv_transpose1d_plan(
+    inputs: &[&Tensor],
+    stride: usize,
+    padding: usize,
+    output_padding: usize,
+    dilation: usize,
+    groups: usize,
+) -> Option<Plan> {
+    if !(2..=3).contains(&inputs.len()) || stride == 0 || dilation == 0 || groups == 0 {
+        return None;
+    }
+    let &[b, c_in, l] = inputs[0].dims() else {
+        return None;
+    };
+    let &[wc_in, cout_g, k] = inputs[1].dims() else {
+        return None;
+    };
+    if wc_in != c_in
+        || c_in % groups != 0
+        || k == 0
+        || l == 0
+        || output_padding >= stride.max(dilation)
+    {
+        return None;
+    }
+    let c_out = cout_g * groups;
+    if inputs.get(2).is_some_and(|t| t.elem_count() != c_out) {
+        return None;
+    }
+    let full = (l - 1)
+        .checked_mul(stride)?
+        .checked_add(dilation.checked_mul(k - 1)?)?
+        .checked_add(output_padding)?
+        .checked_add(1)?;
+    let l_out = full.checked_sub(padding.checked_mul(2)?)?;
+    if l_out == 0 || full.checked_add(padding)? > i32::MAX as usize {
+        return None;
+    }
+    let n = b * c_out * l_out;
+    let bias = optional(inputs, 2);
+    let p = u32s([
+        n,
+        c_in,
+        l,
+        c_out,
+        k,
+        l_out,
+        stride,
+        padding,
+        dilation,
+        groups,
+        usize::from(bias != Slot::Dummy),
+    ])?;
+    let d = dispatch(
+        Kernel::ConvTranspose1d,
+        p,
+        vec![Slot::In(0), Slot::In(1), bias],
+        groups_for(n),
+    );
+    Some(Plan::simple(vec![b, c_out, l_out], vec![d]))
+}
+
+fn conv2d_plan(
+    inputs: &[&Tensor],
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+    groups: usize,
+) -> Option<Plan> {
+    if !(2..=3).contains(&inputs.len()) || stride == 0 || dilation == 0 || groups == 0 {
+        return None;
+    }
+    let &[b, c_in, h, w] = inputs[0].dims() else {
+        return None;
+    };
+    let &[c_out, cin_g, kh, kw] = inputs[1].dims() else {
+        return None;
+    };
+    if c_in % groups != 0 || c_out % groups != 0 || cin_g != c_in / groups || kh == 0 || kw == 0 {
+        return None;
+    }
+    if inputs.get(2).is_some_and(|t| t.elem_count() != c_out) {
+        return None;
+    }
+    let out_len = |len: usize, k: usize| -> Option<usize> {
+        let span = dilation.checked_mul(k - 1)?.checked_add(1)?;
+        let padded = len.checked_add(padding.checked_mul(2)?)?;
+        if padded < span || padded > i32::MAX as usize / 2 {
+            return None;
+        }
+        Some((padded - span) / stride + 1)
+    };
+    let (oh, ow) = (out_len(h, kh)?, out_len(w, kw)?);
+    let n = b * c_out * oh * ow;
+    let bias = optional(inputs, 2);
+    let p = u32s([
+        n,
+        c_in,
+        h,
+        w,
+        c_out,
+        kh,
+        kw,
+        oh,
+        ow,
+        stride,
+        padding,
+        dilation,
+        groups,
+        usize::from(bias != Slot::Dummy),
+    ])?;
+    let d = dispatch(
+        Kernel::Conv2d,
+        p,
+        vec![Slot::In(0), Slot::In(1), bias],
+        groups_for(n),
+    );
+    Some(Plan::simple(vec![b, c_out, oh, ow], vec![d]))
 }
 
 impl edgeflow_runtime::Backend for GpuBackend {
@@ -974,29 +1368,50 @@ impl edgeflow_runtime::Backend for GpuBackend {
                   to the CPU)"
                 .into(),
         })?;
-        let mut uploaded = Vec::new();
+        // Float inputs as GPU tensors; integer inputs (indices, already
+        // range-checked by the plan) as raw u32 buffers.
+        let mut held: Vec<std::result::Result<Tensor, wgpu::Buffer>> = Vec::new();
         for t in inputs {
-            uploaded.push(if self.holds(t) {
-                (*t).clone()
+            held.push(if self.holds(t) {
+                Ok((*t).clone())
+            } else if is_float(t.dtype()) {
+                Ok(self.upload_host(t)?)
             } else {
-                self.upload_host(t)?
+                Err(self.upload_indices(t)?)
             });
         }
-        let bufs: Vec<&GpuBuffer> = uploaded
-            .iter()
-            .map(|t| {
-                self.gpu_buf(t)
-                    .ok_or_else(|| self.err("internal: input not on the GPU after upload"))
-            })
-            .collect::<Result<_>>()?;
+        let mut bufs: Vec<&wgpu::Buffer> = Vec::with_capacity(held.len());
+        for h in &held {
+            bufs.push(match h {
+                Ok(t) => {
+                    &self
+                        .gpu_buf(t)
+                        .ok_or_else(|| self.err("internal: input not on the GPU after upload"))?
+                        .buffer
+                }
+                Err(b) => b,
+            });
+        }
         match plan {
-            Plan::Alias(dims) => match uploaded[0].storage() {
-                Storage::Device(b) => Ok(Tensor::from_device(b.clone(), &dims, DType::F32)),
-                _ => Err(self.err("internal: alias of a host tensor")),
+            Plan::Alias(dims) => match held.first().map(|h| h.as_ref().map(|t| t.storage())) {
+                Some(Ok(Storage::Device(b))) => {
+                    Ok(Tensor::from_device(b.clone(), &dims, DType::F32))
+                }
+                _ => Err(self.err("internal: alias of a tensor not on the GPU")),
             },
-            Plan::Compute(dims, dispatches) => {
+            Plan::Compute {
+                dims,
+                tmp,
+                dispatches,
+            } => {
                 let n: usize = dims.iter().product();
                 let out = self.alloc(n);
+                let tmp: Vec<wgpu::Buffer> = tmp.iter().map(|&n| self.alloc(n)).collect();
+                let bufs = Buffers {
+                    inputs: &bufs,
+                    tmp: &tmp,
+                    out: &out,
+                };
                 let mut enc = self
                     .device
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -1008,7 +1423,7 @@ impl edgeflow_runtime::Backend for GpuBackend {
                         timestamp_writes: None,
                     });
                     for d in &dispatches {
-                        self.encode(&mut pass, d, &bufs, &out)?;
+                        self.encode(&mut pass, d, &bufs)?;
                     }
                 }
                 self.queue.submit([enc.finish()]);

@@ -442,11 +442,7 @@ fn unsupported_op_falls_back_counted_with_right_answer() {
     let Some(g) = gpu() else { return };
     let mut rng = StdRng::seed_from_u64(13);
     let x = rand_t(&mut rng, &[5, 33]);
-    let op = Op::Reduce {
-        op: ReduceOp::Sum,
-        dim: 1,
-        keepdim: false,
-    };
+    let op = Op::Cumsum { dim: 1 };
     assert!(!g.supports(&op, &[&x]));
     let dev = Device::new(g.clone(), Arc::new(CpuBackend::new()));
     // The input is on the GPU first, as it would be mid-model.
@@ -455,10 +451,10 @@ fn unsupported_op_falls_back_counted_with_right_answer() {
     let got = dev.to_host(&got).unwrap();
     let want = on_cpu(&op, &[&x]);
     // The CPU ran it on the same data: exact.
-    assert_close(&got, &want, 0.0, 0.0, "fallback sum");
+    assert_close(&got, &want, 0.0, 0.0, "fallback cumsum");
     let s = dev.stats().snapshot();
     assert_eq!(s.fallback_ops, 1);
-    assert_eq!(s.fallback_by_op.get("sum"), Some(&1));
+    assert_eq!(s.fallback_by_op.get("cumsum"), Some(&1));
     assert_eq!(s.downloads, 1, "the fallback downloaded its input once");
 }
 
@@ -538,4 +534,209 @@ fn adapters_are_listed() {
         GpuBackend::new(list.len() + 10),
         Err(Error::DeviceUnavailable { .. })
     ));
+}
+
+/// (b, h, hk, s, t, d, dv, causal, mask dims)
+type AttnCase = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    bool,
+    Option<Vec<usize>>,
+);
+
+#[test]
+fn attention_gqa_mask_causal() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(15);
+    // (b, h, hk, s, t, d, dv, causal, mask dims)
+    let cases: [AttnCase; 5] = [
+        (1, 2, 2, 7, 7, 16, 16, true, None),
+        (2, 4, 2, 1, 33, 8, 8, true, None),
+        (1, 3, 1, 5, 5, 7, 9, false, Some(vec![1, 1, 5, 5])),
+        (2, 2, 1, 3, 65, 4, 4, true, Some(vec![2, 1, 1, 65])),
+        (1, 1, 1, 33, 33, 1, 3, false, None),
+    ];
+    for (b, h, hk, s, t, d, dv, causal, mask) in cases {
+        let q = rand_t(&mut rng, &[b, h, s, d]);
+        let k = rand_t(&mut rng, &[b, hk, t, d]);
+        let v = rand_t(&mut rng, &[b, hk, t, dv]);
+        let op = Op::Attention {
+            scale: 1.0 / (d as f64).sqrt(),
+            causal,
+        };
+        let m = mask.map(|md| {
+            let n = md.iter().product();
+            // Additive mask with some hidden keys (-inf) and soft biases.
+            let vals: Vec<f32> = (0..n)
+                .map(|i| {
+                    if i % 7 == 3 {
+                        f32::NEG_INFINITY
+                    } else {
+                        rng.random_range(-1.0..1.0)
+                    }
+                })
+                .collect();
+            Tensor::from_vec(vals, &md).unwrap()
+        });
+        let mut inputs = vec![&q, &k, &v];
+        if let Some(m) = &m {
+            inputs.push(m);
+        }
+        let got = on_gpu(&g, &op, &inputs);
+        // Two matmuls around a softmax: 1e-5 relative, 1e-5 absolute.
+        let what = format!("attention b{b} h{h} hk{hk} s{s} t{t} d{d} causal {causal}");
+        assert_close(&got, &on_cpu(&op, &inputs), 1e-5, 1e-5, &what);
+    }
+}
+
+#[test]
+fn rope_both_layouts() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(16);
+    for (b, h, s, d) in [
+        (1usize, 2usize, 7usize, 16usize),
+        (2, 1, 33, 2),
+        (1, 3, 1, 64),
+    ] {
+        let x = rand_t(&mut rng, &[b, h, s, d]);
+        let cos = rand_t(&mut rng, &[s, d / 2]);
+        let sin = rand_t(&mut rng, &[s, d / 2]);
+        for interleaved in [false, true] {
+            let op = Op::Rope { interleaved };
+            let got = on_gpu(&g, &op, &[&x, &cos, &sin]);
+            // Two products and a sum: 1e-6 relative, 1e-6 absolute.
+            let want = on_cpu(&op, &[&x, &cos, &sin]);
+            assert_close(&got, &want, 1e-6, 1e-6, &format!("rope {interleaved}"));
+        }
+    }
+}
+
+#[test]
+fn reductions_over_any_dim() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(17);
+    let x = rand_t(&mut rng, &[7, 33, 5]);
+    for r in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+        for dim in 0..3 {
+            for keepdim in [false, true] {
+                let op = Op::Reduce {
+                    op: r,
+                    dim,
+                    keepdim,
+                };
+                let got = on_gpu(&g, &op, &[&x]);
+                // Sums of <= 33 values in another order: 1e-5 relative, 1e-6 absolute.
+                assert_close(&got, &on_cpu(&op, &[&x]), 1e-5, 1e-6, &format!("{op:?}"));
+            }
+        }
+    }
+    let argmax = Op::Reduce {
+        op: ReduceOp::ArgMax,
+        dim: 0,
+        keepdim: false,
+    };
+    assert!(!g.supports(&argmax, &[&x]));
+}
+
+#[test]
+fn index_select_embedding_lookup() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(18);
+    let table = rand_t(&mut rng, &[65, 7]);
+    let idx = Tensor::from_i64(vec![0, 64, 3, 3, 17], &[5]).unwrap();
+    for dim in [0usize, 1] {
+        let idx = if dim == 0 {
+            idx.clone()
+        } else {
+            Tensor::from_i64(vec![6, 0, 2], &[3]).unwrap()
+        };
+        let op = Op::IndexSelect { dim };
+        let got = on_gpu(&g, &op, &[&table, &idx]);
+        // Data movement: exact.
+        assert_close(
+            &got,
+            &on_cpu(&op, &[&table, &idx]),
+            0.0,
+            0.0,
+            "index_select",
+        );
+    }
+    // Through the dispatcher the table stays on the GPU: nothing comes back.
+    let dev = Device::new(g.clone(), Arc::new(CpuBackend::new()));
+    let tg = dev.place(&table).unwrap();
+    let e = dev.run(Op::IndexSelect { dim: 0 }, &[&tg, &idx]).unwrap();
+    assert!(g.holds(&e));
+    assert_eq!(dev.stats().snapshot().downloads, 0);
+    assert_eq!(dev.stats().snapshot().fallback_ops, 0);
+    // An index out of range is not run on the GPU (the CPU reports the error).
+    let bad = Tensor::from_i64(vec![65], &[1]).unwrap();
+    assert!(!g.supports(&Op::IndexSelect { dim: 0 }, &[&table, &bad]));
+    assert!(dev.run(Op::IndexSelect { dim: 0 }, &[&tg, &bad]).is_err());
+}
+
+#[test]
+fn conv_transpose1d_and_conv2d() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(19);
+    // (b, c_in, l, c_out, k, stride, padding, output_padding, dilation, groups)
+    let cases = [
+        (
+            1usize, 2usize, 7usize, 3usize, 4usize, 2usize, 1usize, 0usize, 1usize, 1usize,
+        ),
+        (2, 4, 33, 4, 3, 1, 0, 0, 2, 2),
+        (1, 3, 5, 2, 7, 3, 2, 1, 1, 1),
+        (1, 1, 1, 1, 1, 1, 0, 0, 1, 1),
+    ];
+    for (b, ci, l, co, k, stride, padding, output_padding, dilation, groups) in cases {
+        let x = rand_t(&mut rng, &[b, ci, l]);
+        let w = rand_t(&mut rng, &[ci, co / groups, k]);
+        let bias = rand_t(&mut rng, &[co]);
+        let op = Op::ConvTranspose1d {
+            stride,
+            padding,
+            output_padding,
+            dilation,
+            groups,
+        };
+        let got = on_gpu(&g, &op, &[&x, &w, &bias]);
+        // Sums of <= 28 products: 1e-5 relative, 1e-6 absolute.
+        let want = on_cpu(&op, &[&x, &w, &bias]);
+        assert_close(&got, &want, 1e-5, 1e-6, &format!("{op:?}"));
+    }
+    // (b, c_in, h, w, c_out, k, stride, padding, dilation, groups)
+    let cases = [
+        (
+            1usize, 3usize, 7usize, 9usize, 4usize, 3usize, 1usize, 1usize, 1usize, 1usize,
+        ),
+        (2, 4, 8, 5, 6, 3, 2, 0, 1, 2),
+        (1, 2, 9, 9, 2, 2, 1, 2, 2, 2),
+    ];
+    for (b, ci, h, wd, co, k, stride, padding, dilation, groups) in cases {
+        let x = rand_t(&mut rng, &[b, ci, h, wd]);
+        let w = rand_t(&mut rng, &[co, ci / groups, k, k]);
+        let bias = rand_t(&mut rng, &[co]);
+        let op = Op::Conv2d {
+            stride,
+            padding,
+            dilation,
+            groups,
+        };
+        let got = on_gpu(&g, &op, &[&x, &w]);
+        // Sums of <= 36 products: 1e-5 relative, 1e-6 absolute.
+        assert_close(
+            &got,
+            &on_cpu(&op, &[&x, &w]),
+            1e-5,
+            1e-6,
+            &format!("{op:?}"),
+        );
+        let got = on_gpu(&g, &op, &[&x, &w, &bias]);
+        let want = on_cpu(&op, &[&x, &w, &bias]);
+        assert_close(&got, &want, 1e-5, 1e-6, &format!("{op:?}+bias"));
+    }
 }
