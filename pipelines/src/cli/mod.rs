@@ -1,43 +1,30 @@
 //! Subcommands. Each lives in its own file.
 
 use clap::Subcommand;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod bench;
+mod graph;
 mod models;
 mod run;
+mod schema;
+mod stages;
+mod validate;
 
 /// `edgeflow <command>`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a pipeline until its sources end (or Ctrl-C / --timeout).
     Run(run::RunArgs),
-    /// Check a pipeline file without running it.
-    Validate {
-        /// Pipeline YAML file.
-        file: PathBuf,
-        /// Override a param: STAGE.PARAM=VALUE (repeatable).
-        #[arg(long = "set", value_name = "STAGE.PARAM=VALUE")]
-        set: Vec<String>,
-    },
+    /// Check a pipeline file without running it: every problem with its
+    /// file:line:column, stage or edge, and fix; exits non-zero if any.
+    Validate(validate::ValidateArgs),
     /// Print the pipeline graph as Graphviz dot or Mermaid.
-    Graph {
-        /// Pipeline YAML file.
-        file: PathBuf,
-        /// Output format.
-        #[arg(long, value_enum, default_value = "dot")]
-        format: GraphFormat,
-    },
+    Graph(graph::GraphArgs),
     /// List every stage kind with its ports and params.
-    Stages {
-        /// Only this kind.
-        kind: Option<String>,
-        /// Machine-readable JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print the JSON schema of the pipeline format.
+    Stages(stages::StagesArgs),
+    /// Print the JSON schema of the pipeline format (as committed in
+    /// pipelines/schema.json).
     Schema,
     /// List compute backends, their adapters and probe results.
     Devices {
@@ -53,26 +40,17 @@ pub enum Command {
     Models(models::ModelsCommand),
 }
 
-/// Graph output formats.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum GraphFormat {
-    /// Graphviz dot.
-    Dot,
-    /// Mermaid flowchart.
-    Mermaid,
-}
-
 /// Run a subcommand.
 pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Run(a) => run::run(a),
         Command::Bench(b) => bench::run(b),
         Command::Models(m) => models::run(m),
-        Command::Validate { .. }
-        | Command::Graph { .. }
-        | Command::Stages { .. }
-        | Command::Schema
-        | Command::Devices { .. } => {
+        Command::Validate(a) => validate::run(a),
+        Command::Graph(a) => graph::run(a),
+        Command::Stages(a) => stages::run(a),
+        Command::Schema => schema::run(),
+        Command::Devices { .. } => {
             anyhow::bail!("this command is being wired up")
         }
     }
