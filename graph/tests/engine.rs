@@ -601,3 +601,33 @@ fn cancel_resets_inline_stages_and_completes() {
         let _ = running.wait(Some(Duration::from_secs(5)));
     });
 }
+
+/// A timer blocked by a slow consumer falls behind: it skips the ticks it
+/// slept through and counts them as deadline misses instead of bunching up.
+#[test]
+fn timer_counts_deadline_misses_under_backpressure() {
+    let mut r = Registry::builtin();
+    struct Slow;
+    impl Stage for Slow {
+        fn process(&mut self, _i: Input, _ctx: &mut StageCtx) -> StageResult {
+            std::thread::sleep(Duration::from_millis(10));
+            Ok(())
+        }
+    }
+    kind(&mut r, "slow", &["in"], &[], |_| Box::new(Slow));
+    let p = PipelineBuilder::new("late")
+        .stage("t", "timer", json!({ "rate_hz": 1000.0, "count": 200 }))
+        .stage("s", "slow", json!({}))
+        .edge_with("t.out", "s.in", 1, Policy::Block)
+        .build(&r)
+        .unwrap();
+    let m = within(30, move || p.run(None).unwrap());
+    let timer = &m.stages[0];
+    let sink = &m.stages[1];
+    // Every tick index up to 200 was either delivered or counted as missed.
+    assert!(timer.deadline_misses > 0, "{timer:?}");
+    assert!(sink.processed < 200, "ticks were bunched up instead of skipped");
+    assert!(sink.processed as u64 + timer.deadline_misses >= 200);
+    // The consumer saw ticks whose deadline had already passed.
+    assert!(sink.deadline_misses > 0);
+}
