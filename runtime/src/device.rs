@@ -119,6 +119,10 @@ impl DeviceStats {
     }
 }
 
+fn is_integer(d: crate::DType) -> bool {
+    matches!(d, crate::DType::I64 | crate::DType::I32 | crate::DType::U8)
+}
+
 /// The handle a model stage runs ops through.
 ///
 /// Each op goes to the placed backend when it [`Backend::supports`] it; else
@@ -208,8 +212,16 @@ impl Device {
             return Ok(t.clone());
         }
         let host = self.to_host(t)?;
+        let placed = self.primary.upload(&host)?;
+        // Placement never changes what a tensor means: a backend that holds
+        // only floats (the NPU simulator) would turn token ids and indices
+        // into floats, so those stay on the host and ops that read them
+        // take the counted CPU path.
+        if placed.dtype() != host.dtype() && is_integer(host.dtype()) {
+            return Ok(host);
+        }
         self.count_transfer(&host, true);
-        self.primary.upload(&host)
+        Ok(placed)
     }
 
     /// Run one op: natively when the placed backend supports it, otherwise on

@@ -2,6 +2,8 @@
 //! round-trip, and truncated / corrupt files give `Error::Weights` naming the
 //! file (and the tensor where one is concerned).
 
+#![allow(clippy::unwrap_used)]
+
 use edgeflow_runtime::candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use edgeflow_runtime::candle_core::{self, Device as CDevice, Tensor as CTensor};
 use edgeflow_runtime::weights::{self, Ct2File, GgufFile, OnnxFile, SafetensorsFile, WeightReader};
