@@ -18,7 +18,8 @@
 //!   the others run on the CPU through the dispatcher's counted fallback.
 //! - **Ahead of time** ([`NpuDelegate`]): partition a captured [`Subgraph`],
 //!   compile it with calibration inputs for its static shapes, execute the
-//!   [`CompiledSubgraph`].
+//!   [`CompiledSubgraph`]; [`PartitionedGraph`] does all three for a graph
+//!   with unsupported nodes, running those on a CPU backend.
 //!
 //! ## int8 op set
 //! | op | int8 form |
@@ -45,11 +46,13 @@
 
 mod delegate;
 mod kernels;
+mod partition;
 mod quant;
 mod report;
 mod sim;
 
 pub use delegate::{CompiledSubgraph, Node, NpuDelegate, Partition, Subgraph, ValueRef};
+pub use partition::PartitionedGraph;
 pub use quant::{ActivationScheme, Multiplier, QParams, QWeight, RangeObserver};
 pub use report::{
     ErrorAccum, ErrorStats, NpuCounters, NpuErrorReport, OpErrorReport, EXACT_SQNR_DB,
