@@ -281,7 +281,7 @@ fn dangling_required_input() {
 
 #[test]
 fn cycle_without_a_back_edge() {
-    let yaml = "stages:\n  - { id: tick, kind: timer }\n  - { id: a, kind: passthrough }\n  - { id: b, kind: passthrough }\n  - { id: sink, kind: \"null\" }\nedges:\n  - { from: tick, to: a }\n  - { from: a, to: b }\n  - { from: b, to: sink }\n  - { from: b, to: a }\n";
+    let yaml = "stages:\n  - { id: tick, kind: timer }\n  - { id: a, kind: passthrough }\n  - { id: b, kind: passthrough }\n  - { id: sink, kind: stdout }\nedges:\n  - { from: tick, to: a }\n  - { from: a, to: b }\n  - { from: b, to: sink }\n  - { from: b, to: a }\n";
     let d = find(yaml, &[], "cycle");
     at(&d, 10, 5);
     assert_eq!(d.context, "edge `b -> a`");
