@@ -12,8 +12,10 @@ use edgeflow_runtime::{BinaryOp, UnaryOp};
 
 /// Threads per workgroup of the 1-D kernels and of the row kernels.
 pub(crate) const WG: u32 = 256;
-/// Tile edge of the matmul kernel (a `TILE x TILE` workgroup).
-pub(crate) const TILE: u32 = 16;
+/// Output tile edge of the matmul kernel (16 x 16 threads, 4 x 4 outputs each).
+pub(crate) const TILE: u32 = 64;
+/// Matmuls with at most this many rows per batch use the GEMV kernel.
+pub(crate) const GEMV_MAX_ROWS: usize = 4;
 
 /// Math helpers shared by the element-wise kernels.
 const HELPERS: &str = r#"
@@ -176,27 +178,51 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     )
 }
 
-/// Batched, tiled matmul with workgroup shared memory and an optional bias
-/// over the output columns (for `Linear`).
-///
-/// `out[b, i, j] = sum_k A[b](i, k) * B[b](k, j) (+ bias[j])` where
-/// `A[b](i, k) = a[a_off(b) + i*a_rs + k*a_cs]` and likewise for `B`, so
-/// the same kernel reads `w[n, k]` transposed for `Linear`.
-/// Params: `[m, n, k, tiles_n, tiles_m, batch, a_rs, a_cs, b_rs, b_cs,
-/// has_bias, brank, bdims[brank], a_bstr[brank], b_bstr[brank]]`.
-pub(crate) fn matmul_src() -> String {
-    format!(
-        r#"
+/// Prologue shared by the matmul kernels: unpacks the params and the batch
+/// offsets of `a` and `b` for batch index `bi`.
+const MATMUL_PARAMS: &str = r#"
 @group(0) @binding(0) var<storage, read> p: array<u32>;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
-var<workgroup> ta: array<array<f32, {TILE}>, {TILE}>;
-var<workgroup> tb: array<array<f32, {TILE}>, {TILE}>;
-@compute @workgroup_size({TILE}, {TILE}, 1)
+fn batch_offsets(bi: u32) -> vec2<u32> {
+    let brank = p[11];
+    var off = vec2<u32>(0u, 0u);
+    var r = bi;
+    for (var d = brank; d > 0u; d = d - 1u) {
+        let dd = d - 1u;
+        let size = p[12u + dd];
+        let idx = r % size;
+        r = r / size;
+        off = off + idx * vec2<u32>(p[12u + brank + dd], p[12u + 2u * brank + dd]);
+    }
+    return off;
+}
+"#;
+
+/// Batched matmul, register-blocked: a 16x16 workgroup computes a
+/// `TILE x TILE` (64 x 64) output tile, 4 x 4 outputs per thread, staging
+/// `TILE x 16` slices of `a` and `b` in workgroup memory. An optional bias
+/// over the output columns serves `Linear`.
+///
+/// `out[b, i, j] = sum_k A[b](i, k) * B[b](k, j) (+ bias[j])` where
+/// `A[b](i, k) = a[a_off(b) + i*a_rs + k*a_cs]` and likewise for `B`, so
+/// the same kernel reads `w[n, k]` transposed for `Linear`. Tile loads walk
+/// whichever dimension is contiguous so neighbouring threads read
+/// neighbouring addresses.
+/// Params: `[m, n, k, tiles_n, tiles_m, batch, a_rs, a_cs, b_rs, b_cs,
+/// has_bias, brank, bdims[brank], a_bstr[brank], b_bstr[brank]]`.
+pub(crate) fn matmul_src() -> String {
+    format!(
+        r#"
+{MATMUL_PARAMS}
+var<workgroup> ta: array<f32, {TK_TILE}>;
+var<workgroup> tb: array<f32, {TK_TILE}>;
+@compute @workgroup_size(16, 16, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {{
+        @builtin(local_invocation_id) lid: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
     let m = p[0];
     let n = p[1];
     let k = p[2];
@@ -207,53 +233,136 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let a_cs = p[7];
     let b_rs = p[8];
     let b_cs = p[9];
-    let has_bias = p[10];
-    let brank = p[11];
     let lin = wid.x + wid.y * nwg.x;
     let valid = lin < tiles_n * tiles_m * batch;
     let tn = lin % tiles_n;
     let rest = lin / tiles_n;
     let tm = rest % tiles_m;
     let bi = rest / tiles_m;
-    var a_off = 0u;
-    var b_off = 0u;
-    var r = bi;
-    for (var d = brank; d > 0u; d = d - 1u) {{
-        let dd = d - 1u;
-        let size = p[12u + dd];
-        let idx = r % size;
-        r = r / size;
-        a_off = a_off + idx * p[12u + brank + dd];
-        b_off = b_off + idx * p[12u + 2u * brank + dd];
+    let off = batch_offsets(bi);
+    let row0 = tm * {TILE}u;
+    let col0 = tn * {TILE}u;
+    var acc: array<f32, 16>;
+    for (var e = 0u; e < 16u; e = e + 1u) {{
+        acc[e] = 0.0;
     }}
-    let row = tm * {TILE}u + lid.y;
-    let col = tn * {TILE}u + lid.x;
-    var acc = 0.0;
-    let ktiles = (k + {TILE}u - 1u) / {TILE}u;
+    let ktiles = (k + 15u) / 16u;
     for (var t = 0u; t < ktiles; t = t + 1u) {{
-        let ka = t * {TILE}u + lid.x;
-        var va = 0.0;
-        if (valid && row < m && ka < k) {{
-            va = a[a_off + row * a_rs + ka * a_cs];
+        for (var e = 0u; e < 4u; e = e + 1u) {{
+            let idx = li + e * 256u;
+            // a slice: rows row0.., depth t*16..; walk the contiguous dim.
+            var r = idx % {TILE}u;
+            var kk = idx / {TILE}u;
+            if (a_cs == 1u) {{
+                r = idx / 16u;
+                kk = idx % 16u;
+            }}
+            let gr = row0 + r;
+            let ga = t * 16u + kk;
+            var va = 0.0;
+            if (valid && gr < m && ga < k) {{
+                va = a[off.x + gr * a_rs + ga * a_cs];
+            }}
+            ta[kk * {TILE}u + r] = va;
+            var c = idx % {TILE}u;
+            var kb = idx / {TILE}u;
+            if (b_rs == 1u && b_cs != 1u) {{
+                c = idx / 16u;
+                kb = idx % 16u;
+            }}
+            let gc = col0 + c;
+            let gb = t * 16u + kb;
+            var vb = 0.0;
+            if (valid && gb < k && gc < n) {{
+                vb = b[off.y + gb * b_rs + gc * b_cs];
+            }}
+            tb[kb * {TILE}u + c] = vb;
         }}
-        ta[lid.y][lid.x] = va;
-        let kb = t * {TILE}u + lid.y;
-        var vb = 0.0;
-        if (valid && kb < k && col < n) {{
-            vb = b[b_off + kb * b_rs + col * b_cs];
-        }}
-        tb[lid.y][lid.x] = vb;
         workgroupBarrier();
-        for (var kk = 0u; kk < {TILE}u; kk = kk + 1u) {{
-            acc = acc + ta[lid.y][kk] * tb[kk][lid.x];
+        for (var kk = 0u; kk < 16u; kk = kk + 1u) {{
+            let ab = kk * {TILE}u + lid.y * 4u;
+            let bb = kk * {TILE}u + lid.x * 4u;
+            let av = vec4<f32>(ta[ab], ta[ab + 1u], ta[ab + 2u], ta[ab + 3u]);
+            let bv = vec4<f32>(tb[bb], tb[bb + 1u], tb[bb + 2u], tb[bb + 3u]);
+            for (var r = 0u; r < 4u; r = r + 1u) {{
+                acc[r * 4u] = acc[r * 4u] + av[r] * bv.x;
+                acc[r * 4u + 1u] = acc[r * 4u + 1u] + av[r] * bv.y;
+                acc[r * 4u + 2u] = acc[r * 4u + 2u] + av[r] * bv.z;
+                acc[r * 4u + 3u] = acc[r * 4u + 3u] + av[r] * bv.w;
+            }}
         }}
         workgroupBarrier();
     }}
-    if (valid && row < m && col < n) {{
-        if (has_bias == 1u) {{
-            acc = acc + bias[col];
+    if (valid) {{
+        for (var r = 0u; r < 4u; r = r + 1u) {{
+            let row = row0 + lid.y * 4u + r;
+            for (var c = 0u; c < 4u; c = c + 1u) {{
+                let col = col0 + lid.x * 4u + c;
+                if (row < m && col < n) {{
+                    var v = acc[r * 4u + c];
+                    if (p[10] == 1u) {{
+                        v = v + bias[col];
+                    }}
+                    y[bi * m * n + row * n + col] = v;
+                }}
+            }}
         }}
-        y[bi * m * n + row * n + col] = acc;
+    }}
+}}
+"#,
+        TK_TILE = 16 * TILE
+    )
+}
+
+/// Matrix-vector shaped matmul (few rows): one 64-thread workgroup per
+/// output element reduces over `k`, so decode-time `Linear` reads each weight
+/// row with neighbouring threads on neighbouring addresses.
+/// Same params as [`matmul_src`] (`tiles_n`, `tiles_m` unused).
+pub(crate) fn gemv_src() -> String {
+    format!(
+        r#"
+{MATMUL_PARAMS}
+var<workgroup> sh: array<f32, 64>;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
+    let m = p[0];
+    let n = p[1];
+    let k = p[2];
+    let batch = p[5];
+    let a_rs = p[6];
+    let a_cs = p[7];
+    let b_rs = p[8];
+    let b_cs = p[9];
+    let lin = wid.x + wid.y * nwg.x;
+    let valid = lin < m * n * batch;
+    let j = lin % n;
+    let rest = lin / n;
+    let i = rest % m;
+    let bi = rest / m;
+    let off = batch_offsets(bi);
+    var acc = 0.0;
+    if (valid) {{
+        let ab = off.x + i * a_rs;
+        let bb = off.y + j * b_cs;
+        for (var kk = li; kk < k; kk = kk + 64u) {{
+            acc = acc + a[ab + kk * a_cs] * b[bb + kk * b_rs];
+        }}
+    }}
+    sh[li] = acc;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s = s >> 1u) {{
+        if (li < s) {{
+            sh[li] = sh[li] + sh[li + s];
+        }}
+        workgroupBarrier();
+    }}
+    if (valid && li == 0u) {{
+        var v = sh[0];
+        if (p[10] == 1u) {{
+            v = v + bias[j];
+        }}
+        y[bi * m * n + i * n + j] = v;
     }}
 }}
 "#

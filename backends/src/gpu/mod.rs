@@ -6,15 +6,20 @@
 //! on the GPU as the input of the next; only [`Backend::download`] (and
 //! [`Backend::synchronize`]) wait for the GPU.
 //!
-//! Native ops: `MatMul` (batched, broadcast batch dims, tiled with workgroup
-//! memory), `Linear` (f32 weights, optional bias), every `Unary`, `Binary`
-//! with NumPy broadcasting, `Affine`, `LeakyRelu`, `Snake`, `Softmax` over the
-//! last dim, `LayerNorm`, `RmsNorm`, `Conv1d` (stride, padding, dilation,
-//! groups), and the layout ops `Reshape` (free), `Permute`, `Narrow`,
-//! `Concat`, `Pad` (zeros) and `Cast` to f32. Everything else, and any
-//! input this backend cannot hold (quantized weights, integer tensors),
-//! makes [`Backend::supports`] say no, so the [`edgeflow_runtime::Device`]
-//! dispatcher runs it on the CPU and counts it.
+//! Native ops: `MatMul` (batched, broadcast batch dims; register-blocked
+//! 64x64 tiles in workgroup memory, or a GEMV kernel for <= 4 rows),
+//! `Linear` (f32 weights, optional bias), every `Unary`, `Binary` with NumPy
+//! broadcasting, `Affine`, `LeakyRelu`, `Snake`, `Softmax` over the last
+//! dim, `LayerNorm`, `RmsNorm`, `Attention` (grouped-query, additive mask,
+//! causal), `Rope`, `Reduce` (sum/mean/max/min over any dim), `IndexSelect`
+//! (host integer indices, range-checked), `Conv1d`, `ConvTranspose1d`,
+//! `Conv2d` (stride, padding, dilation, groups), and the layout ops
+//! `Reshape` (free: shares the buffer), `Permute`, `Narrow`, `Concat`, `Pad`
+//! (zeros) and `Cast` to f32. Everything else (`ArgMax`, `Cumsum`, `Gather`,
+//! reflect/replicate `Pad`, casts to other dtypes, `RandNormal`, softmax over
+//! another dim), and any input this backend cannot hold (quantized weights,
+//! integer tensors), makes [`Backend::supports`] say no, so the
+//! [`edgeflow_runtime::Device`] dispatcher runs it on the CPU and counts it.
 //!
 //! Each kernel is compiled once per backend and cached. Dispatches larger
 //! than `max_compute_workgroups_per_dimension` are folded into two
@@ -122,6 +127,7 @@ enum Kernel {
     Snake,
     Copy,
     MatMul,
+    Gemv,
     Softmax,
     LayerNorm,
     RmsNorm,
@@ -144,6 +150,7 @@ impl Kernel {
             Kernel::Snake => kernels::binary_src(kernels::SNAKE_EXPR),
             Kernel::Copy => kernels::copy_src(),
             Kernel::MatMul => kernels::matmul_src(),
+            Kernel::Gemv => kernels::gemv_src(),
             Kernel::Softmax => kernels::softmax_src(),
             Kernel::LayerNorm => kernels::layer_norm_src(),
             Kernel::RmsNorm => kernels::rms_norm_src(),
@@ -908,7 +915,8 @@ fn binary_plan(kernel: Kernel, a: &[usize], b: &[usize]) -> Option<Plan> {
     Some(Plan::simple(out, vec![d]))
 }
 
-/// Matmul-kernel dispatch (see [`kernels::matmul_src`] for the params).
+/// Matmul dispatch (see [`kernels::matmul_src`] for the params): the GEMV
+/// kernel for few rows, the register-blocked tiled kernel otherwise.
 #[allow(clippy::too_many_arguments)]
 fn matmul_dispatch(
     m: usize,
@@ -939,12 +947,12 @@ fn matmul_dispatch(
     p.extend_from_slice(batch.0);
     p.extend_from_slice(batch.1);
     p.extend_from_slice(batch.2);
-    Some(dispatch(
-        Kernel::MatMul,
-        u32s(p)?,
-        operands.to_vec(),
-        (tn as u64) * (tm as u64) * (nb as u64),
-    ))
+    let (kernel, workgroups) = if m <= kernels::GEMV_MAX_ROWS {
+        (Kernel::Gemv, (m as u64) * (n as u64) * (nb as u64))
+    } else {
+        (Kernel::MatMul, (tn as u64) * (tm as u64) * (nb as u64))
+    };
+    Some(dispatch(kernel, u32s(p)?, operands.to_vec(), workgroups))
 }
 
 fn matmul_plan(a: &[usize], b: &[usize]) -> Option<Plan> {

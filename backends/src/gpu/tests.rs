@@ -740,3 +740,72 @@ fn conv_transpose1d_and_conv2d() {
         assert_close(&got, &want, 1e-5, 1e-6, &format!("{op:?}+bias"));
     }
 }
+
+/// Prints rough timings (no assertions). Run with
+/// `cargo test -p edgeflow-backends gpu::tests::timings -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints timings; run explicitly"]
+fn timings() {
+    use std::time::Instant;
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let mut rng = StdRng::seed_from_u64(20);
+    eprintln!("adapter: {}", g.adapter());
+    for (m, k, n) in [
+        (256usize, 256usize, 256usize),
+        (512, 512, 512),
+        (1, 896, 4864),
+    ] {
+        let a = rand_t(&mut rng, &[m, k]);
+        let b = rand_t(&mut rng, &[k, n]);
+        let (ag, bg) = (g.upload(&a).unwrap(), g.upload(&b).unwrap());
+        // Warm up (pipeline compile), then time `reps` back-to-back ops.
+        g.execute(&Op::MatMul, &[&ag, &bg]).unwrap();
+        g.synchronize().unwrap();
+        let reps = 5;
+        let t0 = Instant::now();
+        for _ in 0..reps {
+            g.execute(&Op::MatMul, &[&ag, &bg]).unwrap();
+        }
+        g.synchronize().unwrap();
+        let gpu_s = t0.elapsed().as_secs_f64() / reps as f64;
+        cpu.execute(&Op::MatMul, &[&a, &b]).unwrap();
+        let t0 = Instant::now();
+        for _ in 0..reps {
+            cpu.execute(&Op::MatMul, &[&a, &b]).unwrap();
+        }
+        let cpu_s = t0.elapsed().as_secs_f64() / reps as f64;
+        let flop = 2.0 * (m * k * n) as f64;
+        eprintln!(
+            "matmul {m}x{k}x{n}: gpu {:.3} ms ({:.2} GFLOP/s), cpu {:.3} ms ({:.2} GFLOP/s)",
+            gpu_s * 1e3,
+            flop / gpu_s / 1e9,
+            cpu_s * 1e3,
+            flop / cpu_s / 1e9
+        );
+    }
+    // Per-op overhead: a tiny op, submitted and waited for each time.
+    let x = g.upload(&rand_t(&mut rng, &[64])).unwrap();
+    let op = Op::Unary(UnaryOp::Relu);
+    g.execute(&op, &[&x]).unwrap();
+    g.synchronize().unwrap();
+    let reps = 200;
+    let t0 = Instant::now();
+    for _ in 0..reps {
+        g.execute(&op, &[&x]).unwrap();
+    }
+    g.synchronize().unwrap();
+    eprintln!(
+        "tiny op (relu on 64 values), {reps} queued back to back: {:.1} us each",
+        t0.elapsed().as_secs_f64() / reps as f64 * 1e6
+    );
+    let t0 = Instant::now();
+    for _ in 0..20 {
+        let y = g.execute(&op, &[&x]).unwrap();
+        g.download(&y).unwrap();
+    }
+    eprintln!(
+        "tiny op + download round trip: {:.1} us each",
+        t0.elapsed().as_secs_f64() / 20.0 * 1e6
+    );
+}
