@@ -44,31 +44,69 @@ impl Direction {
     }
 }
 
-/// Names of the devices cpal's default host offers for `dir`.
-pub fn device_names(dir: Direction) -> Result<Vec<String>> {
-    let host = cpal::default_host();
-    let devices = match dir {
-        Direction::Input => host.input_devices().map(|d| d.collect::<Vec<_>>()),
-        Direction::Output => host.output_devices().map(|d| d.collect::<Vec<_>>()),
-    }
-    .map_err(|e| Error::Device(format!("cannot list {} devices: {e}", dir.word())))?;
-    Ok(devices.iter().map(|d| d.to_string()).collect())
+/// One device the host offers: its id (what the `device` param takes,
+/// e.g. `pulse` or `hw:CARD=PCH,DEV=0` on ALSA) and its description.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceEntry {
+    /// Host-specific id.
+    pub id: String,
+    /// Human-readable description.
+    pub name: String,
 }
 
-fn available(dir: Direction) -> String {
-    match device_names(dir) {
-        Ok(names) if names.is_empty() => format!(
+impl std::fmt::Display for DeviceEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{}\" ({})", self.id, self.name)
+    }
+}
+
+fn entries(dir: Direction) -> Result<Vec<(DeviceEntry, cpal::Device)>> {
+    let host = cpal::default_host();
+    let devices: Vec<cpal::Device> = match dir {
+        Direction::Input => host.input_devices().map(|d| d.collect()),
+        Direction::Output => host.output_devices().map(|d| d.collect()),
+    }
+    .map_err(|e| Error::Device(format!("cannot list {} devices: {e}", dir.word())))?;
+    Ok(devices
+        .into_iter()
+        .map(|d| {
+            let name = d.to_string();
+            let id = d
+                .id()
+                .map(|i| i.id().to_string())
+                .unwrap_or_else(|_| name.clone());
+            (DeviceEntry { id, name }, d)
+        })
+        .collect())
+}
+
+/// The devices cpal's default host offers for `dir`.
+pub fn list_devices(dir: Direction) -> Result<Vec<DeviceEntry>> {
+    Ok(entries(dir)?.into_iter().map(|(e, _)| e).collect())
+}
+
+fn describe(dir: Direction, list: &[DeviceEntry]) -> String {
+    if list.is_empty() {
+        format!(
             "there are no {} devices at all (no sound card, and no PulseAudio/PipeWire server reachable: \
              start one, e.g. audio/tests/start-pulse.sh)",
             dir.word()
-        ),
-        Ok(names) => format!("{} devices: {}", dir.word(), names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")),
+        )
+    } else {
+        let l: Vec<String> = list.iter().map(|e| e.to_string()).collect();
+        format!("{} devices: {}", dir.word(), l.join(", "))
+    }
+}
+
+fn available(dir: Direction) -> String {
+    match list_devices(dir) {
+        Ok(list) => describe(dir, &list),
         Err(e) => e.to_string(),
     }
 }
 
-/// Find a device by name (exact, case-insensitive; else a unique substring),
-/// or the default device when `name` is `None`.
+/// Find a device by id or description (exact, case-insensitive; else a
+/// unique substring of either), or the default device when `name` is `None`.
 pub fn find_device(name: Option<&str>, dir: Direction) -> Result<cpal::Device> {
     let host = cpal::default_host();
     let Some(name) = name else {
@@ -84,59 +122,31 @@ pub fn find_device(name: Option<&str>, dir: Direction) -> Result<cpal::Device> {
             ))
         });
     };
-    let devices: Vec<cpal::Device> = match dir {
-        Direction::Input => host.input_devices().map(|d| d.collect()),
-        Direction::Output => host.output_devices().map(|d| d.collect()),
-    }
-    .map_err(|e| Error::Device(format!("cannot list {} devices: {e}", dir.word())))?;
-    let lname = name.to_lowercase();
-    let named: Vec<(String, cpal::Device)> =
-        devices.into_iter().map(|d| (d.to_string(), d)).collect();
-    if let Some(i) = named.iter().position(|(n, _)| n.to_lowercase() == lname) {
-        if let Some((_, d)) = named.into_iter().nth(i) {
-            return Ok(d);
-        }
-        return Err(Error::Device(format!(
-            "{} device \"{name}\" vanished while opening it",
-            dir.word()
-        )));
-    }
-    let matches: Vec<usize> = named
-        .iter()
-        .enumerate()
-        .filter(|(_, (n, _))| n.to_lowercase().contains(&lname))
-        .map(|(i, _)| i)
-        .collect();
-    if let [only] = matches[..] {
-        if let Some((_, d)) = named.into_iter().nth(only) {
-            return Ok(d);
-        }
-        return Err(Error::Device(format!(
-            "{} device \"{name}\" vanished while opening it",
-            dir.word()
-        )));
-    }
-    let list = if named.is_empty() {
-        available(dir)
-    } else {
-        format!(
-            "{} devices: {}",
-            dir.word(),
-            named
-                .iter()
-                .map(|(n, _)| format!("\"{n}\""))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
+    let all = entries(dir)?;
+    let want = name.to_lowercase();
+    let exact = |e: &DeviceEntry| e.id.to_lowercase() == want || e.name.to_lowercase() == want;
+    let partial = |e: &DeviceEntry| {
+        e.id.to_lowercase().contains(&want) || e.name.to_lowercase().contains(&want)
     };
-    let why = if matches.is_empty() {
+    let hits: Vec<usize> = match all.iter().position(|(e, _)| exact(e)) {
+        Some(i) => vec![i],
+        None => (0..all.len()).filter(|&i| partial(&all[i].0)).collect(),
+    };
+    let list: Vec<DeviceEntry> = all.iter().map(|(e, _)| e.clone()).collect();
+    if let [only] = hits[..] {
+        if let Some((_, d)) = all.into_iter().nth(only) {
+            return Ok(d);
+        }
+    }
+    let why = if hits.is_empty() {
         "no"
     } else {
         "more than one"
     };
     Err(Error::Device(format!(
-        "{why} {} device matches \"{name}\"; {list}; set the `device` param to one of them, or leave it out for the default",
-        dir.word()
+        "{why} {} device matches \"{name}\"; {}; set the `device` param to one of these ids, or leave it out for the default",
+        dir.word(),
+        describe(dir, &list)
     )))
 }
 
@@ -252,28 +262,54 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Errors reported by a stream's error callback, for the stage thread.
+/// What a stream's callbacks report to the stage thread.
 #[derive(Debug, Default)]
-struct StreamErrors {
+struct StreamHealth {
+    /// An error after which the stream cannot continue.
     fatal: Mutex<Option<String>>,
-    xruns: AtomicU64,
+    /// The latest recoverable error (xrun, backend hiccup), for messages.
+    last: Mutex<Option<String>>,
+    /// Recoverable errors so far.
+    glitches: AtomicU64,
+    /// Graph-clock time of the latest data callback (0: none yet).
+    last_callback: AtomicU64,
 }
 
-impl StreamErrors {
+impl StreamHealth {
     fn report(&self, e: cpal::Error) {
         match e.kind() {
-            cpal::ErrorKind::Xrun
-            | cpal::ErrorKind::DeviceChanged
-            | cpal::ErrorKind::RealtimeDenied => {
-                self.xruns.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {
+            cpal::ErrorKind::DeviceNotAvailable
+            | cpal::ErrorKind::HostUnavailable
+            | cpal::ErrorKind::StreamInvalidated
+            | cpal::ErrorKind::PermissionDenied => {
                 let mut f = lock(&self.fatal);
                 if f.is_none() {
                     *f = Some(e.to_string());
                 }
             }
+            // Xruns and backend hiccups (the PulseAudio ALSA plugin
+            // sometimes reports EIO and carries on): counted; a stream that
+            // really died is caught by `stalled`.
+            _ => {
+                self.glitches.fetch_add(1, Ordering::Relaxed);
+                *lock(&self.last) = Some(e.to_string());
+            }
         }
+    }
+
+    fn touch(&self) {
+        self.last_callback
+            .store(Timestamp::now().0, Ordering::Relaxed);
+    }
+
+    fn glitches(&self) -> u64 {
+        self.glitches.load(Ordering::Relaxed)
+    }
+
+    fn last_error(&self) -> String {
+        lock(&self.last)
+            .clone()
+            .unwrap_or_else(|| "none reported".into())
     }
 
     fn check(&self, what: &str) -> Result<()> {
@@ -283,6 +319,26 @@ impl StreamErrors {
             ))),
             None => Ok(()),
         }
+    }
+
+    /// Error when the device has not called back for `limit` since
+    /// `since` (or its last callback, whichever is later).
+    fn stalled(&self, what: &str, since: Instant, limit: Duration) -> Result<()> {
+        let last = self.last_callback.load(Ordering::Relaxed);
+        let quiet = if last == 0 {
+            since.elapsed()
+        } else {
+            Timestamp(last).elapsed().min(since.elapsed())
+        };
+        if quiet > limit {
+            return Err(Error::Device(format!(
+                "{what}: the device has not asked for or delivered audio for {:.1} s (last stream error: {}); \
+                 is it still connected and the sound server running?",
+                quiet.as_secs_f64(),
+                self.last_error()
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -319,7 +375,7 @@ impl StageFactory for MicKind {
     fn info(&self) -> StageInfo {
         StageInfo {
             kind: "mic",
-            doc: "Captures from a microphone (cpal input stream) and emits fixed-size chunks stamped with their capture time. Missing or busy devices fail at start with the list of devices that exist. Records `overruns` (buffers dropped because the pipeline fell behind).",
+            doc: "Captures from a microphone (cpal input stream) and emits fixed-size chunks stamped with their capture time. Missing or busy devices fail at start with the list of devices that exist. Records `overruns` (buffers dropped because the pipeline fell behind) and `stream_errors` (recoverable device errors).",
             params: vec![
                 ParamInfo::optional("device", ParamType::String, "device name (exact, or a unique part of it); default: the system's default input"),
                 ParamInfo::optional("sample_rate", ParamType::Int, "capture rate in Hz (default: the device's); the output port declares it when set"),
@@ -379,12 +435,17 @@ pub struct Mic {
     limit_frames: Option<u64>,
     rx: Receiver<Captured>,
     overruns: Arc<AtomicU64>,
-    errors: Arc<StreamErrors>,
+    errors: Arc<StreamHealth>,
     pending: Vec<f32>,
     /// Absolute frame index of `pending[0]`.
     pending_start: u64,
-    /// (absolute frame index, capture time) of each buffer still in `pending`.
-    anchors: VecDeque<(u64, Timestamp)>,
+    /// Capture clock: (absolute frame index, capture time) that frame times
+    /// are extrapolated from at the nominal rate.
+    anchor: Option<(u64, Timestamp)>,
+    /// Capture time of the last chunk emitted (timestamps never go back).
+    last_ts: Timestamp,
+    /// When the stream was started.
+    started: Option<Instant>,
     emitted: u64,
 }
 
@@ -413,7 +474,7 @@ impl Mic {
         // About 2 s of buffers at 10 ms each before overruns count.
         let (tx, rx) = sync_channel::<Captured>(256);
         let overruns = Arc::new(AtomicU64::new(0));
-        let errors = Arc::new(StreamErrors::default());
+        let errors = Arc::new(StreamHealth::default());
         let stream = match format {
             SampleFormat::F32 => build_input::<f32>(&dev, &config, tx, &overruns, &errors),
             SampleFormat::I16 => build_input::<i16>(&dev, &config, tx, &overruns, &errors),
@@ -442,7 +503,9 @@ impl Mic {
             errors,
             pending: Vec::new(),
             pending_start: 0,
-            anchors: VecDeque::new(),
+            anchor: None,
+            last_ts: Timestamp(0),
+            started: None,
             emitted: 0,
         })
     }
@@ -464,29 +527,53 @@ impl Mic {
 
     fn take(&mut self, (ts, samples): Captured) {
         let end = self.pending_start + (self.pending.len() / self.channels as usize) as u64;
-        self.anchors.push_back((end, ts));
+        // Callback times jitter by a period or so; frame counts do not. Keep
+        // extrapolating from one anchor and move it only when the device
+        // clock and ours disagree by more than RESYNC (an overrun dropped
+        // buffers, or the stream stalled).
+        let predicted = self.anchor.map(|_| self.time_of(end));
+        let resync = match predicted {
+            None => true,
+            Some(p) => p.0.abs_diff(ts.0) > RESYNC.as_nanos() as u64,
+        };
+        if resync {
+            self.anchor = Some((end, ts));
+        }
         self.pending.extend_from_slice(&samples);
     }
 
-    /// Capture time of absolute frame `f` (which is inside `pending`).
+    /// Capture time of absolute frame `f`.
     fn time_of(&self, f: u64) -> Timestamp {
-        let (af, ats) = self
-            .anchors
-            .iter()
-            .rev()
-            .find(|(af, _)| *af <= f)
-            .copied()
-            .unwrap_or((f, Timestamp::now()));
-        ats.add(Duration::from_secs_f64((f - af) as f64 / self.rate as f64))
+        match self.anchor {
+            Some((af, ats)) if f >= af => {
+                ats.add(Duration::from_secs_f64((f - af) as f64 / self.rate as f64))
+            }
+            Some((af, ats)) => Timestamp(
+                ats.0
+                    .saturating_sub(((af - f) as f64 * 1e9 / self.rate as f64) as u64),
+            ),
+            None => Timestamp::now(),
+        }
     }
 }
+
+/// A capture stream silent for this long has died (a PulseAudio monitor
+/// source can take a second to start delivering).
+const MIC_STALL: Duration = Duration::from_secs(5);
+
+/// An output stream that stops calling back for this long has died.
+const SPEAKER_STALL: Duration = Duration::from_secs(2);
+
+/// How far the extrapolated capture clock may drift from the device's
+/// callback times before it is re-anchored.
+const RESYNC: Duration = Duration::from_millis(20);
 
 fn build_input<T>(
     dev: &cpal::Device,
     config: &StreamConfig,
     tx: SyncSender<Captured>,
     overruns: &Arc<AtomicU64>,
-    errors: &Arc<StreamErrors>,
+    errors: &Arc<StreamHealth>,
 ) -> std::result::Result<cpal::Stream, cpal::Error>
 where
     T: SizedSample + Send + 'static,
@@ -494,9 +581,11 @@ where
 {
     let overruns = overruns.clone();
     let errs = errors.clone();
+    let health = errors.clone();
     dev.build_input_stream(
         *config,
         move |data: &[T], info: &InputCallbackInfo| {
+            health.touch();
             let t = info.timestamp();
             let age = t.callback.saturating_duration_since(t.capture);
             let now = Timestamp::now();
@@ -516,6 +605,7 @@ impl Stage for Mic {
         self.stream
             .play()
             .map_err(|e| stream_error(Direction::Input, &self.name, e))?;
+        self.started = Some(Instant::now());
         Ok(())
     }
 
@@ -535,7 +625,12 @@ impl Stage for Mic {
                     self.take(c);
                 }
             }
-            Err(RecvTimeoutError::Timeout) => return Ok(Poll::Idle),
+            Err(RecvTimeoutError::Timeout) => {
+                let since = self.started.unwrap_or_else(Instant::now);
+                self.errors
+                    .stalled(&format!("mic \"{}\"", self.name), since, MIC_STALL)?;
+                return Ok(Poll::Idle);
+            }
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(Error::Device(format!(
                     "mic \"{}\": the capture stream ended",
@@ -552,10 +647,12 @@ impl Stage for Mic {
                 n = n.min((l - self.emitted) as usize);
             }
             let first = self.pending_start + (pos / ch) as u64;
+            let ts = self.time_of(first).max(Timestamp(self.last_ts.0 + 1));
+            self.last_ts = ts;
             let msg = Message {
                 epoch: ctx.current_epoch(),
                 seq: 0,
-                timestamp: self.time_of(first),
+                timestamp: ts,
                 deadline: None,
                 payload: Payload::audio(
                     self.rate,
@@ -572,10 +669,8 @@ impl Stage for Mic {
         }
         self.pending.drain(..pos);
         self.pending_start += (pos / ch) as u64;
-        while self.anchors.len() > 1 && self.anchors[1].0 <= self.pending_start {
-            self.anchors.pop_front();
-        }
         ctx.record("overruns", self.overruns.load(Ordering::Relaxed) as f64);
+        ctx.record("stream_errors", self.errors.glitches() as f64);
         Ok(Poll::Continue)
     }
 
@@ -737,7 +832,7 @@ impl StageFactory for SpeakerKind {
     fn info(&self) -> StageInfo {
         StageInfo {
             kind: "speaker",
-            doc: "Plays audio on a speaker (cpal output stream) through a jitter buffer: playback starts once `buffer_ms` is queued; an empty buffer plays silence and counts an underrun (also between utterances). Input of any rate/channels is converted to the device format. Cancelling an epoch drops its queued audio before the next device callback. Records `underruns`, `buffer_ms`, `playout_latency_ms` (capture time to the predicted moment it is heard) and `flushed_ms`.",
+            doc: "Plays audio on a speaker (cpal output stream) through a jitter buffer: playback starts once `buffer_ms` is queued; an empty buffer plays silence and counts an underrun (also between utterances). Input of any rate/channels is converted to the device format. Cancelling an epoch drops its queued audio before the next device callback. Records `underruns`, `buffer_ms`, `playout_latency_ms` (capture time to the predicted moment it is heard), `flushed_ms` and `stream_errors` (recoverable device errors).",
             params: vec![
                 ParamInfo::optional("device", ParamType::String, "device name (exact, or a unique part of it); default: the system's default output"),
                 ParamInfo::optional("sample_rate", ParamType::Int, "device rate in Hz (default: the device's)"),
@@ -800,7 +895,7 @@ pub struct Speaker {
     buf: Arc<Mutex<PlayoutBuffer>>,
     /// How far ahead of playback the device callback writes (ns).
     ahead_ns: Arc<AtomicU64>,
-    errors: Arc<StreamErrors>,
+    errors: Arc<StreamHealth>,
     resampler: Option<StreamResampler>,
     scratch: Vec<f32>,
 }
@@ -832,7 +927,7 @@ impl Speaker {
         let prefill = (buffer_ms * rate as f64 / 1000.0).round() as usize;
         let buf = Arc::new(Mutex::new(PlayoutBuffer::new(config.channels, prefill)));
         let ahead_ns = Arc::new(AtomicU64::new(0));
-        let errors = Arc::new(StreamErrors::default());
+        let errors = Arc::new(StreamHealth::default());
         let stream = match format {
             SampleFormat::F32 => build_output::<f32>(&dev, &config, &buf, &ahead_ns, &errors),
             SampleFormat::I16 => build_output::<i16>(&dev, &config, &buf, &ahead_ns, &errors),
@@ -888,7 +983,7 @@ impl Speaker {
         ctx.record("underruns", under as f64);
         ctx.record("buffer_ms", queued as f64 * 1000.0 / self.rate as f64);
         ctx.record("flushed_ms", flushed as f64 * 1000.0 / self.rate as f64);
-        ctx.record("xruns", self.errors.xruns.load(Ordering::Relaxed) as f64);
+        ctx.record("stream_errors", self.errors.glitches() as f64);
     }
 }
 
@@ -897,7 +992,7 @@ fn build_output<T>(
     config: &StreamConfig,
     buf: &Arc<Mutex<PlayoutBuffer>>,
     ahead_ns: &Arc<AtomicU64>,
-    errors: &Arc<StreamErrors>,
+    errors: &Arc<StreamHealth>,
 ) -> std::result::Result<cpal::Stream, cpal::Error>
 where
     T: SizedSample + FromSample<f32> + Send + 'static,
@@ -905,11 +1000,13 @@ where
     let buf = buf.clone();
     let ahead = ahead_ns.clone();
     let errs = errors.clone();
+    let health = errors.clone();
     let rate = config.sample_rate;
     let mut scratch: Vec<f32> = Vec::new();
     dev.build_output_stream(
         *config,
         move |data: &mut [T], info: &OutputCallbackInfo| {
+            health.touch();
             let t = info.timestamp();
             let to_play = t.playback.saturating_duration_since(t.callback);
             ahead.store(to_play.as_nanos() as u64, Ordering::Relaxed);
@@ -966,9 +1063,12 @@ impl Stage for Speaker {
             std::mem::take(&mut self.scratch)
         };
         // Backpressure: wait while the queue is over its limit.
+        let waiting = Instant::now();
         while lock(&self.buf).queued_frames() > self.max_frames {
             ctx.check()?;
-            self.errors.check(&format!("speaker \"{}\"", self.name))?;
+            let what = format!("speaker \"{}\"", self.name);
+            self.errors.check(&what)?;
+            self.errors.stalled(&what, waiting, SPEAKER_STALL)?;
             ctx.sleep(Duration::from_millis(2));
         }
         lock(&self.buf).push(input.msg.epoch, input.msg.timestamp, samples);
@@ -1002,9 +1102,21 @@ impl Stage for Speaker {
         // buffer, so the last chunk is actually heard before the stream closes.
         let limit =
             Instant::now() + Duration::from_secs_f64(queued as f64 / self.rate as f64 + 2.0);
+        let what = format!("speaker \"{}\"", self.name);
+        let draining = Instant::now();
         while lock(&self.buf).queued_frames() > 0 && Instant::now() < limit && !ctx.should_stop() {
-            self.errors.check(&format!("speaker \"{}\"", self.name))?;
+            self.errors.check(&what)?;
+            self.errors.stalled(&what, draining, SPEAKER_STALL)?;
             std::thread::sleep(Duration::from_millis(5));
+        }
+        let left = lock(&self.buf).queued_frames();
+        if left > 0 && !ctx.should_stop() {
+            return Err(Error::Device(format!(
+                "{what}: {:.0} ms of audio never played (last stream error: {})",
+                left as f64 * 1000.0 / self.rate as f64,
+                self.errors.last_error()
+            ))
+            .into());
         }
         let ahead =
             Duration::from_nanos(self.ahead_ns.load(Ordering::Relaxed)).min(Duration::from_secs(1));
