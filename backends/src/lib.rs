@@ -17,6 +17,7 @@
 pub mod cpu;
 pub mod gpu;
 pub mod npu;
+pub mod opbench;
 
 pub use edgeflow_runtime::probe::ProbeReport;
 use edgeflow_runtime::probe::{probe_backend, ProbeCache};

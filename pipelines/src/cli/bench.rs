@@ -8,11 +8,15 @@ pub enum BenchCommand {
     /// Dataflow engine: 17-stage chain latency, throughput, 4 MB tensor hops,
     /// against a raw crossbeam-channel baseline.
     Dataflow,
+    /// Tensor ops on the CPU backend: GEMM, decode GEMV (f32, Q8_0, Q4_0),
+    /// conv1d and attention vs raw candle and the measured memory bandwidth.
+    Ops(super::bench_ops::BenchOpsArgs),
 }
 
 /// Run a benchmark.
 pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
     match b {
+        BenchCommand::Ops(a) => super::bench_ops::run(a),
         BenchCommand::Dataflow => {
             let o = edgeflow_graph::bench::DataflowBenchOptions::default();
             eprintln!("measuring the raw baseline and the engine (about 10 s)...");

@@ -4,6 +4,8 @@ use clap::Subcommand;
 use std::process::ExitCode;
 
 mod bench;
+mod bench_ops;
+mod devices;
 mod graph;
 mod models;
 mod run;
@@ -50,8 +52,6 @@ pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Graph(a) => graph::run(a),
         Command::Stages(a) => stages::run(a),
         Command::Schema => schema::run(),
-        Command::Devices { .. } => {
-            anyhow::bail!("this command is being wired up")
-        }
+        Command::Devices { refresh } => devices::run(refresh, false),
     }
 }

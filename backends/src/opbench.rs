@@ -1,0 +1,418 @@
+//! The op benchmark behind `edgeflow bench ops`: the runtime's CPU path
+//! against raw candle calls on the same shapes, and against a memory
+//! bandwidth ceiling measured in the same run.
+//!
+//! ## Method
+//! - Every measurement alternates the runtime call and the raw candle call
+//!   (A, B, A, B...) so machine noise hits both alike, and reports medians.
+//! - Decode-shaped GEMVs rotate through enough copies of the weight matrix
+//!   to cover [`BenchOptions::working_set_mb`], as a model's layers do, so
+//!   weights stream from memory instead of sitting in cache; their
+//!   achieved GB/s counts weight bytes only.
+//! - The bandwidth ceiling is a multi-threaded f32 sum over a buffer of the
+//!   same size (read-only, like a GEMV).
+//! - ratio = candle time / runtime time: 1.0 means no overhead.
+
+use crate::cpu_backend;
+use candle_core::quantized::QMatMul;
+use candle_core::{Module, Tensor as CTensor};
+use edgeflow_runtime::{ConvCfg, DType, Device, Result, Tensor};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Benchmark settings.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Bytes of weights a GEMV pass streams, and of the bandwidth buffer, in MB.
+    pub working_set_mb: usize,
+    /// Minimum measuring time per row.
+    pub min_time: Duration,
+    /// Threads for the bandwidth ceiling (candle's kernels use rayon's pool).
+    pub threads: usize,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            working_set_mb: 256,
+            min_time: Duration::from_millis(600),
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+        }
+    }
+}
+
+/// What a row's throughput counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Throughput {
+    /// Floating-point operations per call.
+    Flops(f64),
+    /// Weight bytes streamed per call.
+    Bytes(f64),
+    /// Nothing (timing only).
+    None,
+}
+
+/// One benchmark row.
+#[derive(Debug, Clone)]
+pub struct BenchRow {
+    /// What was measured.
+    pub name: String,
+    /// Median seconds per call through the runtime (`Device` on the CPU backend).
+    pub runtime_s: f64,
+    /// Median seconds per call of the raw candle baseline.
+    pub candle_s: f64,
+    /// What a call does, for GFLOP/s or GB/s.
+    pub throughput: Throughput,
+}
+
+impl BenchRow {
+    /// candle time / runtime time (>= 1 is no overhead).
+    pub fn ratio(&self) -> f64 {
+        self.candle_s / self.runtime_s
+    }
+}
+
+/// The whole run.
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    /// Measured read bandwidth ceiling, GB/s.
+    pub bandwidth_gbs: f64,
+    /// Threads used for the ceiling.
+    pub threads: usize,
+    /// Rows.
+    pub rows: Vec<BenchRow>,
+}
+
+impl BenchReport {
+    /// A text table.
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "memory bandwidth ceiling (f32 sum, {} threads): {:.1} GB/s\n\n{:<44} {:>10} {:>10} {:>8} {:>14} {:>9}\n",
+            self.threads, self.bandwidth_gbs, "op", "runtime", "candle", "ratio", "throughput", "% of BW"
+        );
+        for r in &self.rows {
+            let (tp, bw) = match r.throughput {
+                Throughput::Flops(f) => (
+                    format!("{:.1} GFLOP/s", f / r.runtime_s / 1e9),
+                    String::new(),
+                ),
+                Throughput::Bytes(b) => {
+                    let gbs = b / r.runtime_s / 1e9;
+                    (
+                        format!("{gbs:.1} GB/s"),
+                        format!("{:.0}%", 100.0 * gbs / self.bandwidth_gbs),
+                    )
+                }
+                Throughput::None => (String::new(), String::new()),
+            };
+            s.push_str(&format!(
+                "{:<44} {:>10} {:>10} {:>7.2}x {:>14} {:>9}\n",
+                r.name,
+                fmt_time(r.runtime_s),
+                fmt_time(r.candle_s),
+                r.ratio(),
+                tp,
+                bw
+            ));
+        }
+        s
+    }
+}
+
+fn fmt_time(s: f64) -> String {
+    if s >= 1e-3 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{:.1} us", s * 1e6)
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Alternate `a` and `b` until both have run for `min_time`; medians.
+fn ab(
+    min_time: Duration,
+    mut a: impl FnMut() -> Result<()>,
+    mut b: impl FnMut() -> Result<()>,
+) -> Result<(f64, f64)> {
+    a()?;
+    b()?;
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    while start.elapsed() < min_time * 2 || ta.len() < 5 {
+        let t = Instant::now();
+        a()?;
+        ta.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        b()?;
+        tb.push(t.elapsed().as_secs_f64());
+        if ta.len() >= 10_000 {
+            break;
+        }
+    }
+    Ok((median(&mut ta), median(&mut tb)))
+}
+
+/// Read bandwidth: `threads` threads summing disjoint parts of an `mb` MB
+/// f32 buffer; best of several passes, in GB/s.
+pub fn bandwidth_gbs(mb: usize, threads: usize) -> f64 {
+    let n = mb * (1 << 20) / 4;
+    let buf: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    let threads = threads.max(1);
+    let chunk = n.div_ceil(threads);
+    let mut best = f64::INFINITY;
+    let mut sink = 0.0f32;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let total: f32 = std::thread::scope(|s| {
+            let hs: Vec<_> = buf
+                .chunks(chunk)
+                .map(|part| {
+                    s.spawn(move || {
+                        let mut acc = [0f32; 16];
+                        let mut it = part.chunks_exact(16);
+                        for c in &mut it {
+                            for (a, x) in acc.iter_mut().zip(c) {
+                                *a += *x;
+                            }
+                        }
+                        acc.iter().sum::<f32>() + it.remainder().iter().sum::<f32>()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+        });
+        best = best.min(t.elapsed().as_secs_f64());
+        sink += total;
+    }
+    std::hint::black_box(sink);
+    (n * 4) as f64 / best / 1e9
+}
+
+fn randn(dims: &[usize], seed: u64) -> Result<Tensor> {
+    edgeflow_runtime::rng::rand_normal_host(dims, 0.0, 1.0, seed)
+}
+
+fn c(t: &Tensor) -> Result<CTensor> {
+    Ok(t.candle("bench")?.clone())
+}
+
+fn gemm(dev: &Device, n: usize, o: &BenchOptions) -> Result<BenchRow> {
+    let (a, b) = (randn(&[n, n], 1)?, randn(&[n, n], 2)?);
+    let (ca, cb) = (c(&a)?, c(&b)?);
+    let (r, k) = ab(
+        o.min_time,
+        || dev.matmul(&a, &b).map(|_| ()),
+        || ca.matmul(&cb).map(|_| ()).map_err(Into::into),
+    )?;
+    Ok(BenchRow {
+        name: format!("gemm f32 {n}x{n}x{n}"),
+        runtime_s: r,
+        candle_s: k,
+        throughput: Throughput::Flops(2.0 * (n * n * n) as f64),
+    })
+}
+
+/// Decode GEMV `x[1, k] @ w[n, k]^T` over enough weight copies to stream
+/// `working_set_mb` per pass.
+fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result<BenchRow> {
+    let x = randn(&[1, k], 3)?;
+    let cx = c(&x)?;
+    let w0 = randn(&[n, k], 4)?;
+    let one = match dt {
+        DType::F32 => w0.size_bytes(),
+        _ => dev.cast(&w0, dt)?.size_bytes(),
+    };
+    let copies = (o.working_set_mb * (1 << 20)).div_ceil(one).clamp(1, 1024);
+    let mut ws = Vec::with_capacity(copies);
+    for i in 0..copies {
+        let w = randn(&[n, k], 100 + i as u64)?;
+        ws.push(if dt == DType::F32 {
+            w
+        } else {
+            dev.cast(&w, dt)?
+        });
+    }
+    // The raw candle calls: what candle_nn::Linear / QMatMul do.
+    enum Raw {
+        F(Vec<CTensor>),
+        Q(Vec<QMatMul>),
+    }
+    let raw = if dt == DType::F32 {
+        Raw::F(ws.iter().map(c).collect::<Result<_>>()?)
+    } else {
+        let mut v = Vec::new();
+        for w in &ws {
+            let edgeflow_runtime::Storage::Quantized(q) = w.storage() else {
+                return Err(edgeflow_runtime::Error::bad_input(
+                    "bench",
+                    "expected quantized weights",
+                ));
+            };
+            v.push(QMatMul::from_arc(Arc::clone(q))?);
+        }
+        Raw::Q(v)
+    };
+    let (mut i, mut j) = (0usize, 0usize);
+    let (r, kk) = ab(
+        o.min_time,
+        || {
+            let w = &ws[i % copies];
+            i += 1;
+            dev.linear(&x, w, None).map(|_| ())
+        },
+        || {
+            j += 1;
+            match &raw {
+                Raw::F(v) => cx.matmul(&v[j % copies].t()?).map(|_| ())?,
+                Raw::Q(v) => v[j % copies].forward(&cx).map(|_| ())?,
+            }
+            Ok(())
+        },
+    )?;
+    Ok(BenchRow {
+        name: format!("gemv {dt} 1x{k}x{n} ({copies} weight copies)"),
+        runtime_s: r,
+        candle_s: kk,
+        throughput: Throughput::Bytes(one as f64),
+    })
+}
+
+fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
+    let mut rows = Vec::new();
+    // A VITS / HiFi-GAN-like residual conv: 192 channels, kernel 5, 1024 frames.
+    let (x, w, b) = (
+        randn(&[1, 192, 1024], 5)?,
+        randn(&[192, 192, 5], 6)?,
+        randn(&[192], 7)?,
+    );
+    let (cx, cw, cb) = (c(&x)?, c(&w)?, c(&b)?.reshape((1, 192, 1))?);
+    let cfg = ConvCfg {
+        padding: 2,
+        ..ConvCfg::default()
+    };
+    let (r, k) = ab(
+        o.min_time,
+        || dev.conv1d(&x, &w, Some(&b), cfg).map(|_| ()),
+        || {
+            cx.conv1d(&cw, 2, 1, 1, 1)?.broadcast_add(&cb)?;
+            Ok(())
+        },
+    )?;
+    rows.push(BenchRow {
+        name: "conv1d 192->192 k5 l1024".into(),
+        runtime_s: r,
+        candle_s: k,
+        throughput: Throughput::Flops(2.0 * 192.0 * 192.0 * 5.0 * 1024.0),
+    });
+    // Vocoder upsampling: 256 -> 128 channels, stride 8, kernel 16.
+    let (x, w) = (randn(&[1, 256, 200], 8)?, randn(&[256, 128, 16], 9)?);
+    let (cx, cw) = (c(&x)?, c(&w)?);
+    let tcfg = edgeflow_runtime::ConvTransposeCfg {
+        stride: 8,
+        padding: 4,
+        ..Default::default()
+    };
+    let (r, k) = ab(
+        o.min_time,
+        || dev.conv_transpose1d(&x, &w, None, tcfg).map(|_| ()),
+        || {
+            cx.conv_transpose1d(&cw, 4, 0, 8, 1, 1)?;
+            Ok(())
+        },
+    )?;
+    rows.push(BenchRow {
+        name: "conv_transpose1d 256->128 k16 s8 l200".into(),
+        runtime_s: r,
+        candle_s: k,
+        throughput: Throughput::Flops(2.0 * 256.0 * 128.0 * 16.0 * 200.0),
+    });
+    Ok(rows)
+}
+
+/// The same attention written directly in candle (GQA folded into rows).
+fn candle_attention(
+    q: &CTensor,
+    k: &CTensor,
+    v: &CTensor,
+    scale: f64,
+    causal: bool,
+) -> Result<CTensor> {
+    let (b, h, s, d) = q.dims4()?;
+    let (_, hk, t, _) = k.dims4()?;
+    let rep = h / hk;
+    let qg = q.reshape((b, hk, rep * s, d))?;
+    let sc = (qg.matmul(&k.t()?)? * scale)?.reshape((b, h, s, t))?;
+    let sc = if causal {
+        let m: Vec<f32> = (0..s)
+            .flat_map(|i| {
+                (0..t).map(move |j| {
+                    if j > i + t - s {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+            })
+            .collect();
+        sc.broadcast_add(&CTensor::from_vec(m, (s, t), q.device())?)?
+    } else {
+        sc
+    };
+    let p = candle_nn::ops::softmax_last_dim(&sc)?.reshape((b, hk, rep * s, t))?;
+    Ok(p.matmul(v)?.reshape((b, h, s, d))?)
+}
+
+fn attention(dev: &Device, s: usize, t: usize, o: &BenchOptions) -> Result<BenchRow> {
+    let (h, hk, d) = (9, 3, 64);
+    let q = randn(&[1, h, s, d], 10)?;
+    let k = randn(&[1, hk, t, d], 11)?;
+    let v = randn(&[1, hk, t, d], 12)?;
+    let (cq, ck, cv) = (c(&q)?, c(&k)?, c(&v)?);
+    let scale = 1.0 / (d as f64).sqrt();
+    let (r, kk) = ab(
+        o.min_time,
+        || dev.attention(&q, &k, &v, None, scale, true).map(|_| ()),
+        || candle_attention(&cq, &ck, &cv, scale, true).map(|_| ()),
+    )?;
+    Ok(BenchRow {
+        name: format!("attention causal h{h}/{hk} d{d} s{s} t{t}"),
+        runtime_s: r,
+        candle_s: kk,
+        throughput: Throughput::Flops(4.0 * (h * s * t * d) as f64),
+    })
+}
+
+/// Run the benchmark; `progress` is told what is being measured.
+pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchReport> {
+    let cpu = cpu_backend();
+    let dev = Device::new(cpu.clone(), cpu);
+    progress("memory bandwidth");
+    let bw = bandwidth_gbs(o.working_set_mb, o.threads);
+    let mut rows = Vec::new();
+    for n in [512, 1024] {
+        progress(&format!("gemm {n}"));
+        rows.push(gemm(&dev, n, o)?);
+    }
+    for (k, n) in [(576, 1536), (896, 4864)] {
+        for dt in [DType::F32, DType::Q8_0, DType::Q4_0] {
+            progress(&format!("gemv {dt} 1x{k}x{n}"));
+            rows.push(gemv(&dev, k, n, dt, o)?);
+        }
+    }
+    progress("conv");
+    rows.extend(conv(&dev, o)?);
+    progress("attention");
+    rows.push(attention(&dev, 128, 128, o)?);
+    rows.push(attention(&dev, 1, 512, o)?);
+    Ok(BenchReport {
+        bandwidth_gbs: bw,
+        threads: o.threads,
+        rows,
+    })
+}
