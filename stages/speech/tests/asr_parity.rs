@@ -19,10 +19,19 @@ fn transcripts_match_faster_whisper() {
     let r = common::reference();
     let clip = common::clip();
     let mut ranges = vec![("whole".to_string(), [0, clip.len()])];
-    let offs: Vec<[usize; 2]> = serde_json::from_value(r["sentence_offsets"].clone()).expect("offsets");
+    let offs: Vec<[usize; 2]> =
+        serde_json::from_value(r["sentence_offsets"].clone()).expect("offsets");
     let segs: Vec<[usize; 2]> = serde_json::from_value(r["vad"]["segments"].clone()).expect("segs");
-    ranges.extend(offs.iter().enumerate().map(|(i, o)| (format!("sentence{i}"), *o)));
-    ranges.extend(segs.iter().enumerate().map(|(i, o)| (format!("vad_segment{i}"), *o)));
+    ranges.extend(
+        offs.iter()
+            .enumerate()
+            .map(|(i, o)| (format!("sentence{i}"), *o)),
+    );
+    ranges.extend(
+        segs.iter()
+            .enumerate()
+            .map(|(i, o)| (format!("vad_segment{i}"), *o)),
+    );
     let mut failures = Vec::new();
     for (name, [a, b]) in ranges {
         let want = r["asr"]
@@ -31,7 +40,9 @@ fn transcripts_match_faster_whisper() {
             .iter()
             .find(|x| x["name"] == name.as_str())
             .expect("reference entry");
-        let t = tr.transcribe(&clip[a..b], &mut || false).expect("transcribe");
+        let t = tr
+            .transcribe(&clip[a..b], &mut || false)
+            .expect("transcribe");
         let want_tokens: Vec<u32> = serde_json::from_value(want["tokens"].clone()).expect("tokens");
         eprintln!(
             "{name}: {:?} (encode {:.0} ms, decode {:.0} ms; faster-whisper {:.0} ms)",

@@ -117,7 +117,11 @@ impl Transcriber {
         let suppress = id_list(&cfg, "suppress_ids", &cfg_path)?;
         let suppress_begin = id_list(&cfg, "suppress_ids_begin", &cfg_path)?;
         let vocab = model.config().vocab as u32;
-        if let Some(bad) = suppress.iter().chain(&suppress_begin).find(|&&t| t >= vocab) {
+        if let Some(bad) = suppress
+            .iter()
+            .chain(&suppress_begin)
+            .find(|&&t| t >= vocab)
+        {
             return Err(Error::bad_model(
                 &cfg_path,
                 format!("suppressed token {bad} is outside the vocabulary ({vocab})"),
@@ -246,16 +250,16 @@ impl Transcriber {
                     last[t as usize] = f32::NEG_INFINITY;
                 }
             }
-            let (best, _) = last
-                .iter()
-                .enumerate()
-                .fold((0usize, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
-                    if v > bv {
-                        (i, v)
-                    } else {
-                        (bi, bv)
-                    }
-                });
+            let (best, _) =
+                last.iter()
+                    .enumerate()
+                    .fold((0usize, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
+                        if v > bv {
+                            (i, v)
+                        } else {
+                            (bi, bv)
+                        }
+                    });
             sum_logprob += log_softmax_at(&last, best) as f64;
             let best = best as u32;
             if best == sp.eot {

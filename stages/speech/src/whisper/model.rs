@@ -218,12 +218,9 @@ impl Whisper {
         let embed = l.t("decoder/embeddings/weight")?;
         let enc_pos = l.t("encoder/position_encodings/encodings")?;
         let dec_pos = l.t("decoder/position_encodings/encodings")?;
-        let (&[d_model, n_mels, 3], &[vocab, d2], &[n_audio_ctx, _], &[n_text_ctx, _]) = (
-            conv1w.dims(),
-            embed.dims(),
-            enc_pos.dims(),
-            dec_pos.dims(),
-        ) else {
+        let (&[d_model, n_mels, 3], &[vocab, d2], &[n_audio_ctx, _], &[n_text_ctx, _]) =
+            (conv1w.dims(), embed.dims(), enc_pos.dims(), dec_pos.dims())
+        else {
             return Err(Error::bad_model(
                 model_bin,
                 "not a Whisper CTranslate2 model (conv1, embeddings or position encodings have unexpected ranks)",
@@ -334,10 +331,7 @@ impl Whisper {
             &x,
             &self.conv2.0,
             Some(&self.conv2.1),
-            ConvCfg {
-                stride: 2,
-                ..pad1
-            },
+            ConvCfg { stride: 2, ..pad1 },
         )?;
         let x = dev.unary(UnaryOp::GeluErf, &x)?;
         let x = dev.transpose(&x, 1, 2)?;

@@ -81,7 +81,10 @@ impl WhisperTokenizer {
             .into_iter()
             .flatten()
         {
-            if let (Some(id), Some(s)) = (a.get("id").and_then(|i| i.as_u64()), a.get("content").and_then(|c| c.as_str())) {
+            if let (Some(id), Some(s)) = (
+                a.get("id").and_then(|i| i.as_u64()),
+                a.get("content").and_then(|c| c.as_str()),
+            ) {
                 specials.insert(s.to_string(), id as u32);
             }
         }
