@@ -22,6 +22,8 @@ pub struct BenchOptions {
     pub decode_tokens: usize,
     /// Repetitions; the median is reported.
     pub runs: usize,
+    /// Expand quantized weights to f32 at load (see [`Llama::load_with`]).
+    pub dequantize: bool,
 }
 
 impl Default for BenchOptions {
@@ -32,6 +34,7 @@ impl Default for BenchOptions {
             prompt_tokens: 128,
             decode_tokens: 64,
             runs: 3,
+            dequantize: false,
         }
     }
 }
@@ -58,7 +61,8 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
     };
     let dev = edgeflow_backends::open(o.device)?;
     let t = Instant::now();
-    let (mut model, gguf) = Llama::open(&dev, &path)?;
+    let gguf = edgeflow_runtime::weights::GgufFile::open(&path)?;
+    let mut model = Llama::load_with(&dev, &gguf, o.dequantize)?;
     let load_s = t.elapsed().as_secs_f64();
     let tok = TextTokenizer::from_gguf(&gguf)?;
     let filler = "The history of the printing press begins in the fifteenth century, when \
@@ -91,13 +95,14 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
     let gbs = bytes * dec / 1e9;
     let c = model.config();
     Ok(format!(
-        "thinker bench: {} on {}\n\
+        "thinker bench: {} on {}{}\n\
          model: {} layers, d={}, {} heads / {} KV heads, vocab {}; {:.1} MB of weights, loaded in {:.2} s\n\
          prefill: {:.1} tokens/s ({} prompt tokens, median of {})\n\
          decode:  {:.1} tokens/s ({:.2} ms/token, {} tokens after the prompt, median of {})\n\
          decode weight bandwidth: {:.2} GB/s ({:.1} MB read per token)\n",
         path.display(),
         o.device,
+        if o.dequantize { " (weights dequantized to f32)" } else { "" },
         c.n_layer,
         c.d_model,
         c.n_head,

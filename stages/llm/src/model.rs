@@ -11,7 +11,7 @@
 
 use crate::{Error, Result};
 use edgeflow_runtime::weights::{GgufFile, WeightReader};
-use edgeflow_runtime::{Device, KvCache, Tensor};
+use edgeflow_runtime::{DType, Device, KvCache, Tensor};
 use std::path::Path;
 
 /// Hyper-parameters read from the GGUF metadata (`llama.*`).
@@ -139,10 +139,22 @@ impl Llama {
     /// backend without quantized kernels) stay on the host and their ops
     /// fall back to the CPU per op, counted in the device's stats.
     pub fn load(dev: &Device, g: &GgufFile) -> Result<Self> {
+        Self::load_with(dev, g, false)
+    }
+
+    /// Like [`Llama::load`]; with `dequantize`, quantized weights are
+    /// expanded to f32 at load (what PyTorch `transformers` does with a
+    /// GGUF): four to eight times the memory and the bandwidth, but the
+    /// arithmetic of the f32 reference, for parity checks.
+    pub fn load_with(dev: &Device, g: &GgufFile, dequantize: bool) -> Result<Self> {
         let cfg = Config::from_gguf(g)?;
         let mut weight_bytes = 0usize;
+        let host = dev.host();
         let mut load = |name: &str| -> Result<Tensor> {
-            let t = g.load(name)?;
+            let mut t = g.load(name)?;
+            if dequantize && t.dtype().is_quantized() {
+                t = host.cast(&t, DType::F32)?;
+            }
             weight_bytes += t.size_bytes();
             let t = dev.place(&t).unwrap_or(t);
             dev.stats().add_resident(t.size_bytes() as i64);

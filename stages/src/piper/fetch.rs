@@ -333,8 +333,9 @@ fn pytorch_name(
 /// their PyTorch names. Returns the number of tensors written.
 ///
 /// Besides the renamed weights (see `pytorch_name`), the duration
-/// predictor's `dp.flows.0.logs` was constant-folded into `exp(logs)`
-/// (`/dp/flows.0/Exp_output_0`); it is stored back as `logs`.
+/// predictor's `dp.flows.0.logs` was constant-folded into the factor
+/// `exp(-logs)` of its inverse (`/dp/flows.0/Exp_output_0`, consumed by
+/// `/dp/flows.0/Mul`); it is stored back as `logs`.
 pub fn convert_onnx_to_safetensors(onnx: &Path, out: &Path) -> Result<usize> {
     let graph = OnnxGraph::read(onnx)?;
     let mut consumers: HashMap<&str, Vec<(&str, &str, usize)>> = HashMap::new();
@@ -383,7 +384,7 @@ pub fn convert_onnx_to_safetensors(onnx: &Path, out: &Path) -> Result<usize> {
             ));
         }
         if folded_logs {
-            data.iter_mut().for_each(|v| *v = v.ln());
+            data.iter_mut().for_each(|v| *v = -v.ln());
         }
         if tensors
             .insert(name.clone(), F32View::new(t.dims.clone(), &data))

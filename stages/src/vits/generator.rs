@@ -1,0 +1,158 @@
+//! VITS's decoder (`dec`): a HiFi-GAN generator — transposed-convolution
+//! upsampling, multi-receptive-field residual blocks, tanh output.
+
+use super::layers::{Conv1d, ConvTranspose1d, Weights};
+use super::VitsConfig;
+use crate::{Error, Result};
+use edgeflow_runtime::{Device, Tensor};
+
+const LRELU_SLOPE: f64 = 0.1;
+
+/// One residual block: type "1" (two convs per dilation) or "2" (one).
+#[derive(Debug)]
+struct ResBlock {
+    /// (dilated conv, optional second conv with dilation 1).
+    convs: Vec<(Conv1d, Option<Conv1d>)>,
+}
+
+impl ResBlock {
+    fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
+        let mut x = x.clone();
+        for (c1, c2) in &self.convs {
+            let xt = dev.leaky_relu(&x, LRELU_SLOPE)?;
+            let mut xt = c1.forward(dev, &xt)?;
+            if let Some(c2) = c2 {
+                xt = dev.leaky_relu(&xt, LRELU_SLOPE)?;
+                xt = c2.forward(dev, &xt)?;
+            }
+            x = dev.add(&xt, &x)?;
+        }
+        Ok(x)
+    }
+}
+
+/// The HiFi-GAN generator.
+#[derive(Debug)]
+pub struct Generator {
+    conv_pre: Conv1d,
+    ups: Vec<ConvTranspose1d>,
+    /// `resblock_kernel_sizes.len()` blocks per upsampling stage.
+    blocks: Vec<ResBlock>,
+    kernels: usize,
+    conv_post: Conv1d,
+}
+
+impl Generator {
+    /// Load `dec.*`. The residual block type is read from the weight names.
+    pub fn load(ws: &Weights, cfg: &VitsConfig) -> Result<Self> {
+        if cfg.upsample_rates.len() != cfg.upsample_kernel_sizes.len()
+            || cfg.resblock_kernel_sizes.len() != cfg.resblock_dilation_sizes.len()
+        {
+            return Err(Error::BadInput(
+                "VITS config: upsample / resblock lists have different lengths".into(),
+            ));
+        }
+        let type1 = ws.contains("dec.resblocks.0.convs1.0.weight");
+        let c0 = cfg.upsample_initial_channel;
+        let conv_pre = Conv1d::load(ws, "dec.conv_pre", cfg.inter_channels, c0, 7, 1, 1, true)?;
+        let mut ups = Vec::new();
+        let mut blocks = Vec::new();
+        let mut ch = c0;
+        for (i, (&u, &k)) in cfg
+            .upsample_rates
+            .iter()
+            .zip(&cfg.upsample_kernel_sizes)
+            .enumerate()
+        {
+            let out = ch / 2;
+            ups.push(ConvTranspose1d::load(
+                ws,
+                &format!("dec.ups.{i}"),
+                ch,
+                out,
+                k,
+                u,
+            )?);
+            for (j, (&rk, dil)) in cfg
+                .resblock_kernel_sizes
+                .iter()
+                .zip(&cfg.resblock_dilation_sizes)
+                .enumerate()
+            {
+                let p = format!("dec.resblocks.{}", i * cfg.resblock_kernel_sizes.len() + j);
+                let mut convs = Vec::new();
+                for (n, &d) in dil.iter().enumerate() {
+                    if type1 {
+                        let a =
+                            Conv1d::load(ws, &format!("{p}.convs1.{n}"), out, out, rk, d, 1, true)?;
+                        let b =
+                            Conv1d::load(ws, &format!("{p}.convs2.{n}"), out, out, rk, 1, 1, true)?;
+                        convs.push((a, Some(b)));
+                    } else {
+                        let a =
+                            Conv1d::load(ws, &format!("{p}.convs.{n}"), out, out, rk, d, 1, true)?;
+                        convs.push((a, None));
+                    }
+                }
+                blocks.push(ResBlock { convs });
+            }
+            ch = out;
+        }
+        Ok(Generator {
+            conv_pre,
+            ups,
+            blocks,
+            kernels: cfg.resblock_kernel_sizes.len(),
+            conv_post: Conv1d::load(ws, "dec.conv_post", ch, 1, 7, 1, 1, false)?,
+        })
+    }
+
+    /// How many latent frames on each side one output sample depends on
+    /// (rounded up).
+    pub fn receptive_radius(cfg: &VitsConfig) -> usize {
+        let block_radius: usize = cfg
+            .resblock_kernel_sizes
+            .iter()
+            .zip(&cfg.resblock_dilation_sizes)
+            .map(|(&k, dil)| dil.iter().map(|&d| (k - 1) / 2 * (d + 1)).sum::<usize>())
+            .max()
+            .unwrap_or(0);
+        // Radius in samples at the current rate, accumulated from the output back.
+        let mut radius_samples = 3.0f64; // conv_post
+        for (&u, &k) in cfg
+            .upsample_rates
+            .iter()
+            .zip(&cfg.upsample_kernel_sizes)
+            .rev()
+        {
+            radius_samples += block_radius as f64;
+            radius_samples = radius_samples / u as f64 + (k as f64 / u as f64).ceil();
+        }
+        radius_samples += 3.0; // conv_pre
+        radius_samples.ceil() as usize
+    }
+
+    /// Latent z[1, c, t] -> audio [1, 1, t * hop].
+    pub fn forward(&self, dev: &Device, z: &Tensor) -> Result<Tensor> {
+        let mut x = self.conv_pre.forward(dev, z)?;
+        for (i, up) in self.ups.iter().enumerate() {
+            x = dev.leaky_relu(&x, LRELU_SLOPE)?;
+            x = up.forward(dev, &x)?;
+            let mut acc: Option<Tensor> = None;
+            for b in &self.blocks[i * self.kernels..(i + 1) * self.kernels] {
+                let y = b.forward(dev, &x)?;
+                acc = Some(match acc {
+                    Some(a) => dev.add(&a, &y)?,
+                    None => y,
+                });
+            }
+            if let Some(a) = acc {
+                x = dev.scale(&a, 1.0 / self.kernels as f64)?;
+            }
+        }
+        // PyTorch's default leaky_relu slope here, not LRELU_SLOPE.
+        let x = dev.leaky_relu(&x, 0.01)?;
+        let x = self.conv_post.forward(dev, &x)?;
+        Ok(dev.tanh(&x)?)
+    }
+}
