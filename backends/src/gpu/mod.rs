@@ -3,8 +3,8 @@
 //! Data lives on the GPU as [`GpuBuffer`]s of f32 (f16 and bf16 are widened
 //! to f32 on upload; a download gives a host f32 tensor). Ops run as WGSL
 //! compute kernels submitted without waiting, so the result of one op stays
-//! on the GPU as the input of the next; only [`Backend::download`] (and
-//! [`Backend::synchronize`]) wait for the GPU.
+//! on the GPU as the input of the next; only [`edgeflow_runtime::Backend::download`] (and
+//! [`edgeflow_runtime::Backend::synchronize`]) wait for the GPU.
 //!
 //! Native ops: `MatMul` (batched, broadcast batch dims; register-blocked
 //! 64x64 tiles in workgroup memory, or a GEMV kernel for <= 4 rows),
@@ -18,7 +18,7 @@
 //! (zeros) and `Cast` to f32. Everything else (`ArgMax`, `Cumsum`, `Gather`,
 //! reflect/replicate `Pad`, casts to other dtypes, `RandNormal`, softmax over
 //! another dim), and any input this backend cannot hold (quantized weights,
-//! integer tensors), makes [`Backend::supports`] say no, so the
+//! integer tensors), makes [`edgeflow_runtime::Backend::supports`] say no, so the
 //! [`edgeflow_runtime::Device`] dispatcher runs it on the CPU and counts it.
 //!
 //! Each kernel is compiled once per backend and cached. Dispatches larger
@@ -48,10 +48,16 @@ const INSTALL_HINT: &str = "no GPU adapter found by wgpu (Vulkan, Metal or DX12)
      Install a GPU driver, or on Linux without a GPU Mesa's software Vulkan driver: \
      `apt-get install mesa-vulkan-drivers libvulkan1`";
 
-/// A wgpu instance with every compiled-in backend enabled.
-fn instance() -> wgpu::Instance {
+/// The wgpu backends to search: `WGPU_BACKEND` (e.g. `vulkan`, `metal`,
+/// `dx12`) when set, else every compiled-in backend.
+fn backends() -> wgpu::Backends {
+    wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all())
+}
+
+/// A wgpu instance over `backends`.
+fn instance(backends: wgpu::Backends) -> wgpu::Instance {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    desc.backends = wgpu::Backends::all();
+    desc.backends = backends;
     wgpu::Instance::new(desc)
 }
 
@@ -63,10 +69,10 @@ fn describe(info: &wgpu::AdapterInfo) -> String {
 /// Lists the GPU adapters wgpu can see, in the order `gpu:N` indexes them.
 ///
 /// Empty when there is none (no driver installed); see [`GpuBackend::new`]
-/// for what to install.
+/// for what to install. `WGPU_BACKEND` restricts the search.
 pub fn adapters() -> Vec<String> {
-    let inst = instance();
-    pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all()))
+    let b = backends();
+    pollster::block_on(instance(b).enumerate_adapters(b))
         .iter()
         .map(|a| describe(&a.get_info()))
         .collect()
@@ -358,13 +364,16 @@ impl GpuBackend {
     /// Fails with [`Error::DeviceUnavailable`] when there is no such adapter
     /// (the reason says what to install) or the device cannot be opened.
     pub fn new(adapter_index: usize) -> Result<GpuBackend> {
+        Self::open(backends(), adapter_index)
+    }
+
+    fn open(search: wgpu::Backends, adapter_index: usize) -> Result<GpuBackend> {
         let name = format!("gpu:{adapter_index}");
         let unavailable = |reason: String| Error::DeviceUnavailable {
             device: name.clone(),
             reason,
         };
-        let inst = instance();
-        let mut list = pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all()));
+        let mut list = pollster::block_on(instance(search).enumerate_adapters(search));
         if list.is_empty() {
             return Err(unavailable(INSTALL_HINT.to_string()));
         }

@@ -536,6 +536,21 @@ fn adapters_are_listed() {
     ));
 }
 
+#[test]
+fn no_adapter_is_a_clear_error_not_a_panic() {
+    // No backend to search stands in for a machine without any driver.
+    match GpuBackend::open(wgpu::Backends::empty(), 0) {
+        Err(Error::DeviceUnavailable { device, reason }) => {
+            assert_eq!(device, "gpu:0");
+            assert!(
+                reason.contains("mesa-vulkan-drivers libvulkan1"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected DeviceUnavailable, got {other:?}"),
+    }
+}
+
 /// (b, h, hk, s, t, d, dv, causal, mask dims)
 type AttnCase = (
     usize,
