@@ -146,7 +146,11 @@ pub fn parse_spec(source: &str, file: Option<&Path>) -> Result<PipelineSpec> {
             .as_ref()
             .map(|o| item_label(&map, o.list, o.index))
             .unwrap_or_default();
-        let fix = parse_fix(&message, owner.as_ref().and_then(|o| o.field.as_deref()));
+        let field = match &owner {
+            Some(o) => o.field.clone(),
+            None => at.and_then(|p| map.top_field(p)),
+        };
+        let fix = parse_fix(&message, field.as_deref());
         Error::invalid(Diagnostic {
             file: file.map(Path::to_path_buf),
             line: at.map(|p| p.line),
@@ -193,6 +197,22 @@ fn clean_parse_message(text: &str) -> String {
         let what = rest.split(';').next().unwrap_or(rest).trim();
         return format!("expected {what}, found a YAML null (`null`, `~` or nothing)");
     }
+    let plain = match first {
+        "expected sequence start" => Some("expected a list (`- item` lines or `[a, b]`)"),
+        "expected mapping start" => {
+            Some("expected a mapping (`key: value` lines or `{ key: value }`)")
+        }
+        "expected string scalar" => Some("expected a plain string"),
+        "invalid u64" | "invalid usize" => Some("expected a whole number, 0 or more"),
+        "invalid bool" => Some("expected `true` or `false`"),
+        m if m.contains("untagged enum DurationSpec") => {
+            Some("expected a duration like `200ms` or a number of seconds")
+        }
+        _ => None,
+    };
+    if let Some(p) = plain {
+        return p.into();
+    }
     if first.starts_with("multiple YAML documents") {
         return "the file holds more than one YAML document (`---`)".into();
     }
@@ -238,13 +258,16 @@ fn parse_fix(message: &str, field: Option<&str>) -> String {
     }
     if let Some(rest) = message.strip_prefix("missing field `") {
         let name = rest.split('`').next().unwrap_or("");
-        return match name {
-            "id" => "give the stage a unique `id:`".into(),
-            "kind" => "add `kind: ...`; `edgeflow stages` lists every kind".into(),
+        let add = match name {
+            "stages" => return "add `stages:` with at least one stage".into(),
+            "id" => "give the stage a unique `id:`".to_string(),
+            "kind" => "add `kind: ...`; `edgeflow stages` lists every kind".to_string(),
             "from" | "to" => format!("add `{name}: STAGE.PORT`"),
-            "stages" => "add `stages:` with at least one stage".into(),
             _ => format!("add `{name}:`"),
         };
+        return format!(
+            "{add} (if it is there, check its indentation: the fields of an item line up)"
+        );
     }
     if message.starts_with("duplicate key") {
         return "each key may appear once in a mapping: remove one of them".into();
@@ -263,7 +286,7 @@ fn parse_fix(message: &str, field: Option<&str>) -> String {
     if null {
         return "give it a value; to write the word null, quote it: `\"null\"`".into();
     }
-    if message.contains("expected mapping") {
+    if message.contains("expected a mapping") {
         return "a pipeline file is a mapping with `stages:` (a list of stages) and `edges:`"
             .into();
     }
@@ -282,6 +305,9 @@ fn field_hint(field: &str) -> Option<&'static str> {
         "params" => "`params:` is a mapping `name: value`; `edgeflow stages KIND` lists them",
         "id" | "kind" => "write a plain string",
         "from" | "to" => "write `STAGE.PORT` as a string",
+        "name" | "description" => "write a plain string",
+        "stages" => "`stages:` is a list of stages, each a mapping with at least `id:` and `kind:`",
+        "edges" => "`edges:` is a list of `{ from: STAGE.PORT, to: STAGE.PORT }` mappings",
         _ => return None,
     })
 }

@@ -569,3 +569,37 @@ fn garbled_files_never_panic() {
         }
     }
 }
+
+#[test]
+fn wrong_shapes_say_what_is_expected() {
+    let d = find("stages: {}\n", &[], "expected a list");
+    at(&d, 1, 9);
+    fix_has(&d, "`stages:` is a list of stages");
+    let d = find(
+        "stages:\n  - id: tick\n    kind: timer\n    threads: many\n",
+        &[],
+        "whole number",
+    );
+    at(&d, 4, 14);
+    assert_eq!(d.context, "stage `tick`");
+    fix_has(&d, "1..=256");
+    let d = find(
+        "stages:\n  - id: tick\n    kind: timer\n    params: [1, 2]\n",
+        &[],
+        "expected a mapping",
+    );
+    at(&d, 4, 13);
+    fix_has(&d, "edgeflow stages KIND");
+    let d = find(
+        &TICK.replace("    to: show.in\n", "    to: show.in\n    max_age: [1]\n"),
+        &[],
+        "expected a duration",
+    );
+    at(&d, 10, 14);
+    let d = find(
+        "stages:\n  - id: tick\n   kind: timer\n",
+        &[],
+        "missing field `kind`",
+    );
+    fix_has(&d, "indentation");
+}

@@ -251,6 +251,18 @@ impl SourceMap {
         ))
     }
 
+    /// The top-level key whose value a position falls in (for errors outside
+    /// any stage or edge).
+    pub(crate) fn top_field(&self, at: Pos) -> Option<String> {
+        match &self.root.as_ref()?.value {
+            Node::Map(entries) => entries
+                .iter()
+                .rfind(|(k, _)| Pos::from_location(&k.referenced).is_some_and(|p| p <= at))
+                .map(|(k, _)| k.value.clone()),
+            _ => None,
+        }
+    }
+
     /// The stage or edge that a position (e.g. of a parse error) falls in, and
     /// the field of that item it concerns.
     pub(crate) fn owner(&self, at: Pos) -> Option<Owner> {
@@ -336,6 +348,14 @@ mod tests {
             Some(List::Edges)
         );
         assert_eq!(m.owner(Pos { line: 1, column: 1 }), None);
+        assert_eq!(
+            m.top_field(Pos { line: 1, column: 7 }).as_deref(),
+            Some("name")
+        );
+        assert_eq!(
+            m.top_field(Pos { line: 8, column: 5 }).as_deref(),
+            Some("edges")
+        );
     }
 
     #[test]
