@@ -44,6 +44,19 @@
 //! [`ActivationScheme::Symmetric`] uses `zero_point = 0`,
 //! `scale = max|x| / 127`. Ranges are min/max over the calibration runs.
 
+//!
+//! ## Measured error (int8 vs f32)
+//! From `cargo test -p edgeflow-backends npu -- --nocapture --test-threads 1`
+//! (seeded normal inputs, weights std 0.2-0.3): per op, on data inside the
+//! calibrated range, SQNR 36-50 dB and worst element 0.5-3% of the output
+//! range (linear 38.4 dB / 1.0%, conv1d 36.3-37.9 dB, conv2d 38.8 dB,
+//! matmul 39.5 dB, add 40.0 dB, mul 37.8 dB, LUT activations 41-50 dB,
+//! softmax 40.7 dB). On fresh data values past the calibrated range
+//! saturate: linear 37.0 dB with a worst element of 5.3% of range. A
+//! linear-gelu-linear-add block end to end: about 35 dB. The conformance
+//! suite (`cargo test -p edgeflow-backends --test conformance`) bounds every
+//! native NPU case at 5% of range; its worst is softmax at 1.7%.
+
 mod delegate;
 mod kernels;
 mod partition;

@@ -158,6 +158,7 @@ fn conv1d_int8_matches_f32_within_tolerance() {
         );
         let want = host_vec(&host, &host.run(op, &[&x, &w, &b]).expect("cpu conv"));
         let (sqnr, max_rel) = compare(&got, &want);
+        eprintln!("conv1d groups {groups}: SQNR {sqnr:.2} dB, max err {max_rel:.4} of range");
         // int8 tolerance: SQNR > 30 dB, max error < 3% of output range.
         assert!(sqnr > 30.0, "conv1d groups {groups}: SQNR {sqnr:.1} dB");
         assert!(
@@ -207,6 +208,10 @@ fn conv2d_and_elementwise_ops_in_int8() {
         let hrefs: Vec<&Tensor> = host_ins.iter().collect();
         let want = host_vec(&host, &host.run(op.clone(), &hrefs).expect("cpu"));
         let (sqnr, max_rel) = compare(&got, &want);
+        eprintln!(
+            "{}: SQNR {sqnr:.2} dB, max err {max_rel:.4} of range",
+            op.name()
+        );
         // Same data as calibration: no saturation; error is rounding of
         // inputs and output, a few int8 steps at most. SQNR > 28 dB and
         // max error < 4% of range (softmax: fixed 1/256 steps, looser SQNR
@@ -589,4 +594,60 @@ fn partitioned_graph_runs_npu_partitions_and_cpu_rest() {
         // other samples: > 25 dB.
         assert!(sqnr > 25.0, "partitioned graph SQNR {sqnr:.1} dB");
     }
+}
+
+#[test]
+fn config_reset_and_graph_validation() {
+    let bad = SimNpuConfig {
+        calibration_runs: 0,
+        ..SimNpuConfig::default()
+    };
+    assert!(SimNpu::with_config(0, bad).is_err());
+
+    let (npu, dev, _host) = devices(one_shot());
+    let mut rng = Rng(12);
+    let w = dev.place(&rng.tensor(&[4, 8], 0.3)).expect("w");
+    let x = rng.tensor(&[2, 8], 1.0);
+    dev.run(Op::Linear, &[&x, &w]).expect("run");
+    dev.run(Op::Linear, &[&x, &w]).expect("run");
+    assert_eq!(npu.counters().compiles, 1);
+    assert_eq!(npu.counters().sites, 1);
+    // Forgetting the sites calibrates again: a fresh compile, not a recompile.
+    npu.reset_sites();
+    assert_eq!(npu.counters().sites, 0);
+    dev.run(Op::Linear, &[&x, &w]).expect("run");
+    let c = npu.counters();
+    assert_eq!((c.compiles, c.recompiles, c.sites), (2, 0, 1));
+    // A different weight is a different site even with the same shapes.
+    let w2 = dev.place(&rng.tensor(&[4, 8], 0.3)).expect("w2");
+    dev.run(Op::Linear, &[&x, &w2]).expect("run");
+    assert_eq!(npu.counters().sites, 2);
+
+    // Graph validation: forward references and bad shapes are errors.
+    let g = Subgraph {
+        input_shapes: vec![vec![2, 8]],
+        constants: vec![rng.tensor(&[4, 8], 0.3)],
+        nodes: vec![
+            Node {
+                op: Op::Unary(UnaryOp::Relu),
+                inputs: vec![ValueRef::Node(1)],
+            },
+            Node {
+                op: Op::Linear,
+                inputs: vec![ValueRef::Input(0), ValueRef::Const(0)],
+            },
+        ],
+        outputs: vec![ValueRef::Node(0)],
+    };
+    assert!(g.infer_dims().is_err());
+    let g2 = Subgraph {
+        input_shapes: vec![vec![2, 9]],
+        nodes: vec![g.nodes[1].clone()],
+        outputs: vec![ValueRef::Node(0)],
+        ..g
+    };
+    let err = npu
+        .compile(&g2, &[vec![rng.tensor(&[2, 9], 1.0)]])
+        .expect_err("k mismatch");
+    assert!(err.to_string().contains("linear"), "{err}");
 }
