@@ -400,7 +400,8 @@ fn wg_max(li: u32, v: f32) -> f32 {
 }
 "#;
 
-/// Softmax over the last dim, one workgroup per row. Params: `[rows, cols]`.
+/// Softmax over one dim seen as `[outer, cols, inner]`, one workgroup per
+/// `(outer, inner)` line. Params: `[rows = outer * inner, cols, inner]`.
 pub(crate) fn softmax_src() -> String {
     format!(
         r#"
@@ -415,24 +416,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let cols = p[1];
     let row = wid.x + wid.y * nwg.x;
     let valid = row < rows;
-    let base = row * cols;
+    let inner = p[2];
+    let base = (row / inner) * cols * inner + row % inner;
     var mx = -3.4028234663852886e38;
     if (valid) {{
         for (var c = li; c < cols; c = c + {WG}u) {{
-            mx = max(mx, x[base + c]);
+            mx = max(mx, x[base + c * inner]);
         }}
     }}
     mx = wg_max(li, mx);
     var s = 0.0;
     if (valid) {{
         for (var c = li; c < cols; c = c + {WG}u) {{
-            s = s + exp(x[base + c] - mx);
+            s = s + exp(x[base + c * inner] - mx);
         }}
     }}
     s = wg_sum(li, s);
     if (valid) {{
         for (var c = li; c < cols; c = c + {WG}u) {{
-            y[base + c] = exp(x[base + c] - mx) / s;
+            y[base + c * inner] = exp(x[base + c * inner] - mx) / s;
         }}
     }}
 }}
@@ -877,6 +879,34 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         acc = acc + bias[co];
     }}
     y[i] = acc;
+}}
+"#
+    )
+}
+
+/// Inclusive cumulative sum over one dim seen as `[outer, len, inner]`, one
+/// thread per line. Params: `[lines, len, inner]`.
+pub(crate) fn cumsum_src() -> String {
+    format!(
+        r#"
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
+    let i = (wid.x + wid.y * nwg.x) * {WG}u + li;
+    if (i >= p[0]) {{
+        return;
+    }}
+    let len = p[1];
+    let inner = p[2];
+    let base = (i / inner) * len * inner + i % inner;
+    var acc = 0.0;
+    for (var j = 0u; j < len; j = j + 1u) {{
+        acc = acc + x[base + j * inner];
+        y[base + j * inner] = acc;
+    }}
 }}
 "#
     )

@@ -9,15 +9,14 @@
 //! Native ops: `MatMul` (batched, broadcast batch dims; register-blocked
 //! 64x64 tiles in workgroup memory, or a GEMV kernel for <= 4 rows),
 //! `Linear` (f32 weights, optional bias), every `Unary`, `Binary` with NumPy
-//! broadcasting, `Affine`, `LeakyRelu`, `Snake`, `Softmax` over the last
-//! dim, `LayerNorm`, `RmsNorm`, `Attention` (grouped-query, additive mask,
+//! broadcasting, `Affine`, `LeakyRelu`, `Snake`, `Softmax` and `Cumsum`
+//! over any dim, `LayerNorm`, `RmsNorm`, `Attention` (grouped-query, additive mask,
 //! causal), `Rope`, `Reduce` (sum/mean/max/min over any dim), `IndexSelect`
 //! (host integer indices, range-checked), `Conv1d`, `ConvTranspose1d`,
 //! `Conv2d` (stride, padding, dilation, groups), and the layout ops
 //! `Reshape` (free: shares the buffer), `Permute`, `Narrow`, `Concat`, `Pad`
-//! (zeros) and `Cast` to f32. Everything else (`ArgMax`, `Cumsum`, `Gather`,
-//! reflect/replicate `Pad`, casts to other dtypes, `RandNormal`, softmax over
-//! another dim), and any input this backend cannot hold (quantized weights,
+//! (zeros) and `Cast` to f32. Everything else (`ArgMax`, `Gather`,
+//! reflect/replicate `Pad`, casts to other dtypes, `RandNormal`), and any input this backend cannot hold (quantized weights,
 //! integer tensors), makes [`edgeflow_runtime::Backend::supports`] say no, so the
 //! [`edgeflow_runtime::Device`] dispatcher runs it on the CPU and counts it.
 //!
@@ -144,6 +143,7 @@ enum Kernel {
     IndexSelect,
     ConvTranspose1d,
     Conv2d,
+    Cumsum,
 }
 
 impl Kernel {
@@ -167,6 +167,7 @@ impl Kernel {
             Kernel::IndexSelect => kernels::index_select_src(),
             Kernel::ConvTranspose1d => kernels::conv_transpose1d_src(),
             Kernel::Conv2d => kernels::conv2d_src(),
+            Kernel::Cumsum => kernels::cumsum_src(),
         }
     }
 }
@@ -572,11 +573,28 @@ impl GpuBackend {
             }
             Op::Linear => linear_plan(inputs)?,
             Op::Softmax { dim } => {
-                let x = dims(0)?;
-                if inputs.len() != 1 || x.is_empty() || *dim + 1 != x.len() {
+                let [x] = inputs else { return None };
+                let xd = x.dims();
+                if *dim >= xd.len() || xd[*dim] == 0 {
                     return None;
                 }
-                row_plan(Kernel::Softmax, x, vec![], vec![Slot::In(0)])?
+                let inner: usize = xd[dim + 1..].iter().product();
+                let rows = x.elem_count() / xd[*dim];
+                let p = u32s([rows, xd[*dim], inner])?;
+                let d = dispatch(Kernel::Softmax, p, vec![Slot::In(0)], rows as u64);
+                Plan::simple(xd.to_vec(), vec![d])
+            }
+            Op::Cumsum { dim } => {
+                let [x] = inputs else { return None };
+                let xd = x.dims();
+                if *dim >= xd.len() || xd[*dim] == 0 {
+                    return None;
+                }
+                let inner: usize = xd[dim + 1..].iter().product();
+                let lines = x.elem_count() / xd[*dim];
+                let p = u32s([lines, xd[*dim], inner])?;
+                let d = dispatch(Kernel::Cumsum, p, vec![Slot::In(0)], groups_for(lines));
+                Plan::simple(xd.to_vec(), vec![d])
             }
             Op::LayerNorm { eps } => {
                 let x = dims(0)?;

@@ -259,8 +259,13 @@ fn softmax_last_dim_only() {
             assert_close(&got, &on_cpu(&op, &[&x]), 1e-5, 1e-7, "softmax");
         }
     }
-    let x = rand_t(&mut rng, &[3, 4]);
-    assert!(!g.supports(&Op::Softmax { dim: 0 }, &[&x]));
+    // Other dims: strided rows.
+    let x = rand_t(&mut rng, &[7, 5, 33]);
+    for dim in [0usize, 1] {
+        let op = Op::Softmax { dim };
+        let got = on_gpu(&g, &op, &[&x]);
+        assert_close(&got, &on_cpu(&op, &[&x]), 1e-5, 1e-7, "softmax dim");
+    }
 }
 
 #[test]
@@ -442,7 +447,12 @@ fn unsupported_op_falls_back_counted_with_right_answer() {
     let Some(g) = gpu() else { return };
     let mut rng = StdRng::seed_from_u64(13);
     let x = rand_t(&mut rng, &[5, 33]);
-    let op = Op::Cumsum { dim: 1 };
+    let op = Op::Pad {
+        dim: 1,
+        before: 2,
+        after: 3,
+        mode: PadMode::Reflect,
+    };
     assert!(!g.supports(&op, &[&x]));
     let dev = Device::new(g.clone(), Arc::new(CpuBackend::new()));
     // The input is on the GPU first, as it would be mid-model.
@@ -451,10 +461,10 @@ fn unsupported_op_falls_back_counted_with_right_answer() {
     let got = dev.to_host(&got).unwrap();
     let want = on_cpu(&op, &[&x]);
     // The CPU ran it on the same data: exact.
-    assert_close(&got, &want, 0.0, 0.0, "fallback cumsum");
+    assert_close(&got, &want, 0.0, 0.0, "fallback reflect pad");
     let s = dev.stats().snapshot();
     assert_eq!(s.fallback_ops, 1);
-    assert_eq!(s.fallback_by_op.get("cumsum"), Some(&1));
+    assert_eq!(s.fallback_by_op.get("pad"), Some(&1));
     assert_eq!(s.downloads, 1, "the fallback downloaded its input once");
 }
 
@@ -823,4 +833,18 @@ fn timings() {
         "tiny op + download round trip: {:.1} us each",
         t0.elapsed().as_secs_f64() / 20.0 * 1e6
     );
+}
+
+#[test]
+fn cumsum_over_any_dim() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(21);
+    let x = rand_t(&mut rng, &[7, 33, 5]);
+    for dim in 0..3 {
+        let op = Op::Cumsum { dim };
+        let got = on_gpu(&g, &op, &[&x]);
+        // Running sums of <= 33 values in [-1, 1], summed in another order
+        // than candle's: 1e-5 relative, 1e-5 absolute (partial sums can be ~0).
+        assert_close(&got, &on_cpu(&op, &[&x]), 1e-5, 1e-5, &format!("{op:?}"));
+    }
 }
