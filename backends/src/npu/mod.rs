@@ -70,7 +70,7 @@ pub use quant::{ActivationScheme, Multiplier, QParams, QWeight, RangeObserver};
 pub use report::{
     ErrorAccum, ErrorStats, NpuCounters, NpuErrorReport, OpErrorReport, EXACT_SQNR_DB,
 };
-pub use sim::{NpuBuffer, SimNpu, SimNpuConfig, SIM_ADAPTER};
+pub use sim::{live_error_reports, NpuBuffer, SimNpu, SimNpuConfig, SIM_ADAPTER};
 
 #[cfg(test)]
 mod tests;

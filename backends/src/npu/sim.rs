@@ -12,7 +12,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 /// Adapter string of the simulator (shown by `edgeflow devices`).
 pub const SIM_ADAPTER: &str = "edgeflow NPU simulator (int8)";
@@ -210,10 +210,53 @@ struct State {
 pub struct SimNpu {
     name: Arc<str>,
     config: SimNpuConfig,
-    shadow: AtomicBool,
+    shadow: Arc<AtomicBool>,
     manual_calibration: AtomicBool,
-    state: Mutex<State>,
+    state: Arc<Mutex<State>>,
     book: Arc<Mutex<ErrorBook>>,
+}
+
+/// What the process-wide registry keeps of a live simulator (weakly, so a
+/// dropped simulator disappears from it).
+struct Registered {
+    name: Arc<str>,
+    shadow: Weak<AtomicBool>,
+    state: Weak<Mutex<State>>,
+    book: Weak<Mutex<ErrorBook>>,
+}
+
+static REGISTRY: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
+
+fn report_of(
+    name: &str,
+    shadow: &AtomicBool,
+    state: &Mutex<State>,
+    book: &Mutex<ErrorBook>,
+) -> NpuErrorReport {
+    let counters = {
+        let st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = st.counters;
+        c.sites = st.sites.len() as u64;
+        c
+    };
+    let book = book.lock().map(|b| b.clone()).unwrap_or_default();
+    book.report(name, shadow.load(Ordering::Relaxed), counters)
+}
+
+/// Error reports of every live [`SimNpu`] in the process, in creation order.
+///
+/// Placement code holds simulators as `Arc<dyn Backend>`, which cannot be
+/// downcast; this is how the CLI and stage metrics reach their reports.
+pub fn live_error_reports() -> Vec<NpuErrorReport> {
+    let mut reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    reg.retain(|r| r.state.strong_count() > 0);
+    reg.iter()
+        .filter_map(|r| {
+            let (shadow, state, book) =
+                (r.shadow.upgrade()?, r.state.upgrade()?, r.book.upgrade()?);
+            Some(report_of(&r.name, &shadow, &state, &book))
+        })
+        .collect()
 }
 
 fn hash_of<T: Hash + ?Sized>(v: &T) -> u64 {
@@ -236,14 +279,23 @@ impl SimNpu {
                 msg: "calibration_runs must be at least 1".into(),
             });
         }
-        Ok(SimNpu {
+        let npu = SimNpu {
             name: format!("npu-sim:{index}").into(),
-            shadow: AtomicBool::new(config.shadow),
+            shadow: Arc::new(AtomicBool::new(config.shadow)),
             config,
             manual_calibration: AtomicBool::new(false),
-            state: Mutex::new(State::default()),
+            state: Arc::new(Mutex::new(State::default())),
             book: Arc::new(Mutex::new(ErrorBook::default())),
-        })
+        };
+        let mut reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+        reg.retain(|r| r.state.strong_count() > 0);
+        reg.push(Registered {
+            name: npu.name.clone(),
+            shadow: Arc::downgrade(&npu.shadow),
+            state: Arc::downgrade(&npu.state),
+            book: Arc::downgrade(&npu.book),
+        });
+        Ok(npu)
     }
 
     /// The settings.
@@ -271,9 +323,7 @@ impl SimNpu {
 
     /// Error against f32 per op kind, with the counters.
     pub fn error_report(&self) -> NpuErrorReport {
-        let counters = self.counters();
-        let book = self.book.lock().map(|b| b.clone()).unwrap_or_default();
-        book.report(&self.name, self.shadow_enabled(), counters)
+        report_of(&self.name, &self.shadow, &self.state, &self.book)
     }
 
     /// Forget the recorded error figures.

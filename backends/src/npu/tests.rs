@@ -651,3 +651,25 @@ fn config_reset_and_graph_validation() {
         .expect_err("k mismatch");
     assert!(err.to_string().contains("linear"), "{err}");
 }
+
+#[test]
+fn live_reports_reach_simulators_held_as_dyn_backend() {
+    let npu: Arc<dyn Backend> = Arc::new(SimNpu::new(7).expect("npu"));
+    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+    let dev = Device::new(npu.clone(), cpu);
+    let x = Rng(13).tensor(&[3, 5], 1.0);
+    dev.run(Op::Unary(UnaryOp::Tanh), &[&x]).expect("tanh");
+    let mine = |reps: Vec<NpuErrorReport>| {
+        reps.into_iter()
+            .filter(|r| r.backend == "npu-sim:7" && r.op("tanh").is_some())
+            .count()
+    };
+    assert_eq!(mine(live_error_reports()), 1);
+    drop(dev);
+    drop(npu);
+    assert_eq!(
+        mine(live_error_reports()),
+        0,
+        "dropped simulators leave the registry"
+    );
+}
