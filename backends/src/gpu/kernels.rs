@@ -911,3 +911,78 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 "#
     )
 }
+
+/// Reflect (torch: the edge is not repeated) or replicate padding of one
+/// dim seen as `[outer, n, inner]`. Params: `[n_out, out_len, n, inner, before, mode]`
+/// with mode 0 reflect, 1 replicate.
+pub(crate) fn pad_src() -> String {
+    format!(
+        r#"
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
+    let i = (wid.x + wid.y * nwg.x) * {WG}u + li;
+    if (i >= p[0]) {{
+        return;
+    }}
+    let out_len = p[1];
+    let n = i32(p[2]);
+    let inner = p[3];
+    let r = i / inner;
+    let pos = r % out_len;
+    let o = r / out_len;
+    var src = i32(pos) - i32(p[4]);
+    if (p[5] == 0u) {{
+        if (src < 0) {{
+            src = -src;
+        }}
+        if (src >= n) {{
+            src = 2 * (n - 1) - src;
+        }}
+    }} else {{
+        src = clamp(src, 0, n - 1);
+    }}
+    y[i] = x[(o * u32(n) + u32(src)) * inner + i % inner];
+}}
+"#
+    )
+}
+
+/// torch.gather along `dim`: `out[..i..] = x[..idx[..i..]..]` with indices
+/// range-checked on the host. Params: `[n, rank, dim, out_dims[rank], x_strides[rank]]`.
+pub(crate) fn gather_src() -> String {
+    format!(
+        r#"
+@group(0) @binding(0) var<storage, read> p: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> idx: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size({WG})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {{
+    let i = (wid.x + wid.y * nwg.x) * {WG}u + li;
+    if (i >= p[0]) {{
+        return;
+    }}
+    let r = p[1];
+    let dim = p[2];
+    var rem = i;
+    var src = 0u;
+    for (var d = r; d > 0u; d = d - 1u) {{
+        let dd = d - 1u;
+        let size = p[3u + dd];
+        var c = rem % size;
+        rem = rem / size;
+        if (dd == dim) {{
+            c = idx[i];
+        }}
+        src = src + c * p[3u + r + dd];
+    }}
+    y[i] = x[src];
+}}
+"#
+    )
+}

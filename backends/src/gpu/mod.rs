@@ -15,8 +15,8 @@
 //! (host integer indices, range-checked), `Conv1d`, `ConvTranspose1d`,
 //! `Conv2d` (stride, padding, dilation, groups), and the layout ops
 //! `Reshape` (free: shares the buffer), `Permute`, `Narrow`, `Concat`, `Pad`
-//! (zeros) and `Cast` to f32. Everything else (`ArgMax`, `Gather`,
-//! reflect/replicate `Pad`, casts to other dtypes, `RandNormal`), and any input this backend cannot hold (quantized weights,
+//! (zeros, reflect, replicate), `Gather` (host integer indices) and `Cast` to
+//! f32. Everything else (`ArgMax`, casts to other dtypes, `RandNormal`), and any input this backend cannot hold (quantized weights,
 //! integer tensors), makes [`edgeflow_runtime::Backend::supports`] say no, so the
 //! [`edgeflow_runtime::Device`] dispatcher runs it on the CPU and counts it.
 //!
@@ -144,6 +144,8 @@ enum Kernel {
     ConvTranspose1d,
     Conv2d,
     Cumsum,
+    Pad,
+    Gather,
 }
 
 impl Kernel {
@@ -168,6 +170,8 @@ impl Kernel {
             Kernel::ConvTranspose1d => kernels::conv_transpose1d_src(),
             Kernel::Conv2d => kernels::conv2d_src(),
             Kernel::Cumsum => kernels::cumsum_src(),
+            Kernel::Pad => kernels::pad_src(),
+            Kernel::Gather => kernels::gather_src(),
         }
     }
 }
@@ -253,13 +257,14 @@ fn is_float(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F16 | DType::BF16)
 }
 
-/// The values of a 1-D integer host tensor (`None` otherwise or if negative).
+/// The values of an integer host tensor in row-major order (`None`
+/// otherwise or if one is negative).
 fn host_indices(t: &Tensor) -> Option<Vec<usize>> {
-    if t.rank() != 1 || !matches!(t.dtype(), DType::I64 | DType::I32 | DType::U8) {
+    if !matches!(t.dtype(), DType::I64 | DType::I32 | DType::U8) {
         return None;
     }
     let c = t.as_candle()?.to_dtype(candle_core::DType::I64).ok()?;
-    let v = c.to_vec1::<i64>().ok()?;
+    let v = c.flatten_all().ok()?.to_vec1::<i64>().ok()?;
     v.into_iter().map(|i| usize::try_from(i).ok()).collect()
 }
 
@@ -541,8 +546,9 @@ impl GpuBackend {
 
     /// How `op` runs here, or `None` when it does not (the dispatcher falls back).
     fn plan(&self, op: &Op, inputs: &[&Tensor]) -> Option<Plan> {
-        // IndexSelect's indices (input 1) are checked by its own plan.
-        let is_index = |i: usize| i == 1 && matches!(op, Op::IndexSelect { .. });
+        // Index inputs (input 1) are checked by their op's own plan.
+        let is_index =
+            |i: usize| i == 1 && matches!(op, Op::IndexSelect { .. } | Op::Gather { .. });
         if !inputs
             .iter()
             .enumerate()
@@ -710,6 +716,48 @@ impl GpuBackend {
                 let d = copy_dispatch(0, x, 0, &strides(x), before * ostr[*dim], &ostr)?;
                 Plan::simple(out, vec![d])
             }
+            Op::Pad {
+                dim,
+                before,
+                after,
+                mode,
+            } => {
+                let [x] = inputs else { return None };
+                let xd = x.dims();
+                let n = *xd.get(*dim)?;
+                let code = match mode {
+                    PadMode::Reflect if *before < n && *after < n => 0,
+                    PadMode::Replicate if n > 0 => 1,
+                    _ => return None,
+                };
+                let inner: usize = xd[dim + 1..].iter().product();
+                let mut out = xd.to_vec();
+                out[*dim] = n.checked_add(*before)?.checked_add(*after)?;
+                let total: usize = out.iter().product();
+                let p = u32s([total, out[*dim], n, inner, *before, code])?;
+                let d = dispatch(Kernel::Pad, p, vec![Slot::In(0)], groups_for(total));
+                Plan::simple(out, vec![d])
+            }
+            Op::Gather { dim } => {
+                let [x, idx] = inputs else { return None };
+                let (xd, id) = (x.dims(), idx.dims());
+                if *dim >= xd.len()
+                    || id.len() != xd.len()
+                    || (0..xd.len()).any(|d| d != *dim && id[d] != xd[d])
+                {
+                    return None;
+                }
+                if host_indices(idx)?.iter().any(|&i| i >= xd[*dim]) {
+                    return None;
+                }
+                let n = idx.elem_count();
+                let mut p = vec![n, xd.len(), *dim];
+                p.extend_from_slice(id);
+                p.extend(strides(xd));
+                let ins = vec![Slot::In(0), Slot::In(1)];
+                let d = dispatch(Kernel::Gather, u32s(p)?, ins, groups_for(n));
+                Plan::simple(id.to_vec(), vec![d])
+            }
             Op::Attention { scale, causal } => attention_plan(inputs, *scale, *causal)?,
             Op::Rope { interleaved } => {
                 let [x, cos, sin] = inputs else { return None };
@@ -752,6 +800,9 @@ impl GpuBackend {
                 let [x, idx] = inputs else { return None };
                 let xd = x.dims();
                 if *dim >= xd.len() {
+                    return None;
+                }
+                if idx.rank() != 1 {
                     return None;
                 }
                 let v = host_indices(idx)?;

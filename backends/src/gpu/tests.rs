@@ -413,11 +413,61 @@ fn layout_ops() {
     }
     let reflect = Op::Pad {
         dim: 2,
-        before: 1,
+        before: 5,
         after: 1,
         mode: PadMode::Reflect,
     };
-    assert!(!g.supports(&reflect, &[&x]));
+    assert!(!g.supports(&reflect, &[&x]), "reflect needs before < len");
+    // Reflect / replicate padding and gather.
+    let idx: Vec<i64> = (0..2 * 3 * 4).map(|i| (i * 7 % 5) as i64).collect();
+    let idx = Tensor::from_i64(idx, &[2, 3, 4]).unwrap();
+    let idx1: Vec<i64> = (0..2 * 2 * 5).map(|i| (i % 3) as i64).collect();
+    let idx1 = Tensor::from_i64(idx1, &[2, 2, 5]).unwrap();
+    let ops: Vec<(Op, Vec<&Tensor>)> = vec![
+        (
+            Op::Pad {
+                dim: 2,
+                before: 4,
+                after: 3,
+                mode: PadMode::Reflect,
+            },
+            vec![&x],
+        ),
+        (
+            Op::Pad {
+                dim: 1,
+                before: 2,
+                after: 0,
+                mode: PadMode::Reflect,
+            },
+            vec![&x],
+        ),
+        (
+            Op::Pad {
+                dim: 2,
+                before: 6,
+                after: 2,
+                mode: PadMode::Replicate,
+            },
+            vec![&x],
+        ),
+        (
+            Op::Pad {
+                dim: 0,
+                before: 1,
+                after: 3,
+                mode: PadMode::Replicate,
+            },
+            vec![&x],
+        ),
+        (Op::Gather { dim: 2 }, vec![&x, &idx]),
+        (Op::Gather { dim: 1 }, vec![&x, &idx1]),
+    ];
+    for (op, inputs) in ops {
+        let got = on_gpu(&g, &op, &inputs);
+        // Pure data movement: exact.
+        assert_close(&got, &on_cpu(&op, &inputs), 0.0, 0.0, &format!("{op:?}"));
+    }
 }
 
 #[test]
@@ -447,11 +497,10 @@ fn unsupported_op_falls_back_counted_with_right_answer() {
     let Some(g) = gpu() else { return };
     let mut rng = StdRng::seed_from_u64(13);
     let x = rand_t(&mut rng, &[5, 33]);
-    let op = Op::Pad {
+    let op = Op::Reduce {
+        op: ReduceOp::ArgMax,
         dim: 1,
-        before: 2,
-        after: 3,
-        mode: PadMode::Reflect,
+        keepdim: false,
     };
     assert!(!g.supports(&op, &[&x]));
     let dev = Device::new(g.clone(), Arc::new(CpuBackend::new()));
@@ -461,10 +510,10 @@ fn unsupported_op_falls_back_counted_with_right_answer() {
     let got = dev.to_host(&got).unwrap();
     let want = on_cpu(&op, &[&x]);
     // The CPU ran it on the same data: exact.
-    assert_close(&got, &want, 0.0, 0.0, "fallback reflect pad");
+    assert_close(&got, &want, 0.0, 0.0, "fallback argmax");
     let s = dev.stats().snapshot();
     assert_eq!(s.fallback_ops, 1);
-    assert_eq!(s.fallback_by_op.get("pad"), Some(&1));
+    assert_eq!(s.fallback_by_op.get("argmax"), Some(&1));
     assert_eq!(s.downloads, 1, "the fallback downloaded its input once");
 }
 
