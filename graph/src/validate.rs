@@ -12,8 +12,9 @@ mod source_map;
 use crate::error::{Diagnostic, Error, Result};
 use crate::plan::{Plan, PlannedEdge, PlannedStage};
 use crate::port::PortType;
-use crate::registry::{BuildEnv, ParamType, Params, Registry};
+use crate::registry::{BuildEnv, ParamError, ParamType, Params, Registry};
 use crate::spec::{PipelineSpec, Policy, DEFAULT_CAPACITY, MAX_CAPACITY};
+use crate::stage::StageError;
 use edgeflow_runtime::DeviceSpec;
 use serde_json::Value;
 use source_map::{List, Pos, SourceMap};
@@ -126,7 +127,7 @@ pub fn parse_spec(source: &str, file: Option<&Path>) -> Result<PipelineSpec> {
             context: String::new(),
             message: "the pipeline file is empty".into(),
             fix: Some(
-                "a pipeline needs at least `stages:`; see pipelines/yaml/*.yaml or `edgeflow schema`"
+                "a pipeline needs at least `stages:`; see the pipelines/ folder or `edgeflow schema`"
                     .into(),
             ),
         })
@@ -586,12 +587,19 @@ fn plan_stage(
     let ports = match factory.ports(&params, &env) {
         Ok(p) => p,
         Err(e) => {
-            diags.push(cx.diag(
-                item,
-                ctx,
-                e.to_string(),
-                format!("`edgeflow stages {}` documents its params", s.kind),
-            ));
+            let fix = format!("`edgeflow stages {}` documents its params", s.kind);
+            // A factory that names the param lets us point at its value.
+            let param = match &e {
+                StageError::Failed(inner) => inner.downcast_ref::<ParamError>(),
+                _ => None,
+            };
+            diags.push(match param {
+                Some(pe) => {
+                    let (context, at, _) = origin(&pe.param);
+                    cx.diag(at, context, format!("param `{}` {}", pe.param, pe.msg), fix)
+                }
+                None => cx.diag(item, ctx, e.to_string(), fix),
+            });
             return None;
         }
     };

@@ -605,3 +605,12 @@ fn wrong_shapes_say_what_is_expected() {
     );
     fix_has(&d, "indentation");
 }
+
+#[test]
+fn a_param_rejected_by_the_factory_is_located() {
+    let yaml = "stages:\n  - id: feed\n    kind: host_in\n    params: { type: audo }\n  - { id: show, kind: stdout }\nedges:\n  - { from: feed, to: show }\n";
+    let d = find(yaml, &[], "unknown port type `audo`");
+    at(&d, 4, 21);
+    assert_eq!(d.context, "stage `feed`");
+    assert!(d.message.starts_with("param `type`"), "{d}");
+}
