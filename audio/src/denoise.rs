@@ -255,6 +255,7 @@ impl Stage for DenoiseStage {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

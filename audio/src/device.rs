@@ -1045,10 +1045,10 @@ impl Stage for Speaker {
         let samples = if a.sample_rate == self.rate {
             mixed
         } else {
-            let fresh = !self
+            let fresh = self
                 .resampler
                 .as_ref()
-                .is_some_and(|r| r.from_rate() == a.sample_rate);
+                .is_none_or(|r| r.from_rate() != a.sample_rate);
             if fresh {
                 self.resampler = Some(StreamResampler::new(
                     a.sample_rate,
@@ -1127,6 +1127,7 @@ impl Stage for Speaker {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -32,6 +32,9 @@ pub enum Error {
     /// An audio device is missing, busy or refused the configuration.
     #[error("{0}")]
     Device(String),
+    /// A pipeline run by this crate (the benchmark) failed.
+    #[error("pipeline: {0}")]
+    Pipeline(String),
 }
 
 /// Result alias for the audio crate.

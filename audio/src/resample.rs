@@ -412,6 +412,7 @@ impl Stage for ResampleStage {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -320,6 +320,7 @@ impl Stage for Chunker {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -350,7 +351,11 @@ mod tests {
             assert_eq!(ch.len(), 200);
             for (i, v) in ch.iter().enumerate() {
                 let t = (k * 160 + i) as isize - 40;
-                let want = if t < 0 || t >= 1000 { 0.0 } else { t as f32 };
+                let want = if (0..1000).contains(&t) {
+                    t as f32
+                } else {
+                    0.0
+                };
                 assert_eq!(*v, want, "chunk {k} sample {i}");
             }
         }

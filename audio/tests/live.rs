@@ -7,6 +7,8 @@
 //! reachable, unless `EDGEFLOW_SKIP_LIVE_AUDIO=1` is set. They share one
 //! sink, so they run one at a time.
 
+#![allow(clippy::unwrap_used)]
+
 use edgeflow_graph::{Override, Payload, Pipeline};
 use std::io::Read;
 use std::path::{Path, PathBuf};

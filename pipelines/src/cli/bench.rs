@@ -11,12 +11,31 @@ pub enum BenchCommand {
     /// Tensor ops on the CPU backend: GEMM, decode GEMV (f32, Q8_0, Q4_0),
     /// conv1d and attention vs raw candle and the measured memory bandwidth.
     Ops(super::bench_ops::BenchOpsArgs),
+    /// Audio: resampler, mel and denoise throughput as multiples of real
+    /// time; mic -> speaker latency p50/p99 on the default devices.
+    Audio,
+    /// Speech in: Silero VAD time per 32 ms window vs onnxruntime, Whisper
+    /// tiny.en time per utterance vs faster-whisper (same clip, segments and
+    /// threads; the peers run from scripts/speech_reference.py's venv).
+    Speech,
 }
 
 /// Run a benchmark.
 pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
     match b {
         BenchCommand::Ops(a) => super::bench_ops::run(a),
+        BenchCommand::Audio => {
+            eprintln!("measuring resample, mel, denoise and a 5 s live passthrough...");
+            print!("{}", edgeflow_audio::bench::run_bench()?);
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Speech => {
+            let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let o = edgeflow_speech::bench::BenchOptions::for_repo(&repo);
+            eprintln!("measuring Silero VAD and Whisper tiny.en (and the peers)...");
+            print!("{}", edgeflow_speech::bench::bench(&o)?);
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCommand::Dataflow => {
             let o = edgeflow_graph::bench::DataflowBenchOptions::default();
             eprintln!("measuring the raw baseline and the engine (about 10 s)...");
