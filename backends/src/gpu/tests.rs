@@ -897,3 +897,21 @@ fn cumsum_over_any_dim() {
         assert_close(&got, &on_cpu(&op, &[&x]), 1e-5, 1e-5, &format!("{op:?}"));
     }
 }
+
+#[test]
+fn empty_and_scalar_tensors() {
+    let Some(g) = gpu() else { return };
+    let empty = Tensor::from_vec(Vec::new(), &[0, 3]).unwrap();
+    let got = on_gpu(&g, &Op::Unary(UnaryOp::Exp), &[&empty]);
+    assert_eq!(got.dims(), &[0, 3]);
+    assert!(got.to_vec_f32().unwrap().is_empty());
+    // k = 0: the product is all zeros.
+    let a = Tensor::from_vec(Vec::new(), &[2, 0]).unwrap();
+    let b = Tensor::from_vec(Vec::new(), &[0, 3]).unwrap();
+    let got = on_gpu(&g, &Op::MatMul, &[&a, &b]);
+    assert_eq!(got.to_vec_f32().unwrap(), vec![0.0; 6]);
+    let s = Tensor::from_vec(vec![2.0], &[]).unwrap();
+    let got = on_gpu(&g, &Op::Unary(UnaryOp::Sqr), &[&s]);
+    assert_eq!(got.dims(), &[] as &[usize]);
+    assert_eq!(got.to_vec_f32().unwrap(), vec![4.0]);
+}
