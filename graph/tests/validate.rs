@@ -7,7 +7,7 @@ use edgeflow_graph::{
     PipelineBuilder, PortSpec, PortType, Ports, Registry, Stage, StageError, StageFactory,
     StageInfo,
 };
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A stage kind that is only described, never built.
 struct Kind {
@@ -613,4 +613,19 @@ fn a_param_rejected_by_the_factory_is_located() {
     at(&d, 4, 21);
     assert_eq!(d.context, "stage `feed`");
     assert!(d.message.starts_with("param `type`"), "{d}");
+}
+
+#[test]
+fn yaml_text_without_a_file_is_located_too() {
+    let err = edgeflow_graph::Pipeline::from_yaml(
+        &TICK.replace("kind: stdout", "kind: stdot"),
+        &registry(),
+    )
+    .expect_err("unknown kind");
+    let text = err.to_string();
+    assert!(
+        text.contains("line 6, column 11: stage `show`: unknown stage kind `stdot`"),
+        "{text}"
+    );
+    assert!(text.contains("did you mean `stdout`"), "{text}");
 }
