@@ -272,14 +272,20 @@ impl AtomicWavWriter {
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".part")
-            .tempfile_in(&dir)
-            .map_err(|e| Error::Io {
-                path: dir.clone(),
-                source: e,
-            })?;
+        let prefix = format!(".{name}.");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".part");
+        // Temp files are private (0600); the finished WAV should be an
+        // ordinary file like any other output.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            builder.permissions(std::fs::Permissions::from_mode(0o644));
+        }
+        let tmp = builder.tempfile_in(&dir).map_err(|e| Error::Io {
+            path: dir.clone(),
+            source: e,
+        })?;
         let (file, temp) = tmp.into_parts();
         let writer = WavWriter::new(BufWriter::new(file), encoding.spec(sample_rate, channels))
             .map_err(|e| wav_err(target, format!("cannot start writing: {e}")))?;
