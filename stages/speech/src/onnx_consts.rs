@@ -203,3 +203,43 @@ pub fn safetensors_bytes(tensors: &BTreeMap<String, ConstTensor>) -> Vec<u8> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgeflow_runtime::weights::{SafetensorsFile, WeightReader};
+
+    #[test]
+    fn safetensors_round_trip() {
+        let mut m = BTreeMap::new();
+        m.insert(
+            "b".to_string(),
+            ConstTensor {
+                dims: vec![2, 3],
+                data: vec![1.0, 2.0, 3.0, 4.0, 5.0, -6.5],
+            },
+        );
+        m.insert(
+            "a".to_string(),
+            ConstTensor {
+                dims: vec![1],
+                data: vec![0.25],
+            },
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.safetensors");
+        std::fs::write(&p, safetensors_bytes(&m)).expect("write");
+        let f = SafetensorsFile::open(&p).expect("open");
+        assert_eq!(f.names(), vec!["a".to_string(), "b".to_string()]);
+        let b = f.load("b").expect("b");
+        assert_eq!(b.dims(), &[2, 3]);
+        assert_eq!(b.to_vec_f32().expect("f32"), m["b"].data);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(constants(&[0x0a, 0xff, 0xff, 0xff]).is_err());
+        assert!(constants(&[0x3a, 0x05, 0x0a]).is_err());
+        assert!(constants(&[]).expect("empty").is_empty());
+    }
+}
