@@ -14,6 +14,10 @@ pub enum BenchCommand {
     /// Audio: resampler, mel and denoise throughput as multiples of real
     /// time; mic -> speaker latency p50/p99 on the default devices.
     Audio,
+    /// Speech in: Silero VAD time per 32 ms window vs onnxruntime, Whisper
+    /// tiny.en time per utterance vs faster-whisper (same clip, segments and
+    /// threads; the peers run from scripts/speech_reference.py's venv).
+    Speech,
 }
 
 /// Run a benchmark.
@@ -23,6 +27,13 @@ pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Audio => {
             eprintln!("measuring resample, mel, denoise and a 5 s live passthrough...");
             print!("{}", edgeflow_audio::bench::run_bench()?);
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Speech => {
+            let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let o = edgeflow_speech::bench::BenchOptions::for_repo(&repo);
+            eprintln!("measuring Silero VAD and Whisper tiny.en (and the peers)...");
+            print!("{}", edgeflow_speech::bench::bench(&o)?);
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Dataflow => {
