@@ -18,5 +18,5 @@ use edgeflow_graph::Registry;
 
 /// Register every model stage kind.
 pub fn register(r: &mut Registry) {
-    let _ = r;
+    piper::stage::register(r);
 }

@@ -70,6 +70,7 @@ impl StageFactory for ThinkerKind {
                 ParamInfo::new("seed", ParamType::Int, 0, "seed of the sampling generator"),
                 ParamInfo::new("system", ParamType::String, "", "system prompt (empty: the chat template's default)"),
                 ParamInfo::new("history", ParamType::Bool, true, "keep the conversation across turns (false: every turn starts fresh)"),
+                ParamInfo::new("dequantize", ParamType::Bool, false, "expand quantized weights to f32 at load (the transformers reference's arithmetic; about 5x the memory)"),
             ],
             ports: ports(),
             source: false,
@@ -96,6 +97,8 @@ pub struct ThinkerConfig {
     pub system: String,
     /// Keep the conversation across turns.
     pub history: bool,
+    /// Expand quantized weights to f32 at load (see [`Llama::load_with`]).
+    pub dequantize: bool,
 }
 
 impl ThinkerConfig {
@@ -107,6 +110,7 @@ impl ThinkerConfig {
             sampling: SamplingParams::default(),
             system: String::new(),
             history: true,
+            dequantize: false,
         })
     }
 
@@ -145,6 +149,7 @@ impl ThinkerConfig {
             sampling,
             system: p.get_or("system", String::new())?,
             history: p.get_or("history", true)?,
+            dequantize: p.get_or("dequantize", false)?,
         })
     }
 }
@@ -165,7 +170,8 @@ pub struct Thinker {
 impl Thinker {
     /// Load the model on `dev`.
     pub fn new(dev: &Device, cfg: ThinkerConfig) -> Result<Self, Error> {
-        let (model, gguf) = Llama::open(dev, &cfg.model)?;
+        let gguf = edgeflow_runtime::weights::GgufFile::open(&cfg.model)?;
+        let model = Llama::load_with(dev, &gguf, cfg.dequantize)?;
         let tok = TextTokenizer::from_gguf(&gguf)?;
         let sampler = Sampler::new(cfg.sampling)?;
         Ok(Thinker {

@@ -99,44 +99,96 @@ fn tokenizer_and_template_match_the_reference() {
     }
 }
 
-#[test]
-fn greedy_continuations_match_transformers() {
-    let Some(path) = model() else { return };
+fn load(dequantize: bool) -> Option<Llama> {
+    let path = model()?;
     let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu).unwrap();
-    let (mut m, _) = Llama::open(&dev, &path).unwrap();
+    let g = GgufFile::open(&path).unwrap();
+    Some(Llama::load_with(&dev, &g, dequantize).unwrap())
+}
+
+/// With the weights dequantized to f32 (the reference's arithmetic) every
+/// continuation is identical, token for token: the model code is right.
+#[test]
+fn greedy_f32_matches_transformers_exactly() {
+    let Some(mut m) = load(true) else { return };
     let cases = fixture();
     assert!(cases.len() >= 10 && cases.iter().all(|c| c.expected.len() >= 32));
-    let mut report = Vec::new();
-    let mut identical = 0;
     for c in &cases {
         m.reset();
-        let (got, our_gaps) = greedy(&mut m, &c.prompt_ids, c.expected.len()).unwrap();
-        match got.iter().zip(&c.expected).position(|(a, b)| a != b) {
+        let (got, _) = greedy(&mut m, &c.prompt_ids, c.expected.len()).unwrap();
+        assert_eq!(got, c.expected, "greedy continuation of {:?}", c.prompt);
+    }
+}
+
+/// Quantized weights (the product path): identical up to the first
+/// divergence, and divergences only at reference near-ties. Returns how
+/// many cases were identical over all their tokens.
+fn check_quantized(m: &mut Llama, cases: &[Case]) -> usize {
+    let mut identical = 0;
+    for c in cases {
+        m.reset();
+        // Decode until the first divergence (the texts differ from there).
+        let mut logits = m.forward(&c.prompt_ids).unwrap();
+        let mut diverged = None;
+        for (k, &want) in c.expected.iter().enumerate() {
+            let got = edgeflow_llm::sampling::argmax(&logits) as u32;
+            if got != want {
+                diverged = Some((k, got));
+                break;
+            }
+            if k + 1 < c.expected.len() {
+                logits = m.forward(&[got]).unwrap();
+            }
+        }
+        match diverged {
             None => identical += 1,
-            Some(k) => {
-                report.push(format!(
-                    "{:?}: first divergence at token {k} (ours {} vs reference {}), \
-                     reference top-2 gap {:.4}, ours {:.4}",
-                    c.prompt, got[k], c.expected[k], c.gaps[k], our_gaps[k]
-                ));
+            Some((k, got)) => {
+                eprintln!(
+                    "{:?}: first divergence at token {k} (ours {got}, reference {}), reference top-2 gap {:.4}",
+                    c.prompt, c.expected[k], c.gaps[k]
+                );
                 assert!(
                     c.gaps[k] < NEAR_TIE,
                     "{:?} diverges at token {k} where the reference is not near a tie \
-                     (gap {} >= {NEAR_TIE}): ours {:?}, reference {:?}",
+                     (gap {} >= {NEAR_TIE})",
                     c.prompt,
-                    c.gaps[k],
-                    got,
-                    c.expected
+                    c.gaps[k]
                 );
             }
         }
     }
-    eprintln!(
-        "{identical}/{} continuations identical over {} tokens",
-        cases.len(),
-        cases[0].expected.len()
-    );
-    for r in &report {
-        eprintln!("  {r}");
-    }
+    identical
+}
+
+/// A subset that keeps the default test run short on 2 cores (the scalar
+/// Q4_1 kernel is slow; see README): two cases that diverge at a near-tie
+/// (at tokens 0 and 3) and two that are identical over 32 tokens.
+#[test]
+fn greedy_quantized_diverges_only_at_near_ties() {
+    let Some(mut m) = load(false) else { return };
+    let cases = fixture();
+    let pick = [
+        "What is the capital of France?",
+        "Give me three tips for sleeping better.",
+        "Who wrote Romeo and Juliet?",
+        "The quick brown fox",
+    ];
+    let subset: Vec<Case> = cases
+        .into_iter()
+        .filter(|c| pick.contains(&c.prompt.as_str()))
+        .collect();
+    assert_eq!(subset.len(), pick.len());
+    assert_eq!(check_quantized(&mut m, &subset), 2);
+}
+
+/// Every fixture case on the quantized path (about 3 minutes here):
+/// `cargo test -p edgeflow-llm --test parity -- --ignored`.
+#[test]
+#[ignore = "slow on the scalar Q4_1 kernel; run with --ignored"]
+fn greedy_quantized_all_cases() {
+    let Some(mut m) = load(false) else { return };
+    let cases = fixture();
+    let n = check_quantized(&mut m, &cases);
+    eprintln!("{n}/{} identical over 32 tokens", cases.len());
+    assert!(n >= 4);
 }

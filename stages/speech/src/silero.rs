@@ -37,8 +37,8 @@ pub struct SileroVad {
     dev: Device,
     stft: Tensor,
     convs: Vec<Conv>,
-    w_ih: Tensor,
-    w_hh: Tensor,
+    /// `[W_ih | W_hh]`, `[4h, 2h]`: one matmul for both LSTM inputs.
+    w_lstm: Tensor,
     bias: Tensor,
     final_w: Tensor,
     final_b: Tensor,
@@ -79,6 +79,7 @@ impl SileroVad {
         let b_ih = ws.get_with_shape("lstm_cell.bias_ih", &[4 * HIDDEN])?;
         let b_hh = ws.get_with_shape("lstm_cell.bias_hh", &[4 * HIDDEN])?;
         let bias = dev.add(&b_ih, &b_hh)?;
+        let w_lstm = dev.concat(&[&w_ih, &w_hh], 1)?;
         let final_w = ws.get_with_shape("final_conv.weight", &[1, HIDDEN, 1])?;
         let final_w = dev.reshape(&final_w, &[1, HIDDEN])?;
         let final_b = ws.get_with_shape("final_conv.bias", &[1])?;
@@ -86,8 +87,7 @@ impl SileroVad {
         Ok(SileroVad {
             stft,
             convs,
-            w_ih,
-            w_hh,
+            w_lstm,
             bias,
             final_w,
             final_b,
@@ -132,10 +132,9 @@ impl SileroVad {
                 ..Default::default()
             },
         )?;
-        let re = dev.narrow(&spec, 1, 0, BINS)?;
-        let im = dev.narrow(&spec, 1, BINS, BINS)?;
-        let re2 = dev.unary(UnaryOp::Sqr, &re)?;
-        let im2 = dev.unary(UnaryOp::Sqr, &im)?;
+        let sq = dev.unary(UnaryOp::Sqr, &spec)?;
+        let re2 = dev.narrow(&sq, 1, 0, BINS)?;
+        let im2 = dev.narrow(&sq, 1, BINS, BINS)?;
         let mut h = dev.unary(UnaryOp::Sqrt, &dev.add(&re2, &im2)?)?;
         for conv in &self.convs {
             let y = dev.conv1d(
@@ -152,15 +151,14 @@ impl SileroVad {
         }
         // [1, 128, 1] -> [1, 128]
         let feat = dev.reshape(&h, &[1, HIDDEN])?;
-        let gates = dev.add(
-            &dev.linear(&feat, &self.w_ih, Some(&self.bias))?,
-            &dev.linear(&self.h, &self.w_hh, None)?,
-        )?;
+        let xh = dev.concat(&[&feat, &self.h], 1)?;
+        let gates = dev.linear(&xh, &self.w_lstm, Some(&self.bias))?;
         // PyTorch LSTMCell gate order: input, forget, cell, output.
-        let i = dev.sigmoid(&dev.narrow(&gates, 1, 0, HIDDEN)?)?;
-        let f = dev.sigmoid(&dev.narrow(&gates, 1, HIDDEN, HIDDEN)?)?;
+        let sg = dev.sigmoid(&gates)?;
+        let i = dev.narrow(&sg, 1, 0, HIDDEN)?;
+        let f = dev.narrow(&sg, 1, HIDDEN, HIDDEN)?;
         let g = dev.tanh(&dev.narrow(&gates, 1, 2 * HIDDEN, HIDDEN)?)?;
-        let o = dev.sigmoid(&dev.narrow(&gates, 1, 3 * HIDDEN, HIDDEN)?)?;
+        let o = dev.narrow(&sg, 1, 3 * HIDDEN, HIDDEN)?;
         let c = dev.add(&dev.mul(&f, &self.c)?, &dev.mul(&i, &g)?)?;
         let hn = dev.mul(&o, &dev.tanh(&c)?)?;
         self.c = c;

@@ -441,11 +441,11 @@ impl Stage for VadStage {
         self.handle(events, ctx)
     }
 
+    /// The input is one continuous audio stream whatever the turn, so a
+    /// cancelled epoch (barge-in on the agent's turn) does not reset the
+    /// detector: its LSTM state, context and an utterance in progress carry
+    /// on; what was already emitted in that epoch is dropped by the queues.
     fn reset(&mut self, _epoch: Epoch, _ctx: &mut StageCtx) -> StageResult {
-        self.stream.reset()?;
-        self.history.clear();
-        self.history_start = 0;
-        self.emitted = 0;
         Ok(())
     }
 

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod fetch;
 pub mod phonemize;
+pub mod stage;
 pub mod text;
 
 pub use config::{InferenceScales, VoiceConfig};

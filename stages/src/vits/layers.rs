@@ -87,7 +87,9 @@ pub struct Conv1d {
 
 impl Conv1d {
     /// `prefix.weight` [c_out, c_in/groups, k] (+ `prefix.bias` when `bias`),
-    /// "same" padding for odd kernels.
+    /// "same" padding for odd kernels. The arguments mirror PyTorch's
+    /// `nn.Conv1d(c_in, c_out, k, dilation=, groups=, bias=)`.
+    #[allow(clippy::too_many_arguments)]
     pub fn load(
         ws: &Weights,
         prefix: &str,

@@ -79,3 +79,43 @@ pub fn snr_db(want: &[f32], got: &[f32]) -> f64 {
         .sum();
     10.0 * (sig / err.max(1e-20)).log10()
 }
+
+/// Magnitude spectrogram (Hann window, naive DFT; test-sized inputs only).
+pub fn magnitudes(x: &[f32], n: usize, hop: usize) -> Vec<Vec<f64>> {
+    let win: Vec<f64> = (0..n)
+        .map(|i| 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / n as f64).cos())
+        .collect();
+    let mut frames = Vec::new();
+    let mut start = 0;
+    while start + n <= x.len() {
+        let f: Vec<f64> = (0..=n / 2)
+            .map(|k| {
+                let (mut re, mut im) = (0.0, 0.0);
+                for (i, w) in win.iter().enumerate() {
+                    let a = -2.0 * std::f64::consts::PI * (k * i) as f64 / n as f64;
+                    let v = x[start + i] as f64 * w;
+                    re += v * a.cos();
+                    im += v * a.sin();
+                }
+                (re * re + im * im).sqrt()
+            })
+            .collect();
+        frames.push(f);
+        start += hop;
+    }
+    frames
+}
+
+/// SNR of magnitude spectrograms in dB: how close the spectra are,
+/// ignoring phase (the fair measure for a quantized vocoder).
+pub fn spectral_snr_db(want: &[f32], got: &[f32]) -> f64 {
+    let (a, b) = (magnitudes(want, 512, 256), magnitudes(got, 512, 256));
+    let (mut sig, mut err) = (0.0f64, 0.0f64);
+    for (fa, fb) in a.iter().zip(&b) {
+        for (x, y) in fa.iter().zip(fb) {
+            sig += x * x;
+            err += (x - y) * (x - y);
+        }
+    }
+    10.0 * (sig / err.max(1e-20)).log10()
+}
