@@ -39,6 +39,7 @@ use edgeflow_runtime::{
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
 
@@ -77,9 +78,20 @@ pub fn adapters() -> Vec<String> {
         .collect()
 }
 
+/// Distinguishes backend instances: two `GpuBackend`s opened on the same
+/// adapter have separate wgpu devices whose buffers cannot be mixed.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
 /// A tensor's data resident on the GPU: a storage buffer of `len` f32s.
+///
+/// It keeps its device and queue, so any `GpuBackend` can read it back, but
+/// only the instance that made it binds it to kernels; another instance
+/// (even on the same adapter) re-uploads it through the host.
 pub struct GpuBuffer {
     backend: String,
+    owner: u64,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
     buffer: wgpu::Buffer,
     len: usize,
 }
@@ -98,6 +110,45 @@ impl GpuBuffer {
     /// The underlying wgpu buffer (at least 4 bytes even when empty).
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.buffer
+    }
+
+    /// Copies the data back to the host, waiting for queued work.
+    pub fn read(&self) -> std::result::Result<Vec<f32>, String> {
+        let size = (self.len * 4) as u64;
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("edgeflow-readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("edgeflow-readback"),
+            });
+        enc.copy_buffer_to_buffer(&self.buffer, 0, &staging, 0, size);
+        self.queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| format!("waiting for the GPU: {e}"))?;
+        rx.recv()
+            .map_err(|_| "readback callback dropped".to_string())?
+            .map_err(|e| format!("mapping the readback buffer: {e}"))?;
+        let data: Vec<f32> = {
+            let view = staging
+                .get_mapped_range(..)
+                .map_err(|e| format!("reading the readback buffer: {e}"))?;
+            bytemuck::cast_slice::<u8, f32>(&view).to_vec()
+        };
+        staging.unmap();
+        Ok(data)
     }
 }
 
@@ -253,6 +304,14 @@ fn optional(inputs: &[&Tensor], i: usize) -> Slot {
     }
 }
 
+/// The GPU buffer behind `t`, whichever `GpuBackend` made it.
+fn any_gpu_buf(t: &Tensor) -> Option<&GpuBuffer> {
+    match t.storage() {
+        Storage::Device(b) => b.as_any().downcast_ref::<GpuBuffer>(),
+        _ => None,
+    }
+}
+
 fn is_float(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F16 | DType::BF16)
 }
@@ -346,6 +405,7 @@ fn f32_bits(v: f64) -> u32 {
 /// take `&self` and may be called from several threads.
 pub struct GpuBackend {
     name: String,
+    id: u64,
     info: wgpu::AdapterInfo,
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -417,6 +477,7 @@ impl GpuBackend {
         });
         Ok(GpuBackend {
             name,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             info,
             device,
             queue,
@@ -499,14 +560,9 @@ impl GpuBackend {
         Ok(p)
     }
 
-    /// The GPU buffer behind `t`, if this backend holds it.
+    /// The GPU buffer behind `t`, if this backend instance holds it.
     fn gpu_buf<'a>(&self, t: &'a Tensor) -> Option<&'a GpuBuffer> {
-        match t.storage() {
-            Storage::Device(b) if b.backend() == self.name => {
-                b.as_any().downcast_ref::<GpuBuffer>()
-            }
-            _ => None,
-        }
+        any_gpu_buf(t).filter(|b| b.owner == self.id)
     }
 
     fn alloc(&self, len: usize) -> wgpu::Buffer {
@@ -525,6 +581,9 @@ impl GpuBackend {
         Tensor::from_device(
             Arc::new(GpuBuffer {
                 backend: self.name.clone(),
+                owner: self.id,
+                device: self.device.clone(),
+                queue: self.queue.clone(),
                 buffer,
                 len,
             }),
@@ -538,7 +597,8 @@ impl GpuBackend {
         let float = is_float(t.dtype());
         let here = match t.storage() {
             Storage::Host(_) => true,
-            Storage::Device(_) => self.gpu_buf(t).is_some(),
+            // Another GpuBackend's buffers come through the host.
+            Storage::Device(_) => any_gpu_buf(t).is_some(),
             Storage::Quantized(_) => false,
         };
         float && here && t.elem_count() <= self.max_elems()
@@ -1394,54 +1454,26 @@ impl edgeflow_runtime::Backend for GpuBackend {
                 self.upload_host(t)
             }
             Storage::Host(_) | Storage::Quantized(_) => Ok(t.clone()),
-            Storage::Device(b) => Err(self.err(format!(
-                "cannot upload a tensor held by backend `{}`; move it to the host first",
-                b.backend()
-            ))),
+            Storage::Device(b) => match any_gpu_buf(t) {
+                Some(_) => self.upload_host(&self.download(t)?),
+                None => Err(self.err(format!(
+                    "cannot upload a tensor held by backend `{}`; move it to the host first",
+                    b.backend()
+                ))),
+            },
         }
     }
 
+    /// Reads any [`GpuBuffer`] back (this instance's or another's) as a
+    /// host f32 tensor; host tensors are returned as they are.
     fn download(&self, t: &Tensor) -> Result<Tensor> {
-        let Some(src) = self.gpu_buf(t) else {
+        let Some(src) = any_gpu_buf(t) else {
             if t.is_host() {
                 return Ok(t.clone());
             }
             return Err(self.err("download: tensor is held by another backend"));
         };
-        let size = (src.len * 4) as u64;
-        if size == 0 {
-            return Tensor::from_vec(Vec::new(), t.dims());
-        }
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("edgeflow-readback"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("edgeflow-readback"),
-            });
-        enc.copy_buffer_to_buffer(&src.buffer, 0, &staging, 0, size);
-        self.queue.submit([enc.finish()]);
-        let (tx, rx) = std::sync::mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
-        });
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| self.err(format!("waiting for the GPU: {e}")))?;
-        rx.recv()
-            .map_err(|_| self.err("readback callback dropped"))?
-            .map_err(|e| self.err(format!("mapping the readback buffer: {e}")))?;
-        let data: Vec<f32> = {
-            let view = staging
-                .get_mapped_range(..)
-                .map_err(|e| self.err(format!("reading the readback buffer: {e}")))?;
-            bytemuck::cast_slice::<u8, f32>(&view).to_vec()
-        };
-        staging.unmap();
+        let data = src.read().map_err(|e| self.err(e))?;
         self.check_errors("download")?;
         Tensor::from_vec(data, t.dims())
     }
@@ -1461,7 +1493,7 @@ impl edgeflow_runtime::Backend for GpuBackend {
             held.push(if self.holds(t) {
                 Ok((*t).clone())
             } else if is_float(t.dtype()) {
-                Ok(self.upload_host(t)?)
+                Ok(self.upload(t)?)
             } else {
                 Err(self.upload_indices(t)?)
             });

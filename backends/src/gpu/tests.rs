@@ -915,3 +915,31 @@ fn empty_and_scalar_tensors() {
     assert_eq!(got.dims(), &[] as &[usize]);
     assert_eq!(got.to_vec_f32().unwrap(), vec![4.0]);
 }
+
+#[test]
+fn two_instances_on_one_adapter_do_not_mix_buffers() {
+    let Some(a) = gpu() else { return };
+    let b = Arc::new(GpuBackend::new(0).unwrap());
+    let mut rng = StdRng::seed_from_u64(22);
+    let x = rand_t(&mut rng, &[7, 33]);
+    let xa = a.upload(&x).unwrap();
+    assert!(a.holds(&xa));
+    assert!(
+        !b.holds(&xa),
+        "another instance's buffer is not bindable here"
+    );
+    // Either instance reads it back.
+    assert_close(&b.download(&xa).unwrap(), &x, 0.0, 0.0, "foreign download");
+    // Through b's dispatcher it moves via the host (counted) and runs on b.
+    let dev = Device::new(b.clone(), Arc::new(CpuBackend::new()));
+    let op = Op::Unary(UnaryOp::Relu);
+    let y = dev.run(op.clone(), &[&xa]).unwrap();
+    assert!(b.holds(&y));
+    let s = dev.stats().snapshot();
+    assert_eq!((s.downloads, s.uploads, s.fallback_ops), (1, 1, 0));
+    let got = dev.to_host(&y).unwrap();
+    assert_close(&got, &on_cpu(&op, &[&x]), 0.0, 0.0, "relu on b");
+    // Direct execute with a foreign input works too.
+    let z = b.execute(&op, &[&xa]).unwrap();
+    assert_close(&b.download(&z).unwrap(), &got, 0.0, 0.0, "direct");
+}
