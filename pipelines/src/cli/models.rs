@@ -11,7 +11,7 @@ pub enum ModelsCommand {
     /// converted once). Without network access it says what to fetch and
     /// where to put it.
     Fetch {
-        /// Model name, e.g. `piper-joe` (see `edgeflow models list`).
+        /// Model name, e.g. `piper-joe` or `smollm2` (see `edgeflow models list`).
         name: String,
     },
     /// List the models edgeflow knows and whether each is cached.
@@ -23,6 +23,13 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
     let root = fetch::models_dir();
     match cmd {
         ModelsCommand::Fetch { name } => {
+            if name == edgeflow_llm::fetch::NAME {
+                let gguf = edgeflow_llm::fetch::fetch_smollm2(&root, &mut |step| {
+                    eprintln!("[{name}] {step}")
+                })?;
+                println!("{}", gguf.display());
+                return Ok(ExitCode::SUCCESS);
+            }
             let Some(voice) = fetch::voice_by_name(&name) else {
                 let known: Vec<&str> = fetch::KNOWN_VOICES.iter().map(|v| v.name).collect();
                 anyhow::bail!("unknown model `{name}`; known models: {}", known.join(", "));
@@ -42,6 +49,22 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
                 println!(
                     "  {:<12} {:<60} {} {}=={}",
                     c.voice.name, c.voice.doc, state, c.voice.package, c.voice.version
+                );
+            }
+            {
+                use edgeflow_llm::fetch as llm;
+                let p = llm::gguf_path(&root);
+                let state = match std::fs::metadata(&p) {
+                    Ok(m) => format!("cached, {:.1} MB", m.len() as f64 / 1e6),
+                    Err(_) => format!("not cached (edgeflow models fetch {})", llm::NAME),
+                };
+                println!(
+                    "  {:<12} {:<60} {} {}=={}",
+                    llm::NAME,
+                    llm::DOC,
+                    state,
+                    llm::PACKAGE,
+                    llm::VERSION
                 );
             }
             Ok(ExitCode::SUCCESS)

@@ -20,6 +20,8 @@
 //! `NEAR_TIE` logits. Measured on 2026-11-29 (12 prompts x 32 tokens): see
 //! `MEASURED` below and stages/llm/README.md.
 
+#![allow(clippy::unwrap_used)]
+
 use edgeflow_llm::{fetch, greedy, ChatMessage, Llama, TextTokenizer};
 use edgeflow_runtime::weights::GgufFile;
 use serde_json::Value;
