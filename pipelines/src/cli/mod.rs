@@ -18,15 +18,22 @@ mod validate;
 pub enum Command {
     /// Run a pipeline until its sources end (or Ctrl-C / --timeout).
     Run(run::RunArgs),
-    /// Check a pipeline file without running it: every problem with its
-    /// file:line:column, stage or edge, and fix; exits non-zero if any.
+    /// Check a pipeline file without running it.
+    ///
+    /// Prints a one-line summary, or every problem with its
+    /// file:line:column, stage or edge, and fix (exit code 1).
     Validate(validate::ValidateArgs),
     /// Print the pipeline graph as Graphviz dot or Mermaid.
+    ///
+    /// Stages are nodes (id, kind, device); edges are labelled with their
+    /// ports, policy and capacity; back-edges are dashed.
     Graph(graph::GraphArgs),
     /// List every stage kind with its ports and params.
     Stages(stages::StagesArgs),
-    /// Print the JSON schema of the pipeline format (as committed in
-    /// pipelines/schema.json).
+    /// Print the JSON schema of the pipeline format.
+    ///
+    /// The same text as the committed pipelines/schema.json; point your
+    /// editor's YAML language server at it.
     Schema,
     /// List compute backends, their adapters and probe results.
     Devices {
