@@ -11,6 +11,7 @@
 //! ops other than [`Op::Linear`], [`Op::IndexSelect`] and [`Op::Cast`] are
 //! dequantized to f32 first.
 
+use crate::cpu_gemv::{self, WeightFormat};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType as CDType, Module, Tensor as CTensor};
 use edgeflow_runtime::{
@@ -151,6 +152,19 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
         ));
     }
     let rows: usize = dims[..dims.len() - 1].iter().product();
+    if rows == 1 {
+        if let Some(y) = gemv(&x, w)? {
+            let y = match bias {
+                Some(b) => y.broadcast_add(&plain(b, "linear")?.to_dtype(y.dtype())?)?,
+                None => y,
+            };
+            let mut out = dims;
+            if let Some(last) = out.last_mut() {
+                *last = n;
+            }
+            return Ok(y.reshape(out)?);
+        }
+    }
     let x2 = x.reshape((rows, k))?;
     let y = match w.storage() {
         Storage::Quantized(q) => {
@@ -172,6 +186,40 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
         *last = n;
     }
     Ok(y.reshape(out)?)
+}
+
+/// One-row f32 linear through the streaming GEMV kernels ([`crate::cpu_gemv`]),
+/// for f32, Q8_0 and Q4_0 weights; None when another path applies.
+fn gemv(x: &CTensor, w: &Tensor) -> Result<Option<CTensor>> {
+    if x.dtype() != CDType::F32 {
+        return Ok(None);
+    }
+    let xv = x.flatten_all()?.to_vec1::<f32>()?;
+    let n = w.dims()[0];
+    let y = match w.storage() {
+        Storage::Quantized(q) => {
+            let Some(fmt) = WeightFormat::of_ggml(q.dtype()) else {
+                return Ok(None);
+            };
+            let data = q.data()?;
+            cpu_gemv::gemv(fmt, &data, &xv, n)
+        }
+        Storage::Host(c) if c.dtype() == CDType::F32 => {
+            let (st, layout) = c.storage_and_layout();
+            let (candle_core::Storage::Cpu(cpu), Some((s, e))) =
+                (&*st, layout.contiguous_offsets())
+            else {
+                return Ok(None);
+            };
+            let all = cpu.as_slice::<f32>()?;
+            cpu_gemv::gemv(WeightFormat::F32, bytemuck::cast_slice(&all[s..e]), &xv, n)
+        }
+        _ => None,
+    };
+    Ok(match y {
+        Some(y) => Some(CTensor::from_vec(y, (1, n), &cdev())?),
+        None => None,
+    })
 }
 
 fn unary(u: UnaryOp, x: &CTensor) -> Result<CTensor> {

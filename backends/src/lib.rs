@@ -15,6 +15,7 @@
 //! costs one probe per machine and driver, not one per stage.
 
 pub mod cpu;
+mod cpu_gemv;
 pub mod gpu;
 pub mod npu;
 pub mod opbench;

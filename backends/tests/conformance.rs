@@ -726,7 +726,18 @@ fn cases() -> Vec<Case> {
         let mut c = case(
             format!("linear {dt} 7x128->33"),
             Op::Linear,
-            vec![x, wq, b],
+            vec![x, wq.clone(), b.clone()],
+            want,
+        );
+        c.tol = tol;
+        cs.push(c);
+        // One row (decode): the streaming GEMV path, f32 activations.
+        let x1 = randn(&[1, 1, 128], next());
+        let want = r_linear(&a(&x1), &a(&deq), Some(&a(&b)));
+        let mut c = case(
+            format!("linear {dt} decode 1x128->33"),
+            Op::Linear,
+            vec![x1, wq, b],
             want,
         );
         c.tol = tol;
