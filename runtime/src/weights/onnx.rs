@@ -258,9 +258,9 @@ impl OnnxFile {
         let mut floats: Vec<f64> = Vec::new();
         let mut ints: Vec<i64> = Vec::new();
         let push_packed = |field: u64,
-                               r: Range<usize>,
-                               floats: &mut Vec<f64>,
-                               ints: &mut Vec<i64>|
+                           r: Range<usize>,
+                           floats: &mut Vec<f64>,
+                           ints: &mut Vec<i64>|
          -> std::result::Result<(), String> {
             let b = &file[r];
             match field {
