@@ -506,6 +506,7 @@ fn plan_stage(
             }
         }
     };
+    let param_diags = diags.len();
     let names: Vec<&str> = info.params.iter().map(|p| p.name).collect();
     for k in values.keys() {
         if names.contains(&k.as_str()) {
@@ -586,6 +587,8 @@ fn plan_stage(
     let params = Params::new(&s.id, values);
     let ports = match factory.ports(&params, &env) {
         Ok(p) => p,
+        // A factory rejecting params already reported above only repeats it.
+        Err(_) if diags.len() > param_diags => return None,
         Err(e) => {
             let fix = format!("`edgeflow stages {}` documents its params", s.kind);
             // A factory that names the param lets us point at its value.
