@@ -35,9 +35,41 @@ fn port(name: &str, ty: PortType) -> PortSpec {
     PortSpec::new(name, ty, "")
 }
 
+/// A kind whose ports depend on a param `n` (1..=8 outputs), as real
+/// factories' ports do (a WAV source's rate, a mixer's channel count).
+struct Fanout;
+
+impl StageFactory for Fanout {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: "fanout",
+            doc: "n outputs",
+            params: vec![ParamInfo::new("n", ParamType::Int, 1, "outputs, 1..=8")],
+            source: true,
+            ports: Ports::default(),
+        }
+    }
+    fn ports(&self, p: &Params, _e: &BuildEnv) -> Result<Ports, StageError> {
+        let n: u64 = p.get("n")?;
+        if !(1..=8).contains(&n) {
+            return Err(p.error("n", format!("must be 1..=8, got {n}")).into());
+        }
+        Ok(Ports {
+            inputs: vec![],
+            outputs: (0..n)
+                .map(|i| port(&format!("out{i}"), PortType::Text))
+                .collect(),
+        })
+    }
+    fn build(&self, _p: &Params, _e: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        Err(StageError::msg("test kinds are not built"))
+    }
+}
+
 /// Builtins plus a small speech chain with typed ports.
 fn registry() -> Registry {
     let mut r = Registry::builtin();
+    r.register(Fanout);
     r.register(Kind {
         kind: "mic",
         params: vec![],
@@ -628,4 +660,28 @@ fn yaml_text_without_a_file_is_located_too() {
         "{text}"
     );
     assert!(text.contains("did you mean `stdout`"), "{text}");
+}
+
+#[test]
+fn ports_that_depend_on_params() {
+    let yaml = "stages:\n  - id: f\n    kind: fanout\n    params: { n: 0 }\n";
+    let d = find(yaml, &[], "must be 1..=8");
+    at(&d, 4, 18);
+    assert_eq!(d.message, "param `n` must be 1..=8, got 0");
+    // A wrongly typed value is reported once, not again by the factory.
+    let case = write(yaml.replace("n: 0", "n: two").as_bytes());
+    let d = diags_with(&case, &[]);
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert!(
+        d[0].message.contains("should be a whole number"),
+        "{}",
+        d[0]
+    );
+    // Ports that exist only for some values are checked with those values.
+    let yaml = "stages:\n  - { id: f, kind: fanout, params: { n: 2 } }\n  - { id: s, kind: stdout }\nedges:\n  - { from: f.out2, to: s }\n";
+    let d = find(yaml, &[], "no output port `out2`");
+    fix_has(&d, "`out0` (text), `out1` (text)");
+    let case = write(yaml.as_bytes());
+    let o: Vec<Override> = vec!["f.n=3".parse().expect("override")];
+    load_file(&case.path, &registry(), &o).expect("valid with 3 outputs");
 }
