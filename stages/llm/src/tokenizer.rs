@@ -326,3 +326,30 @@ impl Utf8Stream {
         out
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf8_stream_holds_split_characters() {
+        let mut s = Utf8Stream::new();
+        let octopus = "\u{1F419}".as_bytes();
+        assert_eq!(s.push(b"a "), "a ");
+        assert_eq!(s.push(&octopus[..1]), "");
+        assert_eq!(s.push(&octopus[1..3]), "");
+        assert_eq!(s.push(&octopus[3..]), "\u{1F419}");
+        assert_eq!(s.push(&[0xC3]), "");
+        assert_eq!(s.finish(), "\u{FFFD}");
+        assert_eq!(s.push(&[0xFF, b'x']), "\u{FFFD}x");
+    }
+
+    #[test]
+    fn byte_table_covers_every_byte() {
+        let t = unicode_to_byte();
+        assert_eq!(t.len(), 256);
+        assert_eq!(t[&'\u{0120}'], b' ');
+        assert_eq!(t[&'!'], b'!');
+    }
+}
