@@ -101,6 +101,10 @@ pub struct PassthroughLatency {
     pub p50_ms: f64,
     /// 99th percentile, ms.
     pub p99_ms: f64,
+    /// Median depth of the speaker's jitter buffer, ms: the part of the
+    /// latency the pipeline adds on purpose; the rest is capture and device
+    /// buffering in the sound server.
+    pub jitter_buffer_p50_ms: f64,
     /// Speaker underruns during the run.
     pub underruns: f64,
     /// Mic overruns (dropped capture buffers).
@@ -141,6 +145,7 @@ pub fn passthrough_latency(seconds: f64) -> Result<PassthroughLatency> {
         count: lat.count,
         p50_ms: lat.p50,
         p99_ms: lat.p99,
+        jitter_buffer_p50_ms: spk.values.get("buffer_ms").map_or(0.0, |v| v.p50),
         underruns: value(Some(spk), "underruns"),
         overruns: value(stage("mic"), "overruns"),
     })
@@ -202,8 +207,9 @@ pub fn run_bench() -> Result<String> {
             w(
                 &mut r,
                 format!(
-                    "  capture -> playback latency p50 {:.1} ms, p99 {:.1} ms over {} chunks; underruns {}, overruns {}",
-                    l.p50_ms, l.p99_ms, l.count, l.underruns, l.overruns
+                    "  capture -> playback latency p50 {:.1} ms, p99 {:.1} ms over {} chunks \
+                     (jitter buffer p50 {:.1} ms); underruns {}, overruns {}",
+                    l.p50_ms, l.p99_ms, l.count, l.jitter_buffer_p50_ms, l.underruns, l.overruns
                 ),
             );
         }
