@@ -49,6 +49,9 @@ pub(crate) enum WeightFormat {
     /// GGML Q4_0: per 32 weights, an f16 scale and 16 bytes of nibbles
     /// (low nibble: element j, high nibble: element j + 16), offset 8.
     Q4_0,
+    /// GGML Q4_1: per 32 weights, an f16 scale `d`, an f16 minimum `m` and
+    /// 16 bytes of nibbles as Q4_0; a weight is `d * q + m`.
+    Q4_1,
 }
 
 impl WeightFormat {
@@ -57,6 +60,7 @@ impl WeightFormat {
         match d {
             GgmlDType::Q8_0 => Some(WeightFormat::Q8_0),
             GgmlDType::Q4_0 => Some(WeightFormat::Q4_0),
+            GgmlDType::Q4_1 => Some(WeightFormat::Q4_1),
             _ => None,
         }
     }
@@ -67,6 +71,7 @@ impl WeightFormat {
             WeightFormat::F32 => 4 * k,
             WeightFormat::Q8_0 => k / 32 * 34,
             WeightFormat::Q4_0 => k / 32 * 18,
+            WeightFormat::Q4_1 => k / 32 * 20,
         }
     }
 }
@@ -87,7 +92,7 @@ pub(crate) fn gemv(fmt: WeightFormat, w: &[u8], x: &[f32], n: usize) -> Option<V
     let avx = has_avx2_fma();
     #[cfg(target_arch = "x86_64")]
     if avx && fmt != WeightFormat::F32 {
-        let (qx, dx) = quantize_x(x);
+        let (qx, dx, sx) = quantize_x(x);
         y.par_chunks_mut(per).enumerate().for_each(|(t, out)| {
             let r0 = t * per;
             for (i, yo) in out.iter_mut().enumerate() {
@@ -97,6 +102,7 @@ pub(crate) fn gemv(fmt: WeightFormat, w: &[u8], x: &[f32], n: usize) -> Option<V
                 *yo = unsafe {
                     match fmt {
                         WeightFormat::Q8_0 => avx2::dot_q8_0_i8(row, &qx, &dx),
+                        WeightFormat::Q4_1 => avx2::dot_q4_1_i8(row, &qx, &dx, &sx),
                         _ => avx2::dot_q4_0_i8(row, &qx, &dx),
                     }
                 };
@@ -116,10 +122,13 @@ pub(crate) fn gemv(fmt: WeightFormat, w: &[u8], x: &[f32], n: usize) -> Option<V
 
 /// Activations quantized to 8 bits per block of 32 (scale max|x| / 127),
 /// as llama.cpp and candle do for their quantized dot products: the integer
-/// multiply-add then does 32 products in a few instructions.
-pub(crate) fn quantize_x(x: &[f32]) -> (Vec<i8>, Vec<f32>) {
+/// multiply-add then does 32 products in a few instructions. Returns the
+/// codes, the scale of each block and the exact sum of each block (for the
+/// `m` term of Q4_1).
+pub(crate) fn quantize_x(x: &[f32]) -> (Vec<i8>, Vec<f32>, Vec<f32>) {
     let mut q = vec![0i8; x.len()];
     let mut d = Vec::with_capacity(x.len() / 32);
+    let sums = x.chunks_exact(32).map(|c| c.iter().sum()).collect();
     for (xs, qs) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)) {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
         let dd = amax / 127.0;
@@ -129,7 +138,7 @@ pub(crate) fn quantize_x(x: &[f32]) -> (Vec<i8>, Vec<f32>) {
         }
         d.push(dd);
     }
-    (q, d)
+    (q, d, sums)
 }
 
 fn dot_row(fmt: WeightFormat, row: &[u8], x: &[f32], avx: bool) -> f32 {
@@ -142,6 +151,7 @@ fn dot_row(fmt: WeightFormat, row: &[u8], x: &[f32], avx: bool) -> f32 {
                 WeightFormat::F32 => avx2::dot_f32(row, x),
                 WeightFormat::Q8_0 => avx2::dot_q8_0(row, x),
                 WeightFormat::Q4_0 => avx2::dot_q4_0(row, x),
+                WeightFormat::Q4_1 => portable::dot_q4_1(row, x),
             }
         };
     }
@@ -150,6 +160,7 @@ fn dot_row(fmt: WeightFormat, row: &[u8], x: &[f32], avx: bool) -> f32 {
         WeightFormat::F32 => portable::dot_f32(row, x),
         WeightFormat::Q8_0 => portable::dot_q8_0(row, x),
         WeightFormat::Q4_0 => portable::dot_q4_0(row, x),
+        WeightFormat::Q4_1 => portable::dot_q4_1(row, x),
     }
 }
 
@@ -186,6 +197,20 @@ mod portable {
                 acc[i % 8] += (*q as i8) as f32 * xs[i];
             }
             s += d * acc.iter().sum::<f32>();
+        }
+        s
+    }
+
+    pub(super) fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
+        let mut s = 0f32;
+        for (b, xs) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
+            let (d, m) = (f16_at(b), f16_at(&b[2..]));
+            let mut acc = [0f32; 8];
+            for (j, q) in b[4..].iter().enumerate() {
+                acc[j % 8] +=
+                    (d * (q & 0x0f) as f32 + m) * xs[j] + (d * (q >> 4) as f32 + m) * xs[j + 16];
+            }
+            s += acc.iter().sum::<f32>();
         }
         s
     }
@@ -306,6 +331,39 @@ mod avx2 {
     }
 
     /// # Safety
+    /// As [`dot_q8_0_i8`], with Q4_1 blocks and `sx` the exact sum of each
+    /// block of activations.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_q4_1_i8(row: &[u8], qx: &[i8], dx: &[f32], sx: &[f32]) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut mins = 0f32;
+        let m4 = _mm_set1_epi8(0x0f);
+        let ones = _mm256_set1_epi16(1);
+        for (((b, xs), &d), &sum) in row
+            .chunks_exact(20)
+            .zip(qx.chunks_exact(32))
+            .zip(dx)
+            .zip(sx)
+        {
+            // SAFETY: 16 bytes of nibbles follow the two f16; each x chunk has 32 bytes.
+            let (raw, x) = unsafe {
+                (
+                    _mm_loadu_si128(b.as_ptr().add(4) as *const __m128i),
+                    _mm256_loadu_si256(xs.as_ptr() as *const __m256i),
+                )
+            };
+            let lo = _mm_and_si128(raw, m4);
+            let hi = _mm_and_si128(_mm_srli_epi16::<4>(raw), m4);
+            // Nibbles are unsigned: maddubs takes them as they are.
+            let pairs = _mm256_maddubs_epi16(_mm256_set_m128i(hi, lo), x);
+            let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(scale(b), _mm256_set1_ps(d)), s, acc);
+            mins += _mm256_cvtss_f32(scale(&b[2..])) * sum;
+        }
+        hsum(acc) + mins
+    }
+
+    /// # Safety
     /// As [`dot_q8_0_i8`], with Q4_0 blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_q4_0_i8(row: &[u8], qx: &[i8], dx: &[f32]) -> f32 {
@@ -414,50 +472,82 @@ mod tests {
         }
     }
 
+    /// Rows of random blocks with sane f16 scale (0.0625) and min (-0.5).
+    fn blocks(fmt: WeightFormat, n: usize, k: usize, seed: u32) -> Vec<u8> {
+        let bs = fmt.row_bytes(32);
+        lcg(n * fmt.row_bytes(k), seed)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match (i % bs, fmt) {
+                (0, _) => 0x00,
+                (1, _) => 0x2c,
+                (2, WeightFormat::Q4_1) => 0x00,
+                (3, WeightFormat::Q4_1) => 0xb8,
+                _ => ((v + 1.0) * 127.0) as u8,
+            })
+            .collect()
+    }
+
+    /// (scale, min, 32 integer codes) of each block of a row.
+    fn decode(fmt: WeightFormat, row: &[u8]) -> Vec<(f64, f64, Vec<i64>)> {
+        row.chunks_exact(fmt.row_bytes(32))
+            .map(|b| {
+                let (m, q0) = match fmt {
+                    WeightFormat::Q4_1 => (f16_at(&b[2..]) as f64, 4),
+                    _ => (0.0, 2),
+                };
+                let codes = (0..32)
+                    .map(|e| match fmt {
+                        WeightFormat::Q8_0 => b[q0 + e] as i8 as i64,
+                        _ => {
+                            let byte = b[q0 + e % 16];
+                            let nib = (if e < 16 { byte & 15 } else { byte >> 4 }) as i64;
+                            if fmt == WeightFormat::Q4_0 {
+                                nib - 8
+                            } else {
+                                nib
+                            }
+                        }
+                    })
+                    .collect();
+                (f16_at(b) as f64, m, codes)
+            })
+            .collect()
+    }
+
+    const QFORMATS: [WeightFormat; 3] =
+        [WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1];
+
+    fn portable_dot(fmt: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
+        match fmt {
+            WeightFormat::Q8_0 => portable::dot_q8_0(row, x),
+            WeightFormat::Q4_0 => portable::dot_q4_0(row, x),
+            WeightFormat::Q4_1 => portable::dot_q4_1(row, x),
+            WeightFormat::F32 => portable::dot_f32(row, x),
+        }
+    }
+
     #[test]
     fn int8_activation_path_matches_its_scalar_reference() {
         let (n, k) = (5, 160);
         let x = lcg(k, 7);
-        let (qx, dx) = quantize_x(&x);
+        let (qx, dx, sx) = quantize_x(&x);
         for (i, (qv, xv)) in qx.iter().zip(&x).enumerate() {
             assert!((*qv as f32 * dx[i / 32] - xv).abs() <= dx[i / 32] * 0.5 + 1e-7);
         }
-        for fmt in [WeightFormat::Q8_0, WeightFormat::Q4_0] {
-            let bs = if fmt == WeightFormat::Q8_0 { 34 } else { 18 };
-            let w: Vec<u8> = lcg(n * fmt.row_bytes(k), 9)
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match i % bs {
-                    0 => 0x00,
-                    1 => 0x2c,
-                    _ => ((v + 1.0) * 127.0) as u8,
-                })
-                .collect();
+        for fmt in QFORMATS {
+            let w = blocks(fmt, n, k, 9);
             let y = gemv(fmt, &w, &x, n).expect("shapes fit");
             let rb = fmt.row_bytes(k);
             for (j, yj) in y.iter().enumerate() {
                 let row = &w[j * rb..(j + 1) * rb];
-                // Scalar: integer products of the weights and quantized x.
+                // Scalar: integer products of the codes and the quantized x.
                 let mut want = 0f64;
-                for (bi, b) in row.chunks_exact(bs).enumerate() {
-                    let d = f16_at(b) as f64 * dx[bi] as f64;
-                    let mut s = 0i64;
-                    for e in 0..32 {
-                        let q = match fmt {
-                            WeightFormat::Q8_0 => b[2 + e] as i8 as i64,
-                            _ => {
-                                let byte = b[2 + e % 16];
-                                (if e < 16 { byte & 15 } else { byte >> 4 }) as i64 - 8
-                            }
-                        };
-                        s += q * qx[bi * 32 + e] as i64;
-                    }
-                    want += d * s as f64;
+                for (bi, (d, m, codes)) in decode(fmt, row).into_iter().enumerate() {
+                    let s: i64 = (0..32).map(|e| codes[e] * qx[bi * 32 + e] as i64).sum();
+                    want += d * dx[bi] as f64 * s as f64 + m * sx[bi] as f64;
                 }
-                let exact = match fmt {
-                    WeightFormat::Q8_0 => portable::dot_q8_0(row, &x),
-                    _ => portable::dot_q4_0(row, &x),
-                } as f64;
+                let exact = portable_dot(fmt, row, &x) as f64;
                 // Either the AVX2 int8 path (matches `want`) or the portable
                 // f32 path (matches `exact`) ran.
                 let e = (*yj as f64 - want).abs().min((*yj as f64 - exact).abs());
@@ -473,41 +563,16 @@ mod tests {
     fn portable_quantized_rows_match_dequantized_reference() {
         let (n, k) = (9, 96);
         let x = lcg(k, 3);
-        for fmt in [WeightFormat::Q8_0, WeightFormat::Q4_0] {
-            let w: Vec<u8> = lcg(n * fmt.row_bytes(k), 4)
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    let bs = if fmt == WeightFormat::Q8_0 { 34 } else { 18 };
-                    // A sane f16 scale (0x2c00 = 0.0625) at each block start.
-                    match i % bs {
-                        0 => 0x00,
-                        1 => 0x2c,
-                        _ => ((v + 1.0) * 127.0) as u8,
-                    }
-                })
-                .collect();
+        for fmt in QFORMATS {
+            let w = blocks(fmt, n, k, 4);
             let rb = fmt.row_bytes(k);
-            let bs = rb / (k / 32);
             for j in 0..n {
                 let row = &w[j * rb..(j + 1) * rb];
-                let p = match fmt {
-                    WeightFormat::Q8_0 => portable::dot_q8_0(row, &x),
-                    _ => portable::dot_q4_0(row, &x),
-                };
-                // f64 reference on the dequantized weights.
+                let p = portable_dot(fmt, row, &x);
                 let mut want = 0f64;
-                for (bi, b) in row.chunks_exact(bs).enumerate() {
-                    let d = f16_at(b) as f64;
+                for (bi, (d, m, codes)) in decode(fmt, row).into_iter().enumerate() {
                     for e in 0..32 {
-                        let q = match fmt {
-                            WeightFormat::Q8_0 => b[2 + e] as i8 as f64,
-                            _ => {
-                                let byte = b[2 + e % 16];
-                                (if e < 16 { byte & 15 } else { byte >> 4 }) as f64 - 8.0
-                            }
-                        };
-                        want += d * q * x[bi * 32 + e] as f64;
+                        want += (d * codes[e] as f64 + m) * x[bi * 32 + e] as f64;
                     }
                 }
                 assert!(

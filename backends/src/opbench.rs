@@ -401,7 +401,7 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
         rows.push(gemm(&dev, n, o)?);
     }
     for (k, n) in [(576, 1536), (896, 4864)] {
-        for dt in [DType::F32, DType::Q8_0, DType::Q4_0] {
+        for dt in [DType::F32, DType::Q8_0, DType::Q4_1, DType::Q4_0] {
             progress(&format!("gemv {dt} 1x{k}x{n}"));
             rows.push(gemv(&dev, k, n, dt, o)?);
         }
