@@ -159,7 +159,7 @@ fn set_overrides_are_checked() {
     assert!(text(&out.stderr).contains("STAGE.PARAM=VALUE"));
 }
 
-/// Shipped pipelines are valid, except for input files a user supplies with
+/// Shipped pipelines are valid, except for inputs a user supplies with
 /// `--set` (e.g. `--set in.path=clip.wav`): those may be reported missing,
 /// but nothing else may be wrong.
 #[test]
@@ -189,8 +189,10 @@ fn shipped_pipelines_validate() {
         assert!(!problems.is_empty(), "{}: {err}", f.display());
         for p in problems {
             assert!(
-                p.contains("no such file") || p.contains("does not exist"),
-                "{}: only user-supplied input files may be missing: {err}",
+                p.contains("no such file")
+                    || p.contains("does not exist")
+                    || p.contains("missing required param"),
+                "{}: only user-supplied inputs (--set) may be missing: {err}",
                 f.display()
             );
         }
@@ -207,4 +209,45 @@ fn help_for_every_inspection_command() {
             "{cmd} --help"
         );
     }
+}
+
+#[test]
+fn json_output_for_editors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = write(
+        &dir,
+        "bad.yaml",
+        GOOD.replace("kind: timer", "kind: timr").as_bytes(),
+    );
+    let out = edgeflow(&["validate", bad.to_str().expect("path"), "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ok"], false);
+    let d = &v["diagnostics"][0];
+    assert_eq!(
+        (d["line"].as_u64(), d["column"].as_u64()),
+        (Some(3), Some(11))
+    );
+    assert_eq!(d["context"], "stage `tick`");
+    assert!(
+        d["fix"].as_str().is_some_and(|f| f.contains("timer")),
+        "{d}"
+    );
+    let good = write(&dir, "good.yaml", GOOD.as_bytes());
+    let out = edgeflow(&["validate", good.to_str().expect("path"), "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        (v["ok"].as_bool(), v["stages"].as_u64(), v["edges"].as_u64()),
+        (Some(true), Some(2), Some(1))
+    );
+    let out = edgeflow(&["validate", "no/such.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(
+        v["diagnostics"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot read")),
+        "{v}"
+    );
 }

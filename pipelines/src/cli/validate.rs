@@ -1,7 +1,8 @@
 //! `edgeflow validate`: check a pipeline file without running it.
 
 use anyhow::Context;
-use edgeflow_graph::{Error, Override, Plan};
+use edgeflow_graph::{Diagnostic, Error, Override, Plan};
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -13,6 +14,10 @@ pub struct ValidateArgs {
     /// Override a param: STAGE.PARAM=VALUE (repeatable).
     #[arg(long = "set", value_name = "STAGE.PARAM=VALUE")]
     pub set: Vec<String>,
+    /// Print the result as JSON on stdout (for editors and CI): `ok`, counts,
+    /// and each diagnostic's file, line, column, context, message and fix.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Parse `--set` arguments.
@@ -23,14 +28,29 @@ pub fn overrides(set: &[String]) -> anyhow::Result<Vec<Override>> {
         .context("bad --set")
 }
 
+/// Load and validate `file`: the plan, or every diagnostic (a file that
+/// cannot be read is one diagnostic without a line).
+fn check(file: &Path, overrides: &[Override]) -> anyhow::Result<Result<Plan, Vec<Diagnostic>>> {
+    let registry = edgeflow::registry();
+    match edgeflow_graph::load_file(file, &registry, overrides) {
+        Ok(plan) => Ok(Ok(plan)),
+        Err(Error::Invalid(diags)) => Ok(Err(diags)),
+        Err(Error::Io { path, source }) => Ok(Err(vec![Diagnostic {
+            file: Some(path),
+            message: format!("cannot read the file: {source}"),
+            fix: Some("check the path".into()),
+            ..Default::default()
+        }])),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Load and validate `file`. On validation errors, prints every diagnostic
 /// to stderr and returns `Ok(None)`: the caller exits non-zero.
 pub fn load(file: &Path, set: &[String]) -> anyhow::Result<Option<Plan>> {
-    let overrides = overrides(set)?;
-    let registry = edgeflow::registry();
-    match edgeflow_graph::load_file(file, &registry, &overrides) {
+    match check(file, &overrides(set)?)? {
         Ok(plan) => Ok(Some(plan)),
-        Err(Error::Invalid(diags)) => {
+        Err(diags) => {
             for d in &diags {
                 eprintln!("error: {d}");
             }
@@ -42,36 +62,69 @@ pub fn load(file: &Path, set: &[String]) -> anyhow::Result<Option<Plan>> {
             );
             Ok(None)
         }
-        Err(e @ Error::Io { .. }) => {
-            // Printed without the error chain: the I/O error is already in it.
-            eprintln!("error: {e}");
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
     }
+}
+
+fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+fn diagnostic_json(d: &Diagnostic) -> Value {
+    json!({
+        "file": d.file.as_ref().map(|f| f.display().to_string()),
+        "line": d.line,
+        "column": d.column,
+        "context": d.context,
+        "message": d.message,
+        "fix": d.fix,
+    })
 }
 
 /// Validate a pipeline: prints a one-line summary, or every problem.
 pub fn run(a: ValidateArgs) -> anyhow::Result<ExitCode> {
+    if a.json {
+        let result = check(&a.file, &overrides(&a.set)?)?;
+        let (code, v) = match &result {
+            Ok(plan) => (
+                ExitCode::SUCCESS,
+                json!({
+                    "ok": true,
+                    "file": a.file.display().to_string(),
+                    "name": plan.name,
+                    "stages": plan.stages.len(),
+                    "edges": plan.edges.len(),
+                    "diagnostics": [],
+                }),
+            ),
+            Err(diags) => (
+                ExitCode::FAILURE,
+                json!({
+                    "ok": false,
+                    "file": a.file.display().to_string(),
+                    "diagnostics": diags.iter().map(diagnostic_json).collect::<Vec<_>>(),
+                }),
+            ),
+        };
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(code);
+    }
     let Some(plan) = load(&a.file, &a.set)? else {
         return Ok(ExitCode::FAILURE);
     };
     let sources = plan.stages.iter().filter(|s| s.source).count();
     let back = plan.edges.iter().filter(|e| e.back_edge).count();
-    let mut extra = String::new();
-    if back > 0 {
-        extra = format!(", {back} back-edge{}", if back == 1 { "" } else { "s" });
-    }
+    let extra = if back > 0 {
+        format!(", {}", plural(back, "back-edge"))
+    } else {
+        String::new()
+    };
     println!(
-        "OK {}: pipeline `{}`, {} stage{} ({} source{}), {} edge{}{extra}",
+        "OK {}: pipeline `{}`, {} ({}), {}{extra}",
         a.file.display(),
         plan.name,
-        plan.stages.len(),
-        if plan.stages.len() == 1 { "" } else { "s" },
-        sources,
-        if sources == 1 { "" } else { "s" },
-        plan.edges.len(),
-        if plan.edges.len() == 1 { "" } else { "s" },
+        plural(plan.stages.len(), "stage"),
+        plural(sources, "source"),
+        plural(plan.edges.len(), "edge"),
     );
     Ok(ExitCode::SUCCESS)
 }
