@@ -557,7 +557,65 @@ pub fn split(normalized: &str) -> Vec<Sentence> {
     if !clauses.is_empty() {
         sentences.push(Sentence { clauses });
     }
-    sentences
+    sentences.into_iter().flat_map(bound_sentence).collect()
+}
+
+/// Longest clause (characters) given to the model in one piece; longer runs
+/// without punctuation are cut at a space, with a comma's pause.
+pub const MAX_CLAUSE_CHARS: usize = 300;
+/// Longest sentence (characters) synthesized in one piece; longer ones are
+/// cut at a clause boundary. Attention cost grows with the square of a
+/// sentence's length, so this bounds memory and time per sentence.
+pub const MAX_SENTENCE_CHARS: usize = 500;
+
+fn cut_clause(c: Clause) -> Vec<Clause> {
+    if c.text.chars().count() <= MAX_CLAUSE_CHARS {
+        return vec![c];
+    }
+    let mut out = Vec::new();
+    let mut piece = String::new();
+    for word in c.text.split_whitespace() {
+        if !piece.is_empty() && piece.chars().count() + 1 + word.chars().count() > MAX_CLAUSE_CHARS
+        {
+            out.push(Clause {
+                text: format!("{piece},"),
+                terminator: Some(','),
+            });
+            piece.clear();
+        }
+        if !piece.is_empty() {
+            piece.push(' ');
+        }
+        piece.push_str(word);
+    }
+    if !piece.is_empty() {
+        out.push(Clause {
+            text: piece,
+            terminator: c.terminator,
+        });
+    }
+    out
+}
+
+fn bound_sentence(s: Sentence) -> Vec<Sentence> {
+    let mut out = Vec::new();
+    let mut cur: Vec<Clause> = Vec::new();
+    let mut chars = 0;
+    for c in s.clauses.into_iter().flat_map(cut_clause) {
+        let n = c.text.chars().count();
+        if !cur.is_empty() && chars + n > MAX_SENTENCE_CHARS {
+            out.push(Sentence {
+                clauses: std::mem::take(&mut cur),
+            });
+            chars = 0;
+        }
+        chars += n + 1;
+        cur.push(c);
+    }
+    if !cur.is_empty() {
+        out.push(Sentence { clauses: cur });
+    }
+    out
 }
 
 #[cfg(test)]
@@ -662,6 +720,21 @@ mod tests {
         assert!(split("   ").is_empty());
         assert_eq!(split("He said \"stop.\" Then left.").len(), 2);
         assert_eq!(split("Version 3.14 is out.").len(), 1);
+    }
+
+    #[test]
+    fn long_runs_are_bounded() {
+        let text = "word ".repeat(2000);
+        let s = split(text.trim());
+        assert!(s.len() >= 2000 * 5 / MAX_SENTENCE_CHARS);
+        for sentence in &s {
+            assert!(sentence.text().chars().count() <= MAX_SENTENCE_CHARS + 2);
+            for c in &sentence.clauses {
+                assert!(c.text.chars().count() <= MAX_CLAUSE_CHARS + 1);
+            }
+        }
+        let words: usize = s.iter().map(|x| x.text().split_whitespace().count()).sum();
+        assert_eq!(words, 2000);
     }
 
     #[test]

@@ -93,6 +93,7 @@ pub struct Whisper {
     dec_pos: Tensor,
     dec_layers: Vec<DecoderLayer>,
     dec_ln: Norm,
+    attn_chunk: usize,
 }
 
 impl std::fmt::Debug for Whisper {
@@ -272,6 +273,7 @@ impl Whisper {
             dec_ln: l.norm("decoder/layer_norm")?,
             dev: dev.clone(),
             cfg,
+            attn_chunk: 1500,
         })
     }
 
@@ -306,6 +308,33 @@ impl Whisper {
         let h = dev.unary(UnaryOp::GeluErf, &h)?;
         let h = m.fc2.forward(dev, &h)?;
         Ok(dev.add(x, &h)?)
+    }
+
+    /// Non-causal attention computed for blocks of query rows, so that each
+    /// block's score matrix stays cache-sized (the full 1500 x 1500 x heads
+    /// matrix is 54 MB); identical results.
+    fn chunked_attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+        let dev = &self.dev;
+        let n = q.dims()[2];
+        let chunk = self.attn_chunk.max(1);
+        if n <= chunk {
+            return Ok(dev.attention(q, k, v, None, scale, false)?);
+        }
+        let mut outs = Vec::new();
+        let mut s = 0;
+        while s < n {
+            let len = chunk.min(n - s);
+            let qc = dev.narrow(q, 2, s, len)?;
+            outs.push(dev.attention(&qc, k, v, None, scale, false)?);
+            s += len;
+        }
+        let refs: Vec<&Tensor> = outs.iter().collect();
+        Ok(dev.concat(&refs, 2)?)
+    }
+
+    /// Set the query block size of the encoder's attention (rows per block).
+    pub fn set_attention_chunk(&mut self, rows: usize) {
+        self.attn_chunk = rows;
     }
 
     /// Encode log-mel features `[n_mels, 2 * n_audio_ctx]` (row-major) to
@@ -343,7 +372,7 @@ impl Whisper {
             let q = self.heads(&a.q.forward(dev, &h)?)?;
             let k = self.heads(&a.k.forward(dev, &h)?)?;
             let v = self.heads(&a.v.forward(dev, &h)?)?;
-            let o = dev.attention(&q, &k, &v, None, scale, false)?;
+            let o = self.chunked_attention(&q, &k, &v, scale)?;
             let o = a.out.forward(dev, &self.merge(&o)?)?;
             x = dev.add(&x, &o)?;
             x = self.mlp(&layer.mlp, &x)?;
