@@ -62,6 +62,11 @@ fn unknown_kind_is_located_with_a_suggestion() {
     );
     assert!(err.contains(&want), "{err}");
     assert!(err.contains("did you mean `timer`"), "{err}");
+    // The source line with a caret under the column.
+    assert!(
+        err.contains("\n 3 |     kind: timr\n   |           ^\n"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -51,8 +51,12 @@ pub fn load(file: &Path, set: &[String]) -> anyhow::Result<Option<Plan>> {
     match check(file, &overrides(set)?)? {
         Ok(plan) => Ok(Some(plan)),
         Err(diags) => {
+            // Best effort: the snippet is skipped when the text is unreadable.
+            let source = std::fs::read(file)
+                .ok()
+                .map(|b| String::from_utf8_lossy(&b).into_owned());
             for d in &diags {
-                eprintln!("error: {d}");
+                eprint!("{}", render(d, source.as_deref()));
             }
             eprintln!(
                 "{}: {} problem{} found",
@@ -63,6 +67,32 @@ pub fn load(file: &Path, set: &[String]) -> anyhow::Result<Option<Plan>> {
             Ok(None)
         }
     }
+}
+
+/// A diagnostic as printed on the terminal: the located message, the source
+/// line with a caret under the column, then the fix.
+pub fn render(d: &Diagnostic, source: Option<&str>) -> String {
+    let head = Diagnostic {
+        fix: None,
+        ..d.clone()
+    };
+    let mut out = format!("error: {head}\n");
+    let text_line = d
+        .line
+        .and_then(|l| source.and_then(|s| s.lines().nth(l.checked_sub(1)?)));
+    if let (Some(l), Some(text)) = (d.line, text_line) {
+        let gutter = l.to_string().len();
+        let text = text.replace('\t', " ");
+        out.push_str(&format!(" {l} | {text}\n"));
+        if let Some(c) = d.column {
+            let pad = " ".repeat(c.saturating_sub(1).min(text.chars().count()));
+            out.push_str(&format!(" {:gutter$} | {pad}^\n", ""));
+        }
+    }
+    if let Some(fix) = &d.fix {
+        out.push_str(&format!("  fix: {fix}\n"));
+    }
+    out
 }
 
 fn plural(n: usize, word: &str) -> String {
