@@ -1,6 +1,16 @@
 //! The YAML pipeline format, as serde types. Every field is documented here;
 //! `edgeflow schema` (and the committed `pipelines/schema.json`) is generated
-//! from these types.
+//! from these types, so editors can check pipelines as you type, e.g. with
+//! the YAML language server's modeline on a file's first line:
+//!
+//! ```yaml
+//! # yaml-language-server: $schema=../schema.json
+//! ```
+//!
+//! The types stay plain (no source spans): they are also built in code
+//! ([`crate::PipelineBuilder`]) and serialized. Validation finds the line and
+//! column of each stage, edge and field by mapping the same text a second
+//! time (see `validate`), and `edgeflow validate FILE` prints them.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
