@@ -273,7 +273,7 @@ impl Whisper {
             dec_ln: l.norm("decoder/layer_norm")?,
             dev: dev.clone(),
             cfg,
-            attn_chunk: 1500,
+            attn_chunk: 250,
         })
     }
 
