@@ -11,6 +11,18 @@
 //! decide per op whether the placed backend runs it or the CPU does, count
 //! the fallback and the bytes moved, and the conformance suite can run every
 //! op on every backend against an f64 reference.
+//!
+//! ## At a glance
+//! - Open a device with `edgeflow_backends::open(DeviceSpec)` (`cpu`,
+//!   `gpu:N`, `npu:N`, `auto`); run ops with the typed helpers
+//!   ([`Device::linear`], [`Device::conv1d`], [`Device::attention`],
+//!   [`Device::softmax`], [`Device::add`], [`Device::unary`],
+//!   [`Device::narrow`], [`Device::concat`]...) or [`Device::run`].
+//! - Load weights with [`weights::open`] (safetensors, GGUF, ONNX,
+//!   CTranslate2) or a [`weights::WeightStore`], which places them on the
+//!   device and counts their resident bytes in [`Device::stats`].
+//! - [`rng`] is the one seeded normal generator every backend uses.
+//! - [`probe`] holds the availability probe and its on-disk cache.
 
 mod backend;
 mod device;
