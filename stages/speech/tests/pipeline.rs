@@ -70,3 +70,71 @@ fn transcribe_yaml_prints_each_utterance() {
     );
     assert!(text.contains("asr_ms"));
 }
+
+/// Audio pushed straight into `asr` (no VAD, no events) is transcribed at
+/// end of stream; audio at the wrong rate stops the pipeline with a message
+/// that says what to insert.
+#[test]
+fn asr_without_vad_and_at_the_wrong_rate() {
+    if common::model(&WHISPER_TINY_EN).is_none() {
+        return;
+    }
+    let yaml = r#"
+stages:
+  - { id: in, kind: host_in, params: { type: any } }
+  - { id: asr, kind: asr, device: cpu }
+  - { id: out, kind: host_out, params: { type: text } }
+edges:
+  - { from: in.out, to: asr.in }
+  - { from: asr.text, to: out.in }
+"#;
+    let r = common::reference();
+    let offs: Vec<[usize; 2]> =
+        serde_json::from_value(r["sentence_offsets"].clone()).expect("offsets");
+    let clip = common::clip();
+    let [a, b] = offs[1];
+
+    let mut running = Pipeline::from_yaml(yaml, &registry())
+        .expect("valid")
+        .start()
+        .expect("start");
+    for chunk in clip[a..b].chunks(1600) {
+        running
+            .push(
+                "in",
+                edgeflow_graph::Payload::audio(16_000, 1, chunk.to_vec()),
+            )
+            .expect("push");
+    }
+    running.close_input("in").expect("close");
+    let msg = running
+        .pull("out", Duration::from_secs(120))
+        .expect("pull")
+        .expect("one transcript");
+    let want = r["asr"]
+        .as_array()
+        .expect("asr")
+        .iter()
+        .find(|x| x["name"] == "sentence1")
+        .expect("sentence1");
+    assert_eq!(msg.payload.as_text(), want["text"].as_str());
+    running
+        .wait(Some(Duration::from_secs(60)))
+        .expect("clean end");
+
+    let running = Pipeline::from_yaml(yaml, &registry())
+        .expect("valid")
+        .start()
+        .expect("start");
+    running
+        .push(
+            "in",
+            edgeflow_graph::Payload::audio(44_100, 1, vec![0.0; 4410]),
+        )
+        .expect("push");
+    let err = running
+        .wait(Some(Duration::from_secs(60)))
+        .expect_err("wrong rate must fail");
+    let text = err.to_string();
+    assert!(text.contains("resample"), "{text}");
+}
