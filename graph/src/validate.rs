@@ -214,6 +214,9 @@ fn clean_parse_message(text: &str) -> String {
     if let Some(p) = plain {
         return p.into();
     }
+    if first.starts_with("budget breached") || first.starts_with("recursion limit exceeded") {
+        return format!("the file exceeds a parser safety limit ({first})");
+    }
     if first.starts_with("multiple YAML documents") {
         return "the file holds more than one YAML document (`---`)".into();
     }
@@ -272,6 +275,10 @@ fn parse_fix(message: &str, field: Option<&str>) -> String {
     }
     if message.starts_with("duplicate key") {
         return "each key may appear once in a mapping: remove one of them".into();
+    }
+    if message.contains("parser safety limit") {
+        return "pipelines nest a few levels deep: remove the deep nesting or the alias chain there"
+            .into();
     }
     if message.contains("more than one YAML document") {
         return "a pipeline is one YAML document: remove the `---` and what follows, or split it into files".into();

@@ -685,3 +685,18 @@ fn ports_that_depend_on_params() {
     let o: Vec<Override> = vec!["f.n=3".parse().expect("override")];
     load_file(&case.path, &registry(), &o).expect("valid with 3 outputs");
 }
+
+#[test]
+fn deep_nesting_is_refused_not_a_stack_overflow() {
+    let deep = format!("stages: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let d = find(&deep, &[], "parser safety limit");
+    assert_eq!(d.line, Some(1));
+    fix_has(&d, "nesting");
+    let deep = format!(
+        "stages:\n  - id: a\n    kind: timer\n    params: {{ x: {}1{} }}\n",
+        "{a: ".repeat(10_000),
+        "}".repeat(10_000)
+    );
+    let d = find(&deep, &[], "parser safety limit");
+    assert_eq!(d.line, Some(4));
+}

@@ -82,11 +82,27 @@ pub fn render(d: &Diagnostic, source: Option<&str>) -> String {
         .and_then(|l| source.and_then(|s| s.lines().nth(l.checked_sub(1)?)));
     if let (Some(l), Some(text)) = (d.line, text_line) {
         let gutter = l.to_string().len();
-        let text = text.replace('\t', " ");
-        out.push_str(&format!(" {l} | {text}\n"));
-        if let Some(c) = d.column {
-            let pad = " ".repeat(c.saturating_sub(1).min(text.chars().count()));
-            out.push_str(&format!(" {:gutter$} | {pad}^\n", ""));
+        let chars: Vec<char> = text
+            .chars()
+            .map(|c| if c == '\t' { ' ' } else { c })
+            .collect();
+        let col = d.column.unwrap_or(1).saturating_sub(1).min(chars.len());
+        // Long lines: a window around the column.
+        const WIDTH: usize = 100;
+        let start = col.saturating_sub(WIDTH / 2);
+        let end = (start + WIDTH).min(chars.len());
+        let mut shown: String = chars[start..end].iter().collect();
+        let mut lead = col - start;
+        if start > 0 {
+            shown.insert_str(0, "...");
+            lead += 3;
+        }
+        if end < chars.len() {
+            shown.push_str("...");
+        }
+        out.push_str(&format!(" {l} | {shown}\n"));
+        if d.column.is_some() {
+            out.push_str(&format!(" {:gutter$} | {}^\n", "", " ".repeat(lead)));
         }
     }
     if let Some(fix) = &d.fix {
