@@ -72,9 +72,9 @@ pub enum Op {
     /// `a[..., m, k] @ b[..., k, n]` with batch broadcasting.
     MatMul,
     /// `x[..., k] @ w[n, k]^T (+ bias[n])`; `w` may be quantized (Q4_0/Q4_1/Q8_0).
-    /// Inputs: x, w, [bias].
+    /// Inputs: x, w, `[bias]`.
     Linear,
-    /// Inputs: x[b, c_in, l], w[c_out, c_in/groups, k], [bias[c_out]].
+    /// Inputs: x[b, c_in, l], w[c_out, c_in/groups, k], `[`bias[c_out]`]`.
     Conv1d {
         /// Stride.
         stride: usize,
@@ -85,7 +85,7 @@ pub enum Op {
         /// Groups.
         groups: usize,
     },
-    /// Inputs: x[b, c_in, h, w], w[c_out, c_in/groups, kh, kw], [bias].
+    /// Inputs: x[b, c_in, h, w], w[c_out, c_in/groups, kh, kw], `[bias]`.
     Conv2d {
         /// Stride.
         stride: usize,
@@ -96,7 +96,7 @@ pub enum Op {
         /// Groups.
         groups: usize,
     },
-    /// Inputs: x[b, c_in, l], w[c_in, c_out/groups, k], [bias] (PyTorch layout).
+    /// Inputs: x[b, c_in, l], w[c_in, c_out/groups, k], `[bias]` (PyTorch layout).
     ConvTranspose1d {
         /// Stride.
         stride: usize,
@@ -109,7 +109,7 @@ pub enum Op {
         /// Groups.
         groups: usize,
     },
-    /// Over the last dim. Inputs: x, gamma, [beta].
+    /// Over the last dim. Inputs: x, gamma, `[beta]`.
     LayerNorm {
         /// Epsilon.
         eps: f64,
@@ -146,7 +146,7 @@ pub enum Op {
         slope: f64,
     },
     /// Snake activation (BigVGAN): `x + sin(alpha x)^2 / alpha`.
-    /// Inputs: x[b, c, t], alpha[c].
+    /// Inputs: x[b, c, t], `alpha[c]`.
     Snake,
     /// Element-wise binary with broadcasting. Inputs: a, b.
     Binary(BinaryOp),
@@ -211,7 +211,7 @@ pub enum Op {
         /// Dimension.
         dim: usize,
     },
-    /// Select whole slices of `dim` by index (embedding lookup). Inputs: x, idx[n].
+    /// Select whole slices of `dim` by index (embedding lookup). Inputs: x, `idx[n]`.
     IndexSelect {
         /// Dimension.
         dim: usize,

@@ -83,7 +83,7 @@ impl Device {
         self.run(Op::Linear, &with_opt(&[x, w], bias))
     }
 
-    /// 1-D convolution: x[b, c_in, l], w[c_out, c_in/groups, k], bias[c_out].
+    /// 1-D convolution: x[b, c_in, l], w[c_out, c_in/groups, k], `bias[c_out]`.
     pub fn conv1d(
         &self,
         x: &Tensor,
@@ -100,7 +100,7 @@ impl Device {
         self.run(op, &with_opt(&[x, w], bias))
     }
 
-    /// 2-D convolution: x[b, c_in, h, w], w[c_out, c_in/groups, kh, kw], bias[c_out].
+    /// 2-D convolution: x[b, c_in, h, w], w[c_out, c_in/groups, kh, kw], `bias[c_out]`.
     pub fn conv2d(
         &self,
         x: &Tensor,
@@ -118,7 +118,7 @@ impl Device {
     }
 
     /// Transposed 1-D convolution (vocoder upsampling):
-    /// x[b, c_in, l], w[c_in, c_out/groups, k] (PyTorch layout), bias[c_out].
+    /// x[b, c_in, l], w[c_in, c_out/groups, k] (PyTorch layout), `bias[c_out]`.
     pub fn conv_transpose1d(
         &self,
         x: &Tensor,
@@ -218,7 +218,7 @@ impl Device {
         self.run(Op::LeakyRelu { slope }, &[x])
     }
 
-    /// Snake activation: x[b, c, t], alpha[c].
+    /// Snake activation: x[b, c, t], `alpha[c]`.
     pub fn snake(&self, x: &Tensor, alpha: &Tensor) -> Result<Tensor> {
         self.run(Op::Snake, &[x, alpha])
     }
