@@ -74,7 +74,7 @@ pub enum Op {
     /// `x[..., k] @ w[n, k]^T (+ bias[n])`; `w` may be quantized (Q4_0/Q4_1/Q8_0).
     /// Inputs: x, w, `[bias]`.
     Linear,
-    /// Inputs: x[b, c_in, l], w[c_out, c_in/groups, k], `[`bias[c_out]`]`.
+    /// Inputs: x[b, c_in, l], w[c_out, c_in/groups, k], `[bias[c_out]]`.
     Conv1d {
         /// Stride.
         stride: usize,
