@@ -22,6 +22,7 @@ pub(crate) fn register(r: &mut Registry) {
     r.register(NullKind);
     r.register(HostInKind);
     r.register(HostOutKind);
+    r.register(SentenceChunkerKind);
 }
 
 fn out_port(ty: PortType, doc: &str) -> Ports {
@@ -423,5 +424,176 @@ impl Stage for HostOut {
                 Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => return Ok(()),
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------- sentence_chunker
+
+struct SentenceChunkerKind;
+
+impl StageFactory for SentenceChunkerKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: "sentence_chunker",
+            doc: "Joins streamed text pieces (an LLM's tokens) into whole sentences for TTS: emits each sentence as soon as its terminator and the following space arrive; the rest on an Event::Flush (end of answer), at end of stream, or when `max_chars` is exceeded (split at the last clause break). A cancel drops the buffer.",
+            params: vec![
+                ParamInfo::new("min_chars", ParamType::Int, 12, "do not emit a sentence shorter than this (joins it with the next), so 'Hi.' does not become its own synthesis call"),
+                ParamInfo::new("max_chars", ParamType::Int, 300, "split a sentence that grows past this at the last comma/semicolon/space"),
+            ],
+            ports: Ports {
+                inputs: vec![
+                    PortSpec::new("in", PortType::Text, "text pieces"),
+                    PortSpec::optional("flush", PortType::Control, "Event::Flush emits what is buffered"),
+                ],
+                outputs: vec![PortSpec::new("out", PortType::Text, "whole sentences")],
+            },
+            source: false,
+        }
+    }
+
+    fn build(&self, p: &Params, _env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
+        let min_chars: usize = p.get_or("min_chars", 12)?;
+        let max_chars: usize = p.get_or("max_chars", 300)?;
+        if max_chars < 2 || min_chars >= max_chars {
+            return Err(p
+                .error("max_chars", format!("must be >= 2 and greater than min_chars ({min_chars})"))
+                .into());
+        }
+        Ok(Box::new(SentenceChunker {
+            buf: String::new(),
+            epoch: None,
+            min_chars,
+            max_chars,
+        }))
+    }
+}
+
+/// Buffers text pieces and cuts them into sentences.
+pub(crate) struct SentenceChunker {
+    buf: String,
+    epoch: Option<crate::Epoch>,
+    min_chars: usize,
+    max_chars: usize,
+}
+
+const ABBREVIATIONS: &[&str] = &[
+    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e", "no", "fig",
+    "approx", "inc", "ltd", "co", "mt",
+];
+
+impl SentenceChunker {
+    /// Byte index just past the first complete sentence (terminator, closing
+    /// quotes, then whitespace), if there is one long enough.
+    fn sentence_end(&self) -> Option<usize> {
+        let b = &self.buf;
+        let mut it = b.char_indices().peekable();
+        while let Some((i, c)) = it.next() {
+            if !matches!(c, '.' | '!' | '?' | '…' | ';' | ':') {
+                continue;
+            }
+            let mut end = i + c.len_utf8();
+            while let Some(&(j, q)) = it.peek() {
+                if matches!(q, '"' | '\'' | ')' | ']' | '”' | '’' | '.' | '!' | '?') {
+                    end = j + q.len_utf8();
+                    it.next();
+                } else {
+                    break;
+                }
+            }
+            let Some(&(_, next)) = it.peek() else {
+                return None; // need the following space to be sure
+            };
+            if !next.is_whitespace() {
+                continue;
+            }
+            if matches!(c, ';' | ':') {
+                continue; // clause, not sentence: only used for max_chars splits
+            }
+            if c == '.' {
+                let word = b[..i]
+                    .rsplit(|ch: char| ch.is_whitespace())
+                    .next()
+                    .unwrap_or("")
+                    .to_lowercase();
+                let single_letter = word.chars().count() == 1 && word.chars().all(char::is_alphabetic);
+                if ABBREVIATIONS.contains(&word.as_str()) || single_letter {
+                    continue;
+                }
+            }
+            if b[..end].trim().chars().count() >= self.min_chars {
+                return Some(end);
+            }
+        }
+        None
+    }
+
+    fn emit_upto(&mut self, end: usize, ctx: &mut StageCtx) -> StageResult {
+        let sentence: String = self.buf.drain(..end).collect();
+        let s = sentence.trim();
+        if !s.is_empty() {
+            ctx.emit(0, Payload::text(s))?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, ctx: &mut StageCtx) -> StageResult {
+        while let Some(end) = self.sentence_end() {
+            self.emit_upto(end, ctx)?;
+        }
+        while self.buf.chars().count() > self.max_chars {
+            let limit = self
+                .buf
+                .char_indices()
+                .nth(self.max_chars)
+                .map(|(i, _)| i)
+                .unwrap_or(self.buf.len());
+            let head = &self.buf[..limit];
+            let cut = head
+                .rfind([',', ';', ':'])
+                .map(|i| i + 1)
+                .or_else(|| head.rfind(char::is_whitespace))
+                .filter(|&i| i > 0)
+                .unwrap_or(limit);
+            self.emit_upto(cut, ctx)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, ctx: &mut StageCtx) -> StageResult {
+        let rest = std::mem::take(&mut self.buf);
+        let rest = rest.trim();
+        if !rest.is_empty() {
+            ctx.emit(0, Payload::text(rest))?;
+        }
+        Ok(())
+    }
+}
+
+impl Stage for SentenceChunker {
+    fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+        if self.epoch.is_some_and(|e| e != input.msg.epoch) {
+            // A new turn: what was buffered belongs to an ended turn.
+            self.buf.clear();
+        }
+        self.epoch = Some(input.msg.epoch);
+        match (&input.msg.payload, input.port) {
+            (Payload::Text(t), _) => {
+                self.buf.push_str(t);
+                self.drain(ctx)
+            }
+            (Payload::Event(e), _) if matches!(**e, Event::Flush) => self.flush(ctx),
+            _ => Ok(()),
+        }
+    }
+
+    fn reset(&mut self, epoch: crate::Epoch, _ctx: &mut StageCtx) -> StageResult {
+        if self.epoch == Some(epoch) {
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, ctx: &mut StageCtx) -> StageResult {
+        self.flush(ctx)
     }
 }

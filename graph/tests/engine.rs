@@ -631,3 +631,57 @@ fn timer_counts_deadline_misses_under_backpressure() {
     // The consumer saw ticks whose deadline had already passed.
     assert!(sink.deadline_misses > 0);
 }
+
+#[test]
+fn sentence_chunker_cuts_streamed_text_into_sentences() {
+    let yaml = r#"
+stages:
+  - { id: in, kind: host_in, params: { type: text } }
+  - { id: ctl, kind: host_in, params: { type: control } }
+  - { id: chunk, kind: sentence_chunker, params: { min_chars: 8, max_chars: 60 } }
+  - { id: out, kind: host_out, params: { type: text } }
+edges:
+  - { from: in.out, to: chunk.in }
+  - { from: ctl.out, to: chunk.flush }
+  - { from: chunk.out, to: out.in }
+"#;
+    let running = edgeflow_graph::Pipeline::from_yaml(yaml, &Registry::builtin())
+        .unwrap()
+        .start()
+        .unwrap();
+    let pieces = [
+        "Hello", " there", ". Dr", ". Smith is", " here at 3.5", " pm! Ok.",
+        " Is it", " raining", "? A very long clause without any full stop that keeps going and going",
+    ];
+    for p in pieces {
+        running.push("in", Payload::text(p)).unwrap();
+    }
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let m = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+        got.push(m.payload.as_text().unwrap().to_string());
+    }
+    // "Ok." is shorter than min_chars and joins the next sentence.
+    assert_eq!(
+        got,
+        [
+            "Hello there.",
+            "Dr. Smith is here at 3.5 pm!",
+            "Ok. Is it raining?",
+        ]
+    );
+    // The over-long clause is split at a space once it passes max_chars.
+    let m = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+    let long = m.payload.as_text().unwrap().to_string();
+    assert!(long.starts_with("A very long clause") && long.chars().count() <= 60, "{long}");
+    // Flush emits the rest.
+    running
+        .push("ctl", Payload::event(edgeflow_graph::Event::Flush))
+        .unwrap();
+    let m = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+    assert!(m.payload.as_text().unwrap().ends_with("going"), "{m:?}");
+    running.stop();
+    within(10, move || {
+        let _ = running.wait(Some(Duration::from_secs(5)));
+    });
+}
