@@ -1,4 +1,5 @@
 //! `edgeflow run` end to end: exit codes, overrides, metrics, timeouts.
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -23,7 +24,14 @@ fn write_yaml(dir: &tempfile::TempDir, name: &str, body: &str) -> PathBuf {
 
 #[test]
 fn finite_pipeline_exits_zero_with_summary() {
-    let out = edgeflow(&["run", "pipelines/hello.yaml", "--set", "tick.count=3", "--set", "tick.rate_hz=100"]);
+    let out = edgeflow(&[
+        "run",
+        "pipelines/hello.yaml",
+        "--set",
+        "tick.count=3",
+        "--set",
+        "tick.rate_hz=100",
+    ]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert_eq!(stdout.lines().count(), 3, "{stdout}");
@@ -52,7 +60,11 @@ fn metrics_out_writes_json() {
     assert_eq!(v["stages"][1]["processed"], 4);
     assert_eq!(v["edges"][0]["sent"], 4);
     assert!(v["stages"][1]["processing"]["p99_us"].as_f64().unwrap() > 0.0);
-    assert!(text(&out.stderr).is_empty(), "--quiet printed: {}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).is_empty(),
+        "--quiet printed: {}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -64,7 +76,12 @@ fn timeout_stops_an_endless_pipeline_with_124() {
         "stages:\n  - { id: t, kind: timer, params: { rate_hz: 50 } }\n  - { id: n, kind: discard }\nedges:\n  - { from: t.out, to: n.in }\n",
     );
     let out = edgeflow(&["run", p.to_str().unwrap(), "--timeout", "0.3"]);
-    assert_eq!(out.status.code(), Some(124), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "stderr: {}",
+        text(&out.stderr)
+    );
     assert!(text(&out.stderr).contains("--timeout"));
 }
 
@@ -108,7 +125,12 @@ fn text_source_reads_stdin_when_empty() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"one\ntwo\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"one\ntwo\n")
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     assert_eq!(text(&out.stdout), "one\ntwo\n");

@@ -456,7 +456,10 @@ impl StageFactory for SentenceChunkerKind {
         let max_chars: usize = p.get_or("max_chars", 300)?;
         if max_chars < 2 || min_chars >= max_chars {
             return Err(p
-                .error("max_chars", format!("must be >= 2 and greater than min_chars ({min_chars})"))
+                .error(
+                    "max_chars",
+                    format!("must be >= 2 and greater than min_chars ({min_chars})"),
+                )
                 .into());
         }
         Ok(Box::new(SentenceChunker {
@@ -515,7 +518,8 @@ impl SentenceChunker {
                     .next()
                     .unwrap_or("")
                     .to_lowercase();
-                let single_letter = word.chars().count() == 1 && word.chars().all(char::is_alphabetic);
+                let single_letter =
+                    word.chars().count() == 1 && word.chars().all(char::is_alphabetic);
                 if ABBREVIATIONS.contains(&word.as_str()) || single_letter {
                     continue;
                 }

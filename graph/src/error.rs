@@ -49,12 +49,12 @@ pub enum Error {
     #[error("invalid pipeline:\n{}", .0.iter().map(|d| format!("  {d}")).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<Diagnostic>),
     /// Reading a file failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (not a `source`: the message already includes it once).
+        error: std::io::Error,
     },
     /// A stage could not be built (model missing, device busy...).
     #[error("stage `{stage}` could not start: {msg}")]

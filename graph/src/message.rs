@@ -39,7 +39,7 @@ impl Timestamp {
     }
 
     /// `self + d`.
-    pub fn add(self, d: Duration) -> Self {
+    pub fn plus(self, d: Duration) -> Self {
         Timestamp(self.0.saturating_add(d.as_nanos() as u64))
     }
 }

@@ -53,7 +53,12 @@ pub struct ParamInfo {
 
 impl ParamInfo {
     /// A parameter with a default.
-    pub fn new(name: &'static str, ty: ParamType, default: impl Into<Value>, doc: &'static str) -> Self {
+    pub fn new(
+        name: &'static str,
+        ty: ParamType,
+        default: impl Into<Value>,
+        doc: &'static str,
+    ) -> Self {
         ParamInfo {
             name,
             ty,
@@ -141,11 +146,13 @@ impl Params {
     pub fn opt<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ParamError> {
         match self.values.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| ParamError {
-                stage: self.stage.clone(),
-                param: key.to_string(),
-                msg: format!("has the wrong type ({e}); got {v}"),
-            }),
+            Some(v) => serde_json::from_value(v.clone())
+                .map(Some)
+                .map_err(|e| ParamError {
+                    stage: self.stage.clone(),
+                    param: key.to_string(),
+                    msg: format!("has the wrong type ({e}); got {v}"),
+                }),
         }
     }
 

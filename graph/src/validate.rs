@@ -324,7 +324,7 @@ fn field_hint(field: &str) -> Option<&'static str> {
 pub fn load_file(path: &Path, registry: &Registry, overrides: &[Override]) -> Result<Plan> {
     let bytes = std::fs::read(path).map_err(|e| Error::Io {
         path: path.to_path_buf(),
-        source: e,
+        error: e,
     })?;
     let source = String::from_utf8(bytes).map_err(|e| {
         let bad = e.utf8_error().valid_up_to();

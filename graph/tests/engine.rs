@@ -1,4 +1,5 @@
 //! Executor semantics: policies, backpressure, cancellation, shutdown.
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
 use edgeflow_graph::{
     BuildEnv, Input, Message, ParamInfo, ParamType, Params, Payload, PipelineBuilder, Policy, Poll,
@@ -576,7 +577,9 @@ fn cancel_resets_inline_stages_and_completes() {
         }
     }
     let r2 = resets.clone();
-    kind(&mut r, "counted", &["in"], &["out"], move |_| Box::new(Counted(r2.clone())));
+    kind(&mut r, "counted", &["in"], &["out"], move |_| {
+        Box::new(Counted(r2.clone()))
+    });
     let running = PipelineBuilder::new("inline-cancel")
         .stage("in", "host_in", json!({}))
         .stage("a", "counted", json!({}))
@@ -592,8 +595,13 @@ fn cancel_resets_inline_stages_and_completes() {
         .start()
         .unwrap();
     running.push("in", Payload::text("x")).unwrap();
-    assert!(running.pull("out", Duration::from_secs(5)).unwrap().is_some());
-    let rep = running.cancel(running.current_epoch(), Duration::from_secs(5)).unwrap();
+    assert!(running
+        .pull("out", Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+    let rep = running
+        .cancel(running.current_epoch(), Duration::from_secs(5))
+        .unwrap();
     assert_eq!(rep.acked, rep.stages);
     assert_eq!(resets.load(Ordering::SeqCst), 2, "both inline stages reset");
     running.stop();
@@ -626,8 +634,11 @@ fn timer_counts_deadline_misses_under_backpressure() {
     let sink = &m.stages[1];
     // Every tick index up to 200 was either delivered or counted as missed.
     assert!(timer.deadline_misses > 0, "{timer:?}");
-    assert!(sink.processed < 200, "ticks were bunched up instead of skipped");
-    assert!(sink.processed as u64 + timer.deadline_misses >= 200);
+    assert!(
+        sink.processed < 200,
+        "ticks were bunched up instead of skipped"
+    );
+    assert!(sink.processed + timer.deadline_misses >= 200);
     // The consumer saw ticks whose deadline had already passed.
     assert!(sink.deadline_misses > 0);
 }
@@ -650,15 +661,25 @@ edges:
         .start()
         .unwrap();
     let pieces = [
-        "Hello", " there", ". Dr", ". Smith is", " here at 3.5", " pm! Ok.",
-        " Is it", " raining", "? A very long clause without any full stop that keeps going and going",
+        "Hello",
+        " there",
+        ". Dr",
+        ". Smith is",
+        " here at 3.5",
+        " pm! Ok.",
+        " Is it",
+        " raining",
+        "? A very long clause without any full stop that keeps going and going",
     ];
     for p in pieces {
         running.push("in", Payload::text(p)).unwrap();
     }
     let mut got = Vec::new();
     for _ in 0..3 {
-        let m = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+        let m = running
+            .pull("out", Duration::from_secs(5))
+            .unwrap()
+            .unwrap();
         got.push(m.payload.as_text().unwrap().to_string());
     }
     // "Ok." is shorter than min_chars and joins the next sentence.
@@ -671,14 +692,23 @@ edges:
         ]
     );
     // The over-long clause is split at a space once it passes max_chars.
-    let m = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+    let m = running
+        .pull("out", Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
     let long = m.payload.as_text().unwrap().to_string();
-    assert!(long.starts_with("A very long clause") && long.chars().count() <= 60, "{long}");
+    assert!(
+        long.starts_with("A very long clause") && long.chars().count() <= 60,
+        "{long}"
+    );
     // Flush emits the rest.
     running
         .push("ctl", Payload::event(edgeflow_graph::Event::Flush))
         .unwrap();
-    let m = running.pull("out", Duration::from_secs(5)).unwrap().unwrap();
+    let m = running
+        .pull("out", Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
     assert!(m.payload.as_text().unwrap().ends_with("going"), "{m:?}");
     running.stop();
     within(10, move || {

@@ -671,6 +671,10 @@ fn topo_depth(plan: &Plan, i: usize) -> usize {
     depth[i]
 }
 
+/// Runs one stage callback, turning errors and panics into a pipeline
+/// failure; false when the stage failed.
+type StageCall<'a> = dyn Fn(&mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool + 'a;
+
 /// The body of a stage thread.
 fn run_actor(
     mut stage: Box<dyn Stage>,
@@ -775,10 +779,7 @@ fn run_actor(
 
 /// End an inline stage: `finish`, then its own inline consumers, then close
 /// its queued edges so end-of-stream travels on.
-fn finish_inline(
-    inl: &InlineStage,
-    call: &dyn Fn(&mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool,
-) {
+fn finish_inline(inl: &InlineStage, call: &StageCall<'_>) {
     let mut g = inl.stage.lock();
     let (s, c) = &mut *g;
     c.timestamp = None;
@@ -793,11 +794,7 @@ fn finish_inline(
     }
 }
 
-fn reset_inline(
-    outputs: &[OutPort],
-    epoch: Epoch,
-    call: &dyn Fn(&mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool,
-) {
+fn reset_inline(outputs: &[OutPort], epoch: Epoch, call: &StageCall<'_>) {
     for out in outputs {
         for t in &out.targets {
             if let Some(inl) = &t.inline {
@@ -814,7 +811,7 @@ fn handle_control(
     c: Control,
     stage: &mut dyn Stage,
     ctx: &mut StageCtx,
-    call: &dyn Fn(&mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool,
+    call: &StageCall<'_>,
 ) -> bool {
     match c {
         Control::Cancel(epoch, ack) => {
