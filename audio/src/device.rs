@@ -546,7 +546,7 @@ impl Mic {
     fn time_of(&self, f: u64) -> Timestamp {
         match self.anchor {
             Some((af, ats)) if f >= af => {
-                ats.add(Duration::from_secs_f64((f - af) as f64 / self.rate as f64))
+                ats.plus(Duration::from_secs_f64((f - af) as f64 / self.rate as f64))
             }
             Some((af, ats)) => Timestamp(
                 ats.0
@@ -561,8 +561,9 @@ impl Mic {
 /// source can take a second to start delivering).
 const MIC_STALL: Duration = Duration::from_secs(5);
 
-/// An output stream that stops calling back for this long has died.
-const SPEAKER_STALL: Duration = Duration::from_secs(2);
+/// An output stream that stops calling back for this long has died (a
+/// loaded machine can hold a non-real-time audio thread off for a second).
+const SPEAKER_STALL: Duration = Duration::from_secs(5);
 
 /// How far the extrapolated capture clock may drift from the device's
 /// callback times before it is re-anchored.
@@ -799,7 +800,7 @@ impl PlayoutBuffer {
             if seg.pos == 0 {
                 let at = Timestamp::now()
                     .add(now_to_play)
-                    .add(Duration::from_secs_f64(
+                    .plus(Duration::from_secs_f64(
                         (i / ch) as f64 / rate.max(1) as f64,
                     ));
                 self.latencies
@@ -897,7 +898,6 @@ pub struct Speaker {
     ahead_ns: Arc<AtomicU64>,
     errors: Arc<StreamHealth>,
     resampler: Option<StreamResampler>,
-    scratch: Vec<f32>,
 }
 
 impl std::fmt::Debug for Speaker {
@@ -953,7 +953,6 @@ impl Speaker {
             ahead_ns,
             errors,
             resampler: None,
-            scratch: Vec::new(),
         })
     }
 
@@ -1042,26 +1041,32 @@ impl Stage for Speaker {
             )));
         };
         let mixed = mix_channels(&a.samples, a.channels, self.channels);
-        let samples = if a.sample_rate == self.rate {
-            mixed
-        } else {
-            let fresh = self
-                .resampler
-                .as_ref()
-                .is_none_or(|r| r.from_rate() != a.sample_rate);
-            if fresh {
-                self.resampler = Some(StreamResampler::new(
+        // Convert to the device rate; when the input rate changes, the old
+        // resampler's tail is played before the new audio.
+        let mut samples = Vec::with_capacity(mixed.len());
+        let convert = a.sample_rate != self.rate;
+        let stale = self
+            .resampler
+            .as_ref()
+            .is_some_and(|r| !convert || r.from_rate() != a.sample_rate);
+        if stale {
+            if let Some(mut old) = self.resampler.take() {
+                old.flush(&mut samples)?;
+            }
+        }
+        if convert {
+            let r = match self.resampler.as_mut() {
+                Some(r) => r,
+                None => self.resampler.insert(StreamResampler::new(
                     a.sample_rate,
                     self.rate,
                     self.channels,
-                )?);
-            }
-            self.scratch.clear();
-            if let Some(r) = self.resampler.as_mut() {
-                r.process(&mixed, &mut self.scratch)?;
-            }
-            std::mem::take(&mut self.scratch)
-        };
+                )?),
+            };
+            r.process(&mixed, &mut samples)?;
+        } else {
+            samples.extend_from_slice(&mixed);
+        }
         // Backpressure: wait while the queue is over its limit.
         let waiting = Instant::now();
         while lock(&self.buf).queued_frames() > self.max_frames {
@@ -1093,30 +1098,18 @@ impl Stage for Speaker {
                 lock(&self.buf).push(ctx.epoch(), Timestamp::now(), tail);
             }
         }
-        let queued = {
-            let mut b = lock(&self.buf);
-            b.set_draining(true);
-            b.queued_frames()
-        };
+        lock(&self.buf).set_draining(true);
         // Let the queue play out (bounded wait), then the device's own
         // buffer, so the last chunk is actually heard before the stream closes.
-        let limit =
-            Instant::now() + Duration::from_secs_f64(queued as f64 / self.rate as f64 + 2.0);
+        // Play out what is queued. Every device callback consumes queued
+        // audio, so this ends unless the device stops calling back, which
+        // `stalled` turns into an error after SPEAKER_STALL.
         let what = format!("speaker \"{}\"", self.name);
         let draining = Instant::now();
-        while lock(&self.buf).queued_frames() > 0 && Instant::now() < limit && !ctx.should_stop() {
+        while lock(&self.buf).queued_frames() > 0 && !ctx.should_stop() {
             self.errors.check(&what)?;
             self.errors.stalled(&what, draining, SPEAKER_STALL)?;
             std::thread::sleep(Duration::from_millis(5));
-        }
-        let left = lock(&self.buf).queued_frames();
-        if left > 0 && !ctx.should_stop() {
-            return Err(Error::Device(format!(
-                "{what}: {:.0} ms of audio never played (last stream error: {})",
-                left as f64 * 1000.0 / self.rate as f64,
-                self.errors.last_error()
-            ))
-            .into());
         }
         let ahead =
             Duration::from_nanos(self.ahead_ns.load(Ordering::Relaxed)).min(Duration::from_secs(1));
