@@ -470,7 +470,8 @@ fn a_failing_stage_is_named() {
 #[test]
 fn finite_pipeline_ends_by_end_of_stream() {
     let p = PipelineBuilder::new("eos")
-        .stage("t", "timer", json!({ "rate_hz": 1000.0, "count": 25 }))
+        // A text source, not a timer: a loaded machine makes timers skip ticks.
+        .stage("t", "text", json!({ "whole": false, "text": (1..=25).map(|i| i.to_string()).collect::<Vec<_>>().join("\n") }))
         .stage("a", "passthrough", json!({}))
         .stage("b", "discard", json!({}))
         .edge("t.out", "a.in")
@@ -513,7 +514,11 @@ fn inline_stage_runs_on_the_producer_thread() {
         Box::new(Where(n2.clone()))
     });
     let p = PipelineBuilder::new("inline")
-        .stage("t", "timer", json!({ "rate_hz": 1000.0, "count": 5 }))
+        .stage(
+            "t",
+            "text",
+            json!({ "whole": false, "text": "a\nb\nc\nd\ne" }),
+        )
         .stage("w", "where", json!({}))
         .inline()
         .stage("sink", "discard", json!({}))
