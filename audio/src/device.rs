@@ -799,7 +799,7 @@ impl PlayoutBuffer {
             };
             if seg.pos == 0 {
                 let at = Timestamp::now()
-                    .add(now_to_play)
+                    .plus(now_to_play)
                     .plus(Duration::from_secs_f64(
                         (i / ch) as f64 / rate.max(1) as f64,
                     ));

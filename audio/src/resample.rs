@@ -374,6 +374,10 @@ impl Stage for ResampleStage {
                 .into());
             }
         }
+        if a.sample_rate == self.to && self.inner.is_none() {
+            // Already at the target rate: share the payload, copy nothing.
+            return ctx.emit_msg(0, input.msg);
+        }
         let same = self
             .inner
             .as_ref()
