@@ -35,9 +35,9 @@ fn check(file: &Path, overrides: &[Override]) -> anyhow::Result<Result<Plan, Vec
     match edgeflow_graph::load_file(file, &registry, overrides) {
         Ok(plan) => Ok(Ok(plan)),
         Err(Error::Invalid(diags)) => Ok(Err(diags)),
-        Err(Error::Io { path, source }) => Ok(Err(vec![Diagnostic {
+        Err(Error::Io { path, error }) => Ok(Err(vec![Diagnostic {
             file: Some(path),
-            message: format!("cannot read the file: {source}"),
+            message: format!("cannot read the file: {error}"),
             fix: Some("check the path".into()),
             ..Default::default()
         }])),
