@@ -19,7 +19,7 @@ use std::fmt::Write;
 use std::time::{Duration, Instant};
 
 /// The shipped passthrough pipeline (mic -> gain -> speaker).
-const PASSTHROUGH: &str = include_str!("../../pipelines/yaml/passthrough.yaml");
+const PASSTHROUGH: &str = include_str!("../../pipelines/passthrough.yaml");
 
 /// A test signal: a sine sweep plus noise (deterministic).
 fn signal(rate: u32, channels: u16, seconds: f64) -> Vec<f32> {
@@ -203,7 +203,7 @@ pub fn run_bench() -> Result<String> {
     w(&mut r, String::new());
     match passthrough_latency(5.0) {
         Ok(l) => {
-            w(&mut r, "mic -> speaker passthrough (pipelines/yaml/passthrough.yaml, default devices, 5 s):".into());
+            w(&mut r, "mic -> speaker passthrough (pipelines/passthrough.yaml, default devices, 5 s):".into());
             w(
                 &mut r,
                 format!(

@@ -286,7 +286,7 @@ fn passthrough_pipeline_runs_and_measures_latency() {
     }
     let dir = tempfile::tempdir().unwrap();
     let wav = tone_wav(dir.path(), "a330.wav", 48_000, 2, 330.0, 0.3, 3.0);
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines/yaml/passthrough.yaml");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines/passthrough.yaml");
     // The monitor hears the speaker: attenuate so the loop dies away.
     let overrides: Vec<Override> = ["mic.seconds=2.5", "gain.db=-12"]
         .iter()
@@ -358,7 +358,7 @@ fn record_pipeline_writes_the_file_only_when_complete() {
     }
     let dir = tempfile::tempdir().unwrap();
     let wav = tone_wav(dir.path(), "a550.wav", 48_000, 2, 550.0, 0.4, 3.0);
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines/yaml/record.yaml");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines/record.yaml");
     let target = dir.path().join("take.wav");
     let set = |s: String| -> Override { s.parse().unwrap() };
     let overrides = vec![
