@@ -462,10 +462,8 @@ impl Stage for TurnStage {
             (IN_AGENT_AUDIO, Payload::Audio(a)) => {
                 actions.extend(self.logic.agent_audio(msg.epoch, a.duration(), now));
             }
-            (IN_AGENT_DONE, Payload::Event(e)) => {
-                if **e == Event::Flush {
-                    self.logic.agent_done(msg.epoch);
-                }
+            (IN_AGENT_DONE, Payload::Event(e)) if **e == Event::Flush => {
+                self.logic.agent_done(msg.epoch);
             }
             // Ticks (and anything else) only advance time.
             _ => {}
