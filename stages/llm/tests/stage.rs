@@ -77,15 +77,12 @@ fn streams_pieces_then_flush_and_records_metrics() {
     }
 }
 
-/// The stage logic under a cancel; the weights are dequantized to f32 here
-/// only because that is faster on a build without the AVX2 kernels (the
-/// quantized path is covered above and in `parity.rs`).
 #[test]
 fn cancel_stops_the_answer_and_the_next_turn_runs() {
     if skip() {
         return;
     }
-    let running = pipeline(400, true).start().unwrap();
+    let running = pipeline(400, false).start().unwrap();
     let turn = running.current_epoch();
     running
         .push("in", Payload::text("Write a long story about a dragon."))
