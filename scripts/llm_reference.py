@@ -9,18 +9,19 @@ two largest logits: where that gap is tiny, quantized arithmetic (candle's
 Q4_1 x Q8_1 dot products in the Rust stage) may legitimately pick the other
 token, and the Rust test uses the gap to tell a near-tie from a bug.
 
-Pinned environment (PyPI only; a venv outside the repository):
+Pinned environment (PyPI only; a venv outside the repository). The plain
+PyPI torch wheel needs its CUDA library wheels even to import on a CPU-only
+machine, so pip installs them too (about 3 GB); `accelerate` is required by
+transformers' GGUF loader:
 
     python3 -m venv ~/.cache/edgeflow/llm-ref-venv
-    ~/.cache/edgeflow/llm-ref-venv/bin/pip install --no-deps torch==2.11.0
-    ~/.cache/edgeflow/llm-ref-venv/bin/pip install transformers==5.24.0 gguf==0.19.0 \
-        numpy==2.4.6 tokenizers==0.23.3 filelock sympy networkx jinja2 fsspec typing-extensions
+    ~/.cache/edgeflow/llm-ref-venv/bin/pip install torch==2.11.0 transformers==5.24.0 \
+        gguf==0.19.0 numpy==2.4.6 tokenizers==0.23.3 accelerate==1.15.0
     nice ~/.cache/edgeflow/llm-ref-venv/bin/python scripts/llm_reference.py \
         --model-dir ~/.cache/edgeflow/models/smollm2-135m \
         --out stages/llm/tests/fixtures/smollm2_greedy.json
 
-(`--no-deps` keeps pip from pulling the CUDA wheels the plain torch wheel
-declares; the CPU path needs none of them.)
+The fixture was produced with exactly these versions (about 1 minute).
 """
 
 import argparse
