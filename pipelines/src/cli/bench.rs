@@ -27,6 +27,10 @@ pub enum BenchCommand {
     /// onnxruntime (RTF and time to first audio, same text and threads; the
     /// peer runs from scripts/piper_reference.py's venv).
     Tts(bench_tts::BenchTtsArgs),
+    /// Thinker: SmolLM2-135M-Instruct (Q4_1 GGUF) prefill and decode
+    /// tokens/s and decode's weight bandwidth (128-token prompt, 64 tokens,
+    /// median of 3).
+    Thinker,
 }
 
 /// Run a benchmark.
@@ -34,6 +38,14 @@ pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
     match b {
         BenchCommand::Ops(a) => super::bench_ops::run(a),
         BenchCommand::Tts(a) => bench_tts::run(a),
+        BenchCommand::Thinker => {
+            eprintln!("measuring SmolLM2 prefill and decode...");
+            print!(
+                "{}",
+                edgeflow_llm::bench(&edgeflow_llm::BenchOptions::default())?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCommand::Audio => {
             eprintln!("measuring resample, mel, denoise and a 5 s live passthrough...");
             print!("{}", edgeflow_audio::bench::run_bench()?);
