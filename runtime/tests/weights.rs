@@ -252,6 +252,14 @@ fn onnx_initializers_by_name() {
         vec![5, -3]
     );
     assert_weights_err(f.load("zz").unwrap_err(), &path, "`zz`");
+    // Nodes come with op type and outputs; Constant values are not initializers.
+    assert_eq!(f.initializer_names(), vec!["b", "i", "w"]);
+    let nodes = f.nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].name, "const0");
+    assert!(nodes[0].is_constant());
+    assert_eq!(nodes[0].outputs, vec!["c"]);
+    assert!(nodes[0].inputs.is_empty());
     drop(f);
 
     // Cut inside the graph: the wire reader reports it instead of reading past the end.

@@ -4,11 +4,9 @@
 //!
 //! - [`piper`]: Piper voices (fetching, text front end) and the TTS stages;
 //! - [`vits`]: the VITS model (text encoder, stochastic duration predictor,
-//!   flow, HiFi-GAN decoder) on the runtime's `Device` API;
-//! - [`onnx_proto`]: a minimal ONNX reader used to extract Piper's weights.
+//!   flow, HiFi-GAN decoder) on the runtime's `Device` API.
 
 mod error;
-pub mod onnx_proto;
 pub mod piper;
 pub mod vits;
 

@@ -5,7 +5,8 @@
 //! - [`GgufFile`]: GGUF; Q4_0 / Q4_1 / Q8_0 tensors stay quantized, metadata
 //!   (tokenizer, chat template...) is exposed as key/values;
 //! - [`OnnxFile`]: initializers (and `Constant` node values) of an ONNX
-//!   model, by tensor name, read by an in-tree protobuf wire-format reader;
+//!   model, by tensor name, and its nodes ([`OnnxNode`]: op type, inputs,
+//!   outputs), read by an in-tree protobuf wire-format reader;
 //! - [`Ct2File`]: CTranslate2 `model.bin` (used for Whisper).
 //!
 //! Every reader implements [`WeightReader`]; [`open`] picks one by content.
@@ -20,7 +21,7 @@ mod store;
 
 pub use ct2::Ct2File;
 pub use gguf::GgufFile;
-pub use onnx::OnnxFile;
+pub use onnx::{OnnxFile, OnnxNode};
 pub use safetensors_file::SafetensorsFile;
 pub use store::WeightStore;
 

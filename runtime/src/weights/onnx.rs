@@ -5,6 +5,17 @@
 //! (field 1) `Constant` nodes, whose `value` attribute holds a tensor (many
 //! exporters put small weights there). Subgraphs are not searched and
 //! external data is not supported.
+//!
+//! The top-level nodes themselves (name, op type, inputs, outputs) are kept
+//! too, see [`OnnxFile::nodes`]: model conversions use them to recover the
+//! module an exporter-renamed initializer belongs to (`onnx::Conv_8168`
+//! feeding `/flow/flows.6/enc/in_layers.0/Conv`).
+//!
+//! Field numbers are those of `onnx.proto` (IR version 3 and later):
+//! `NodeProto.input = 1`, `output = 2`, `name = 3`, `op_type = 4`,
+//! `attribute = 5`; `TensorProto.dims = 1`, `data_type = 2`,
+//! `float_data = 4`, `int32_data = 5`, `int64_data = 7`, `name = 8`,
+//! `raw_data = 9`, `double_data = 10`, `data_location = 14`.
 
 use super::{from_le_bytes, missing, mmap, tensor_err, weights_err, TensorInfo, WeightReader};
 use crate::{DType, Result, Tensor};
@@ -115,6 +126,30 @@ struct Entry {
     data_type: u64,
     /// The TensorProto message, absolute in the file.
     msg: Range<usize>,
+    /// From `GraphProto.initializer` (else a `Constant` node's value).
+    initializer: bool,
+}
+
+/// One top-level node of the graph.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OnnxNode {
+    /// Node name (PyTorch exports use the module path, e.g.
+    /// `/dec/ups.0/ConvTranspose`).
+    pub name: String,
+    /// Operator, e.g. `Conv`.
+    pub op_type: String,
+    /// Input tensor names, by slot (an optional input left out is `""`).
+    pub inputs: Vec<String>,
+    /// Output tensor names.
+    pub outputs: Vec<String>,
+}
+
+impl OnnxNode {
+    /// True for a `Constant` node; when its value is a tensor, it loads by
+    /// the node's first output name ([`WeightReader::load`]).
+    pub fn is_constant(&self) -> bool {
+        self.op_type == "Constant"
+    }
 }
 
 fn parse_tensor_header(
@@ -152,30 +187,56 @@ fn parse_tensor_header(
             dims,
             data_type,
             msg,
+            initializer: true,
         },
     ))
 }
 
-/// The initializers of an ONNX model, memory-mapped and indexed by name.
+/// The initializers of an ONNX model, memory-mapped and indexed by name,
+/// with the graph's top-level nodes.
 #[derive(Debug)]
 pub struct OnnxFile {
     path: PathBuf,
     map: memmap2::Mmap,
     entries: BTreeMap<String, Entry>,
+    nodes: Vec<OnnxNode>,
 }
 
 impl OnnxFile {
-    /// Map the file and index its initializers and `Constant` node values.
+    /// Map the file and index its initializers, `Constant` node values and
+    /// nodes.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let map = mmap(&path)?;
-        let entries = Self::index(&map)
+        let (entries, nodes) = Self::index(&map)
             .map_err(|e| weights_err(&path, format!("not a valid ONNX model: {e}")))?;
-        Ok(OnnxFile { path, map, entries })
+        Ok(OnnxFile {
+            path,
+            map,
+            entries,
+            nodes,
+        })
     }
 
-    fn index(file: &[u8]) -> std::result::Result<BTreeMap<String, Entry>, String> {
+    /// The graph's top-level nodes, in file order (topological for a valid
+    /// model).
+    pub fn nodes(&self) -> &[OnnxNode] {
+        &self.nodes
+    }
+
+    /// Names of the tensors stored as `GraphProto.initializer`, sorted;
+    /// unlike [`WeightReader::names`], without `Constant` node values.
+    pub fn initializer_names(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.initializer)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    fn index(file: &[u8]) -> std::result::Result<(BTreeMap<String, Entry>, Vec<OnnxNode>), String> {
         let mut out = BTreeMap::new();
+        let mut nodes = Vec::new();
         let mut model = Wire::new(file);
         let mut graph = None;
         while let Some((f, v)) = model.next()? {
@@ -192,14 +253,35 @@ impl OnnxFile {
                     out.insert(name, e);
                 }
                 (1, Val::Bytes(r)) => {
-                    if let Some((name, e)) = Self::constant_node(file, shift(&r, g.start))? {
+                    let node = shift(&r, g.start);
+                    nodes.push(Self::node(file, node.clone())?);
+                    if let Some((name, e)) = Self::constant_node(file, node)? {
                         out.entry(name).or_insert(e);
                     }
                 }
                 _ => {}
             }
         }
-        Ok(out)
+        Ok((out, nodes))
+    }
+
+    fn node(file: &[u8], node: Range<usize>) -> std::result::Result<OnnxNode, String> {
+        let mut n = OnnxNode::default();
+        let mut w = Wire::new(&file[node.clone()]);
+        while let Some((f, v)) = w.next()? {
+            let Val::Bytes(r) = v else { continue };
+            // Lossy, as tensor names are: a stray byte must not make the
+            // weights unreadable.
+            let s = String::from_utf8_lossy(&file[shift(&r, node.start)]).into_owned();
+            match f {
+                1 => n.inputs.push(s),
+                2 => n.outputs.push(s),
+                3 => n.name = s,
+                4 => n.op_type = s,
+                _ => {}
+            }
+        }
+        Ok(n)
     }
 
     /// `(output name, tensor)` of a `Constant` node with a tensor `value`.
@@ -240,6 +322,10 @@ impl OnnxFile {
         match (is_const, output, tensor) {
             (true, Some(name), Some(t)) => {
                 let (_, e) = parse_tensor_header(file, t)?;
+                let e = Entry {
+                    initializer: false,
+                    ..e
+                };
                 Ok(Some((name, e)))
             }
             _ => Ok(None),

