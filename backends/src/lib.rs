@@ -13,6 +13,24 @@
 //! CPU ([`edgeflow_runtime::probe`]). Probes run once per process (cached in
 //! a `OnceLock`) and are cached on disk keyed by adapter, so `device: auto`
 //! costs one probe per machine and driver, not one per stage.
+//!
+//! Backend instances per placement:
+//! - **GPU: one per adapter per process.** A `GpuBackend` owns a wgpu
+//!   device, and only the instance that made a buffer can bind it, so two
+//!   stages on `gpu:0` with their own instances would read every tensor they
+//!   exchange back to the host and upload it again. [`open`] therefore
+//!   keeps one `Arc<GpuBackend>` per adapter index for the life of the
+//!   process (the probe uses it too); each [`Device`] still has its own
+//!   counters. The instance is thread-safe; compiled kernels are shared.
+//! - **NPU simulator: one per placement.** A [`npu::SimNpu`] is a compiled
+//!   model as much as a device: its op sites calibrate and freeze int8
+//!   ranges, host inputs share one producer tag (so weightless ops of two
+//!   stages fed from the host would share one calibration over different
+//!   data), [`npu::SimNpu::calibrate`] and [`npu::SimNpu::reset_sites`] act
+//!   on every site, and its recompile budget, site limit and error report
+//!   would mix the stages. Real NPU runtimes likewise load each model into
+//!   its own context, and hand outputs back through host memory; the counted
+//!   transfer between two NPU stages is that hand-off.
 
 pub mod cpu;
 mod cpu_gemv;
@@ -23,6 +41,7 @@ pub mod opbench;
 pub use edgeflow_runtime::probe::ProbeReport;
 use edgeflow_runtime::probe::{probe_backend, ProbeCache};
 use edgeflow_runtime::{Backend, Device, DeviceKind, DeviceSpec, Error, Result};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The process-wide CPU backend (stateless; shared by every device as the fallback).
@@ -34,10 +53,28 @@ pub fn cpu_backend() -> Arc<dyn Backend> {
 /// How many GPU / NPU indices the probe tries beyond the ones that exist.
 const MAX_NPU: usize = 1;
 
+/// The process-wide backend of GPU adapter `index`, opened on first use.
+/// A failed open is not remembered: the next call tries again.
+pub fn gpu_backend(index: usize) -> Result<Arc<gpu::GpuBackend>> {
+    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<gpu::GpuBackend>>>> = OnceLock::new();
+    // Held while opening, so two stages starting at once open one device.
+    let mut gpus = GPUS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(b) = gpus.get(&index) {
+        return Ok(b.clone());
+    }
+    let b = Arc::new(gpu::GpuBackend::new(index)?);
+    gpus.insert(index, b.clone());
+    Ok(b)
+}
+
 fn open_backend(kind: DeviceKind, index: usize) -> Result<Arc<dyn Backend>> {
     match kind {
         DeviceKind::Cpu => Ok(cpu_backend()),
-        DeviceKind::Gpu => Ok(Arc::new(gpu::GpuBackend::new(index)?)),
+        DeviceKind::Gpu => Ok(gpu_backend(index)?),
+        // Not shared: see "Design" in the crate docs.
         DeviceKind::Npu => Ok(Arc::new(npu::SimNpu::new(index)?)),
     }
 }
@@ -48,6 +85,10 @@ fn open_backend(kind: DeviceKind, index: usize) -> Result<Arc<dyn Backend>> {
 /// passed its probe, else the CPU. Software emulations (lavapipe, the NPU
 /// simulator) are never chosen by `auto`: they are correct but slower than
 /// the CPU.
+///
+/// Devices on the same GPU adapter share one backend, so tensors pass
+/// between them without transfers; every `npu:N` device gets its own
+/// simulator (see "Design" in the crate docs).
 pub fn open(spec: DeviceSpec) -> Result<Device> {
     let cpu = cpu_backend();
     let primary = match spec {
