@@ -16,12 +16,12 @@ pub enum Error {
         msg: String,
     },
     /// A file operation failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (not a `source`: the message already includes it once).
+        error: std::io::Error,
     },
     /// A sample rate or channel count the stage cannot work with.
     #[error("{0}")]

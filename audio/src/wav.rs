@@ -113,7 +113,7 @@ impl WavFileReader {
         let file_len = std::fs::metadata(path)
             .map_err(|e| Error::Io {
                 path: path.to_path_buf(),
-                source: e,
+                error: e,
             })?
             .len();
         if data_bytes > file_len {
@@ -284,7 +284,7 @@ impl AtomicWavWriter {
         }
         let tmp = builder.tempfile_in(&dir).map_err(|e| Error::Io {
             path: dir.clone(),
-            source: e,
+            error: e,
         })?;
         let (file, temp) = tmp.into_parts();
         let writer = WavWriter::new(BufWriter::new(file), encoding.spec(sample_rate, channels))
@@ -355,7 +355,7 @@ impl AtomicWavWriter {
         if let Some(t) = self.temp.take() {
             t.persist(&target).map_err(|e| Error::Io {
                 path: target.clone(),
-                source: e.error,
+                error: e.error,
             })?;
         }
         Ok(target)

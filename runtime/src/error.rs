@@ -6,9 +6,10 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A kernel from candle failed.
+    /// A kernel from candle failed. (Not a `source`: the message already
+    /// includes it once, so `{:#}` chains do not print it twice.)
     #[error("candle: {0}")]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
     /// Inputs do not fit the op (shape, dtype, arity).
     #[error("op `{op}`: {msg}")]
     BadInput {
@@ -55,13 +56,19 @@ pub enum Error {
         msg: String,
     },
     /// I/O failure with the path concerned.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// File.
         path: PathBuf,
-        /// Underlying error.
-        source: std::io::Error,
+        /// Underlying error (not a `source`: the message already includes it once).
+        error: std::io::Error,
     },
+}
+
+impl From<candle_core::Error> for Error {
+    fn from(e: candle_core::Error) -> Self {
+        Error::Candle(e)
+    }
 }
 
 /// Result alias for the runtime.

@@ -218,16 +218,16 @@ impl ProbeCache {
     /// that cannot be written only costs a re-probe next time.
     pub fn save(&self) -> Result<()> {
         let Some(p) = Self::path() else { return Ok(()) };
-        let io = |source| crate::Error::Io {
+        let io = |error| crate::Error::Io {
             path: p.clone(),
-            source,
+            error,
         };
         if let Some(dir) = p.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
         let text = serde_json::to_string_pretty(self).map_err(|e| crate::Error::Io {
             path: p.clone(),
-            source: std::io::Error::other(e),
+            error: std::io::Error::other(e),
         })?;
         let tmp = p.with_extension(format!("json.{}.tmp", std::process::id()));
         std::fs::write(&tmp, text).map_err(io)?;

@@ -355,5 +355,8 @@ fn unknown_and_missing_files_are_clear_errors() {
     let e = weights::open(&missing).unwrap_err();
     assert!(matches!(e, Error::Io { .. }), "{e}");
     assert!(e.to_string().contains("absent.safetensors"));
+    // The message already names the I/O error; as a `source` too, `{:#}`
+    // chains (anyhow) would print it twice.
+    assert!(std::error::Error::source(&e).is_none(), "{e}");
     let _ = candle_core::DType::F32;
 }

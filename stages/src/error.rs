@@ -7,9 +7,10 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A tensor op failed in the runtime.
+    /// A tensor op failed in the runtime. (Not a `source`: the message
+    /// already includes it once, so `{:#}` chains do not print it twice.)
     #[error("runtime: {0}")]
-    Runtime(#[from] edgeflow_runtime::Error),
+    Runtime(edgeflow_runtime::Error),
     /// A model is not in the cache (or is incomplete); the message says how
     /// to get it.
     #[error("model `{model}` is not available: {msg}")]
@@ -50,12 +51,12 @@ pub enum Error {
     #[error("{0}")]
     BadInput(String),
     /// I/O failure with the path concerned.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// File or folder.
         path: PathBuf,
-        /// Underlying error.
-        source: std::io::Error,
+        /// Underlying error (not a `source`: the message already includes it once).
+        error: std::io::Error,
     },
 }
 
@@ -64,10 +65,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     /// An [`Error::Io`] for `path`.
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 
@@ -77,6 +78,12 @@ impl Error {
             path: path.into(),
             msg: msg.into(),
         }
+    }
+}
+
+impl From<edgeflow_runtime::Error> for Error {
+    fn from(e: edgeflow_runtime::Error) -> Self {
+        Error::Runtime(e)
     }
 }
 

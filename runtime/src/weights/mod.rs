@@ -110,10 +110,10 @@ pub(crate) fn missing(path: &Path, name: &str) -> Error {
     tensor_err(path, name, "no such tensor in this file")
 }
 
-pub(crate) fn io_err(path: &Path, source: std::io::Error) -> Error {
+pub(crate) fn io_err(path: &Path, error: std::io::Error) -> Error {
     Error::Io {
         path: PathBuf::from(path),
-        source,
+        error,
     }
 }
 

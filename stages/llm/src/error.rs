@@ -42,20 +42,20 @@ pub enum Error {
     #[error(transparent)]
     Runtime(#[from] edgeflow_runtime::Error),
     /// File I/O.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause (not a `source`: the message already includes it once).
+        error: std::io::Error,
     },
 }
 
 impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 }

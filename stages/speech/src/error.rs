@@ -22,13 +22,12 @@ pub enum Error {
         msg: String,
     },
     /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
+        /// The OS error (not a `source`: the message already includes it once).
+        error: std::io::Error,
     },
     /// A model file is present but its content is not what the model needs.
     #[error("{}: {msg}", path.display())]
@@ -51,10 +50,10 @@ pub enum Error {
 
 impl Error {
     /// An I/O error about `path`.
-    pub fn io(path: &Path, source: std::io::Error) -> Self {
+    pub fn io(path: &Path, error: std::io::Error) -> Self {
         Error::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         }
     }
 
