@@ -107,13 +107,12 @@ impl Config {
 #[derive(Debug)]
 struct Block {
     attn_norm: Tensor,
-    wq: Tensor,
-    wk: Tensor,
-    wv: Tensor,
+    /// Q, K and V projections stacked by output rows: one GEMV per token.
+    wqkv: Tensor,
     wo: Tensor,
     ffn_norm: Tensor,
-    gate: Tensor,
-    up: Tensor,
+    /// Gate and up projections stacked by output rows.
+    gate_up: Tensor,
     down: Tensor,
     cache: KvCache,
 }
@@ -150,36 +149,41 @@ impl Llama {
         let cfg = Config::from_gguf(g)?;
         let mut weight_bytes = 0usize;
         let host = dev.host();
-        let mut load = |name: &str| -> Result<Tensor> {
-            let mut t = g.load(name)?;
-            if dequantize && t.dtype().is_quantized() {
-                t = host.cast(&t, DType::F32)?;
+        // Tensors named `names`, stacked along their output rows (dim 0)
+        // into one, then placed.
+        let mut load_stacked = |names: &[&str]| -> Result<Tensor> {
+            let mut parts = Vec::with_capacity(names.len());
+            for name in names {
+                let t = g.load(name)?;
+                parts.push(if dequantize && t.dtype().is_quantized() {
+                    host.cast(&t, DType::F32)?
+                } else {
+                    t
+                });
             }
+            let t = stack_rows(&host, &parts)?;
             weight_bytes += t.size_bytes();
             let t = dev.place(&t).unwrap_or(t);
             dev.stats().add_resident(t.size_bytes() as i64);
             Ok(t)
         };
-        let embed = load("token_embd.weight")?;
+        let embed = load_stacked(&["token_embd.weight"])?;
         let mut blocks = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let p = |s: &str| format!("blk.{i}.{s}.weight");
             blocks.push(Block {
-                attn_norm: load(&p("attn_norm"))?,
-                wq: load(&p("attn_q"))?,
-                wk: load(&p("attn_k"))?,
-                wv: load(&p("attn_v"))?,
-                wo: load(&p("attn_output"))?,
-                ffn_norm: load(&p("ffn_norm"))?,
-                gate: load(&p("ffn_gate"))?,
-                up: load(&p("ffn_up"))?,
-                down: load(&p("ffn_down"))?,
+                attn_norm: load_stacked(&[&p("attn_norm")])?,
+                wqkv: load_stacked(&[&p("attn_q"), &p("attn_k"), &p("attn_v")])?,
+                wo: load_stacked(&[&p("attn_output")])?,
+                ffn_norm: load_stacked(&[&p("ffn_norm")])?,
+                gate_up: load_stacked(&[&p("ffn_gate"), &p("ffn_up")])?,
+                down: load_stacked(&[&p("ffn_down")])?,
                 cache: KvCache::new(),
             });
         }
-        let norm = load("output_norm.weight")?;
+        let norm = load_stacked(&["output_norm.weight"])?;
         let lm_head = if g.contains("output.weight") {
-            load("output.weight")?
+            load_stacked(&["output.weight"])?
         } else {
             embed.clone()
         };
@@ -234,13 +238,10 @@ impl Llama {
             .map(|b| {
                 [
                     &b.attn_norm,
-                    &b.wq,
-                    &b.wk,
-                    &b.wv,
+                    &b.wqkv,
                     &b.wo,
                     &b.ffn_norm,
-                    &b.gate,
-                    &b.up,
+                    &b.gate_up,
                     &b.down,
                 ]
                 .iter()
@@ -289,22 +290,24 @@ impl Llama {
         let scale = 1.0 / (hd as f64).sqrt();
         for b in &mut self.blocks {
             let n = dev.rms_norm(&x, &b.attn_norm, c.rms_eps)?;
-            let heads = |w: &Tensor, nh: usize| -> Result<Tensor> {
-                let y = linear(dev, &n, w)?;
+            let qkv = linear(dev, &n, &b.wqkv)?;
+            let heads = |start: usize, nh: usize| -> Result<Tensor> {
+                let y = dev.narrow(&qkv, 2, start, nh * hd)?;
                 let y = dev.reshape(&y, &[1, s, nh, hd])?;
                 Ok(dev.permute(&y, &[0, 2, 1, 3])?)
             };
-            let q = dev.rope(&heads(&b.wq, h)?, &cos, &sin, true)?;
-            let k = dev.rope(&heads(&b.wk, hk)?, &cos, &sin, true)?;
-            let v = heads(&b.wv, hk)?;
+            let q = dev.rope(&heads(0, h)?, &cos, &sin, true)?;
+            let k = dev.rope(&heads(h * hd, hk)?, &cos, &sin, true)?;
+            let v = heads((h + hk) * hd, hk)?;
             let (k, v) = b.cache.append(dev, &k, &v)?;
             let a = dev.attention(&q, &k, &v, None, scale, true)?;
             let a = dev.permute(&a, &[0, 2, 1, 3])?;
             let a = dev.reshape(&a, &[1, s, d])?;
             x = dev.add(&x, &linear(dev, &a, &b.wo)?)?;
             let n = dev.rms_norm(&x, &b.ffn_norm, c.rms_eps)?;
-            let g = dev.silu(&linear(dev, &n, &b.gate)?)?;
-            let u = linear(dev, &n, &b.up)?;
+            let gu = linear(dev, &n, &b.gate_up)?;
+            let g = dev.silu(&dev.narrow(&gu, 2, 0, c.ffn)?)?;
+            let u = dev.narrow(&gu, 2, c.ffn, c.ffn)?;
             x = dev.add(&x, &linear(dev, &dev.mul(&g, &u)?, &b.down)?)?;
         }
         let last = dev.narrow(&x, 1, s - 1, 1)?;
@@ -314,6 +317,47 @@ impl Llama {
         self.pos += s;
         Ok(logits)
     }
+}
+
+/// `parts` (each `[n_i, k]`) stacked into `[sum n_i, k]`. Quantized parts
+/// of one block format are stacked as raw blocks (rows are whole blocks in
+/// GGML's row-major layout), so they stay quantized.
+fn stack_rows(host: &Device, parts: &[Tensor]) -> Result<Tensor> {
+    if parts.len() == 1 {
+        return Ok(parts[0].clone());
+    }
+    let quantized: Option<Vec<_>> = parts
+        .iter()
+        .map(|t| match t.storage() {
+            edgeflow_runtime::Storage::Quantized(q) => Some(q.clone()),
+            _ => None,
+        })
+        .collect();
+    if let Some(qs) = quantized {
+        let dt = qs[0].dtype();
+        let k = qs[0].shape().dims()[1];
+        if qs
+            .iter()
+            .all(|q| q.dtype() == dt && q.shape().dims()[1] == k)
+        {
+            let mut raw = Vec::new();
+            let mut rows = 0;
+            for q in &qs {
+                raw.extend_from_slice(&q.data().map_err(edgeflow_runtime::Error::from)?);
+                rows += q.shape().dims()[0];
+            }
+            let q = edgeflow_runtime::candle_core::quantized::ggml_file::qtensor_from_ggml(
+                dt,
+                &raw,
+                vec![rows, k],
+                &edgeflow_runtime::candle_core::Device::Cpu,
+            )
+            .map_err(edgeflow_runtime::Error::from)?;
+            return Ok(Tensor::from_quantized(std::sync::Arc::new(q))?);
+        }
+    }
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    Ok(host.concat(&refs, 0)?)
 }
 
 /// `x[1, s, k] @ w^T`. With quantized weights and several rows (prefill),
