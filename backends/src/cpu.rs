@@ -6,8 +6,9 @@
 //! backend is a thin translation from [`Op`] to candle calls; the bench
 //! (`edgeflow bench ops`) measures that the translation costs nothing
 //! measurable against calling candle directly. Kernels that need contiguous
-//! inputs (candle-nn's fused softmax / norms / rope, quantized matmul) get
-//! them here, so callers may pass any strided view. Quantized tensors given to
+//! inputs (candle-nn's fused softmax / norms / rope, quantized matmul,
+//! candle's `gather` and `index_select`) get them here, so callers may pass
+//! any strided view (a narrowed or transposed tensor). Quantized tensors given to
 //! ops other than [`Op::Linear`], [`Op::IndexSelect`] and [`Op::Cast`] are
 //! dequantized to f32 first.
 
@@ -595,7 +596,8 @@ impl CpuBackend {
             }
             Op::Gather { dim } => {
                 arity(op, inputs, 2, 2)?;
-                let x = p(0)?;
+                // candle's CPU gather reads both operands as contiguous.
+                let x = p(0)?.contiguous()?;
                 check_dim(name, *dim, x.rank())?;
                 let idx = index_tensor(&p(1)?)?.contiguous()?;
                 wrap(x.gather(&idx, *dim)?)
@@ -614,7 +616,9 @@ impl CpuBackend {
                         return wrap(quantized_rows(q, &idx)?);
                     }
                 }
-                let x = p(0)?;
+                // candle's CPU index_select reads its source as contiguous
+                // (the indices may be strided); a no-op when it already is.
+                let x = p(0)?.contiguous()?;
                 check_dim(name, *dim, x.rank())?;
                 wrap(x.index_select(&index_tensor(&idx)?, *dim)?)
             }

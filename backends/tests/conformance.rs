@@ -1142,6 +1142,34 @@ fn cases() -> Vec<Case> {
         vec![x.clone(), si.clone()],
         r_index_select(&a(&x), &sel, 1),
     ));
+    // Strided views (a narrowed channel range, a transposed tensor): candle's
+    // CPU kernels read these as contiguous, so the backend must copy first.
+    let view = host.narrow(&x, 2, 5, 20).unwrap();
+    layout.push(case(
+        "index_select on a narrowed view",
+        Op::IndexSelect { dim: 1 },
+        vec![view.clone(), si.clone()],
+        r_index_select(&a(&view), &sel, 1),
+    ));
+    let xt = host.transpose(&x, 1, 2).unwrap();
+    layout.push(case(
+        "index_select on a transposed view",
+        Op::IndexSelect { dim: 2 },
+        vec![xt.clone(), si.clone()],
+        r_index_select(&a(&xt), &sel, 2),
+    ));
+    let gt: Vec<i64> = (0..2 * 33 * 5).map(|i| (i * 5 % 7) as i64).collect();
+    let gti = Tensor::from_i64(gt.clone(), &[2, 33, 5]).unwrap();
+    layout.push(case(
+        "gather on a transposed view",
+        Op::Gather { dim: 2 },
+        vec![xt.clone(), gti],
+        r_gather(
+            &a(&xt),
+            &A::new(&[2, 33, 5], gt.iter().map(|&v| v as f64).collect()),
+            2,
+        ),
+    ));
     let emb = randn(&[33, 8], next());
     let tok = [32usize, 0, 7];
     let ti = Tensor::from_i64(tok.iter().map(|&v| v as i64).collect(), &[3]).unwrap();

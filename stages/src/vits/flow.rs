@@ -121,9 +121,7 @@ impl Flow {
 
     /// Inverse pass: z_p[1, c, t] -> z[1, c, t].
     pub fn reverse(&self, dev: &Device, z: &Tensor) -> Result<Tensor> {
-        // A window of the prior is a strided view; the CPU kernel of the
-        // channel flip (index_select) needs a contiguous input, so copy once.
-        let mut z = dev.scale(z, 1.0)?;
+        let mut z = z.clone();
         for layer in self.layers.iter().rev() {
             z = flip_channels(dev, &z)?;
             z = layer.reverse(dev, &z)?;

@@ -248,11 +248,9 @@ impl Vits {
             idx.push(0);
         }
         let idx = Tensor::from_i64(idx, &[frames])?;
-        // The CPU kernel of index_select needs a contiguous input; m_p and
-        // logs_p are views into the projection, so copy them once (x * 1).
-        let m_p = dev.index_select(&dev.scale(&enc.m_p, 1.0)?, &idx, 2)?;
+        let m_p = dev.index_select(&enc.m_p, &idx, 2)?;
         let z_p = if p.scales.noise_scale > 0.0 {
-            let logs_p = dev.index_select(&dev.scale(&enc.logs_p, 1.0)?, &idx, 2)?;
+            let logs_p = dev.index_select(&enc.logs_p, &idx, 2)?;
             let c = self.cfg.inter_channels;
             let eps = dev.rand_normal(
                 &[1, c, frames],
