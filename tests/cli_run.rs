@@ -43,28 +43,27 @@ fn finite_pipeline_exits_zero_with_summary() {
 fn metrics_out_writes_json() {
     let dir = tempfile::tempdir().unwrap();
     let m = dir.path().join("m.json");
+    // A text source (not a timer, which skips ticks on a loaded machine).
+    let p = write_yaml(
+        &dir,
+        "four.yaml",
+        "name: four\nstages:\n  - { id: t, kind: text, params: { whole: false, text: \"a\\nb\\nc\\nd\" } }\n  - { id: o, kind: stdout }\nedges:\n  - { from: t.out, to: o.in }\n",
+    );
     let out = edgeflow(&[
         "run",
-        "pipelines/hello.yaml",
-        "--set",
-        "tick.count=4",
-        "--set",
-        "tick.rate_hz=200",
+        p.to_str().unwrap(),
         "--quiet",
         "--metrics-out",
         m.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&m).unwrap()).unwrap();
-    assert_eq!(v["pipeline"], "hello");
+    assert_eq!(v["pipeline"], "four");
     assert_eq!(v["stages"][1]["processed"], 4);
     assert_eq!(v["edges"][0]["sent"], 4);
+    assert_eq!(v["edges"][0]["delivered"], 4);
     assert!(v["stages"][1]["processing"]["p99_us"].as_f64().unwrap() > 0.0);
-    assert!(
-        text(&out.stderr).is_empty(),
-        "--quiet printed: {}",
-        text(&out.stderr)
-    );
+    assert!(text(&out.stderr).is_empty(), "--quiet printed: {}", text(&out.stderr));
 }
 
 #[test]
