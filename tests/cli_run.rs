@@ -63,7 +63,11 @@ fn metrics_out_writes_json() {
     assert_eq!(v["edges"][0]["sent"], 4);
     assert_eq!(v["edges"][0]["delivered"], 4);
     assert!(v["stages"][1]["processing"]["p99_us"].as_f64().unwrap() > 0.0);
-    assert!(text(&out.stderr).is_empty(), "--quiet printed: {}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).is_empty(),
+        "--quiet printed: {}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -203,7 +203,11 @@ pub fn run_bench() -> Result<String> {
     w(&mut r, String::new());
     match passthrough_latency(5.0) {
         Ok(l) => {
-            w(&mut r, "mic -> speaker passthrough (pipelines/passthrough.yaml, default devices, 5 s):".into());
+            w(
+                &mut r,
+                "mic -> speaker passthrough (pipelines/passthrough.yaml, default devices, 5 s):"
+                    .into(),
+            );
             w(
                 &mut r,
                 format!(

@@ -79,7 +79,9 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
         .unwrap_or(std::path::Path::new("."));
     let tmp = dir.join(format!(
         ".{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("metrics")
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("metrics")
     ));
     std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
