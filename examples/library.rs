@@ -113,18 +113,16 @@ edges:
     );
     let next = running.new_epoch();
     running.push("in", Payload::text("yes?"))?;
-    loop {
-        let m = running
-            .pull("out", Duration::from_secs(5))?
-            .ok_or_else(|| anyhow::anyhow!("stream ended early"))?;
-        if m.epoch == next {
-            println!("new turn {next}: {:?}", m.payload);
-            break;
-        }
-        // Words of the cancelled turn pulled before the cancel took effect
-        // would show here; after the ack none may arrive.
-        anyhow::bail!("a word of the cancelled turn arrived after the ack: {m:?}");
-    }
+    // After the acknowledged cancel no word of the old turn may arrive: the
+    // next message is the new turn's.
+    let m = running
+        .pull("out", Duration::from_secs(5))?
+        .ok_or_else(|| anyhow::anyhow!("stream ended early"))?;
+    anyhow::ensure!(
+        m.epoch == next,
+        "a word of the cancelled turn arrived after the ack: {m:?}"
+    );
+    println!("new turn {next}: {:?}", m.payload);
     running.stop();
     let _ = running.wait(Some(Duration::from_secs(5)));
     Ok(())
