@@ -664,6 +664,54 @@ mod tests {
         assert_eq!(l.agent_active(t(1)), None);
     }
 
+    /// The stage in a running pipeline, driven by synthetic events from the
+    /// host: turns go out in their own epoch, a barge-in cancels the agent's
+    /// epoch through the engine and the interruption is the next turn.
+    #[test]
+    fn stage_hands_off_in_epochs_and_cancels_on_barge_in() {
+        use edgeflow_graph::{Pipeline, Registry};
+        let mut reg = Registry::builtin();
+        reg.register(TurnKind);
+        let yaml = r#"
+stages:
+  - { id: user, kind: host_in }
+  - { id: turn, kind: turn, params: { min_interrupt_ms: 0, end_of_turn_silence_ms: 0 } }
+  - { id: out, kind: host_out, params: { type: text } }
+edges:
+  - { from: user.out, to: turn.events }
+  - { from: user.out, to: turn.transcript }
+  - { from: turn.text, to: out.in }
+"#;
+        let running = Pipeline::from_yaml(yaml, &reg).unwrap().start().unwrap();
+        let wait = Duration::from_secs(10);
+        let say = |text: &str| {
+            running
+                .push("user", Payload::event(Event::SpeechStart))
+                .unwrap();
+            running
+                .push("user", Payload::event(Event::SpeechEnd))
+                .unwrap();
+            running.push("user", Payload::text(text)).unwrap();
+        };
+        say("What time is it?");
+        let first = running.pull("out", wait).unwrap().unwrap();
+        assert_eq!(first.payload.as_text(), Some("What time is it?"));
+        assert_eq!(first.epoch, 0, "the answer runs in the turn's epoch");
+        assert_eq!(running.current_epoch(), 1, "the next utterance is new");
+        // The agent is thinking (no end of answer): speech interrupts it.
+        say("Stop.");
+        let second = running.pull("out", wait).unwrap().unwrap();
+        assert_eq!(second.payload.as_text(), Some("Stop."));
+        assert_eq!(second.epoch, 1);
+        let m = running.metrics();
+        assert_eq!(m.cancels.len(), 1, "{:?}", m.cancels);
+        assert_eq!(m.cancels[0].epoch, 0);
+        let turn = m.stages.iter().find(|s| s.id == "turn").unwrap();
+        assert_eq!(turn.values["barge_ins"].count, 1);
+        assert_eq!(turn.values["turns"].count, 2);
+        assert_eq!(turn.values["interruption_latency_ms"].count, 1);
+    }
+
     #[test]
     fn params_are_milliseconds_with_livekit_defaults() {
         let p = Params::new("turn", Default::default());
