@@ -436,7 +436,9 @@ fn a_spoken_question_is_transcribed_answered_and_heard() {
 /// throws away the interrupting speech, which belongs to the next epoch.
 /// Everything up to the transcript of the interruption passes (cancel,
 /// acknowledgements, speaker flush, latencies printed). Run it with
-/// `--ignored` once `asr` resets only the utterance of the cancelled epoch.
+/// `--ignored` once `asr` resets only the utterance of the cancelled epoch
+/// (remember the epoch of its SpeechStart; clear the buffer in `reset` only
+/// when that epoch is the cancelled one): with that change it passes.
 #[test]
 #[ignore = "asr's reset drops the interrupting utterance (another epoch's); see the doc comment"]
 fn speech_over_the_agent_cancels_its_turn_and_is_heard() {
@@ -534,6 +536,14 @@ fn speech_over_the_agent_cancels_its_turn_and_is_heard() {
     let said2 = answer(&running, heard2.epoch, Duration::from_secs(30));
     println!("answer to the interruption: {said2:?}");
     assert!(!said2.trim().is_empty(), "the new turn was not answered");
+    // The new turn's own voice-to-voice latency (printed, not required).
+    wait_value(
+        &running,
+        "turn",
+        "voice_to_voice_ms",
+        2,
+        Duration::from_secs(15),
+    );
     print_latencies(&running.metrics(), "after barge-in");
     drop(running);
     let _ = rec.stop();
