@@ -431,16 +431,10 @@ fn a_spoken_question_is_transcribed_answered_and_heard() {
     );
 }
 
-/// Blocked on the `asr` stage: its `reset` clears the utterance in progress
-/// whatever epoch is cancelled, so the barge-in (cancel of the agent's epoch)
-/// throws away the interrupting speech, which belongs to the next epoch.
-/// Everything up to the transcript of the interruption passes (cancel,
-/// acknowledgements, speaker flush, latencies printed). Run it with
-/// `--ignored` once `asr` resets only the utterance of the cancelled epoch
-/// (remember the epoch of its SpeechStart; clear the buffer in `reset` only
-/// when that epoch is the cancelled one): with that change it passes.
+/// Barge-in: speech over the agent cancels the agent's turn (acknowledged by
+/// every stage, speaker flushed) and the interrupting utterance, which
+/// belongs to the next epoch, is still transcribed and answered.
 #[test]
-#[ignore = "asr's reset drops the interrupting utterance (another epoch's); see the doc comment"]
 fn speech_over_the_agent_cancels_its_turn_and_is_heard() {
     let _g = SINK.lock().unwrap_or_else(|p| p.into_inner());
     if !live() || !models() {

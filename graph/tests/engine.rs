@@ -720,3 +720,46 @@ edges:
         let _ = running.wait(Some(Duration::from_secs(5)));
     });
 }
+
+/// A feedback loop ends when its forward inputs end: a back edge does not
+/// keep its consumer alive.
+#[test]
+fn a_loop_with_a_back_edge_ends_at_end_of_stream() {
+    let mut r = Registry::builtin();
+    struct Merge;
+    impl Stage for Merge {
+        fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+            // Forward input 0 goes on; feedback (input 1) is consumed.
+            if input.port == 0 {
+                ctx.emit_msg(0, input.msg)?;
+            }
+            Ok(())
+        }
+    }
+    struct Tee;
+    impl Stage for Tee {
+        fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+            ctx.emit_msg(1, input.msg.clone())?;
+            ctx.emit_msg(0, input.msg)
+        }
+    }
+    kind(&mut r, "merge", &["in", "feedback"], &["out"], |_| {
+        Box::new(Merge)
+    });
+    kind(&mut r, "tee", &["in"], &["out", "back"], |_| Box::new(Tee));
+    let yaml = r#"
+stages:
+  - { id: src, kind: text, params: { whole: false, text: "a\nb\nc" } }
+  - { id: m, kind: merge }
+  - { id: t, kind: tee }
+  - { id: sink, kind: discard }
+edges:
+  - { from: src.out, to: m.in }
+  - { from: m.out, to: t.in }
+  - { from: t.out, to: sink.in }
+  - { from: t.back, to: m.feedback, back_edge: true }
+"#;
+    let p = edgeflow_graph::Pipeline::from_yaml(yaml, &r).unwrap();
+    let m = within(20, move || p.run(None).unwrap());
+    assert_eq!(m.stages[3].processed, 3);
+}

@@ -25,6 +25,10 @@ pub(crate) struct EdgeQueue {
     pub(crate) max_age: Option<Duration>,
     pub(crate) port: usize,
     pub(crate) producers: usize,
+    /// A declared feedback edge: it does not keep its consumer alive, so a
+    /// loop (e.g. the agent's audio fed back to a turn manager) still ends
+    /// when the forward inputs end.
+    pub(crate) back_edge: bool,
     pub(crate) stats: Arc<EdgeStats>,
 }
 
@@ -172,7 +176,13 @@ impl Inbox {
                 self.not_full.notify_all();
                 return Some(Item::Msg(port, m));
             }
-            if st.edges.iter().all(|e| e.producers == 0) {
+            let forward = st.edges.iter().any(|e| !e.back_edge);
+            if st
+                .edges
+                .iter()
+                .filter(|e| !(forward && e.back_edge))
+                .all(|e| e.producers == 0)
+            {
                 return Some(Item::EndOfStream);
             }
             if !block {

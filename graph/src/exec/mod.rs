@@ -336,6 +336,7 @@ impl Running {
                 max_age: e.max_age,
                 port: e.to.1,
                 producers: 1,
+                back_edge: e.back_edge,
                 stats: stats.clone(),
             });
             edge_index.push(idx);

@@ -61,6 +61,7 @@ impl StageFactory for AsrKind {
             buf: Vec::new(),
             seen_events: false,
             in_speech: false,
+            utterance_epoch: None,
             max_samples: (max_s * WHISPER_SAMPLE_RATE as f64) as usize,
             emit_empty: p.get_or("emit_empty", false)?,
             dev,
@@ -75,6 +76,8 @@ pub struct AsrStage {
     buf: Vec<f32>,
     seen_events: bool,
     in_speech: bool,
+    /// Epoch of the utterance being buffered (its SpeechStart's).
+    utterance_epoch: Option<Epoch>,
     max_samples: usize,
     emit_empty: bool,
     dev: edgeflow_runtime::Device,
@@ -139,6 +142,7 @@ impl Stage for AsrStage {
                     Event::SpeechStart => {
                         self.seen_events = true;
                         self.in_speech = true;
+                        self.utterance_epoch = Some(input.msg.epoch);
                         self.buf.clear();
                     }
                     Event::SpeechEnd => {
@@ -157,9 +161,14 @@ impl Stage for AsrStage {
         }
     }
 
-    fn reset(&mut self, _epoch: Epoch, _ctx: &mut StageCtx) -> StageResult {
-        self.buf.clear();
-        self.in_speech = false;
+    fn reset(&mut self, epoch: Epoch, _ctx: &mut StageCtx) -> StageResult {
+        // A barge-in cancels the agent's epoch while the user's new
+        // utterance (another epoch) is being buffered: keep that one.
+        if self.utterance_epoch.is_none_or(|e| e == epoch) {
+            self.buf.clear();
+            self.in_speech = false;
+            self.utterance_epoch = None;
+        }
         Ok(())
     }
 
