@@ -21,7 +21,10 @@
 //!   exchange back to the host and upload it again. [`open`] therefore
 //!   keeps one `Arc<GpuBackend>` per adapter index for the life of the
 //!   process (the probe uses it too); each [`Device`] still has its own
-//!   counters. The instance is thread-safe; compiled kernels are shared.
+//!   counters. The instance is thread-safe; compiled kernels are shared, and
+//!   so is its log of uncaptured wgpu errors: a driver error raised by one
+//!   stage's kernel may surface as the error of another stage's next op on
+//!   that adapter (it fails loudly either way; a wgpu device has one log).
 //! - **NPU simulator: one per placement.** A [`npu::SimNpu`] is a compiled
 //!   model as much as a device: its op sites calibrate and freeze int8
 //!   ranges, host inputs share one producer tag (so weightless ops of two
