@@ -252,7 +252,7 @@ enum Slot {
     /// The op's output.
     Out,
     /// A 4-byte placeholder for an absent optional input.
-    Dummy,
+    Unbound,
 }
 
 /// One kernel launch: its parameters (binding 0), the buffers it reads
@@ -303,12 +303,12 @@ fn dispatch(kernel: Kernel, params: Vec<u32>, inputs: Vec<Slot>, workgroups: u64
     }
 }
 
-/// `Slot::In(i)` when the op has an `i`-th input, else `Slot::Dummy`.
+/// `Slot::In(i)` when the op has an `i`-th input, else `Slot::Unbound`.
 fn optional(inputs: &[&Tensor], i: usize) -> Slot {
     if i < inputs.len() {
         Slot::In(i)
     } else {
-        Slot::Dummy
+        Slot::Unbound
     }
 }
 
@@ -419,7 +419,7 @@ pub struct GpuBackend {
     queue: wgpu::Queue,
     limits: wgpu::Limits,
     pipelines: Mutex<HashMap<Kernel, Arc<Pipeline>>>,
-    dummy: wgpu::Buffer,
+    unbound: wgpu::Buffer,
     errors: Arc<Mutex<Vec<String>>>,
 }
 
@@ -477,8 +477,8 @@ impl GpuBackend {
                 v.push(e.to_string());
             }
         }));
-        let dummy = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("edgeflow-dummy"),
+        let unbound = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("edgeflow-unbound-slot"),
             size: 4,
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
@@ -491,7 +491,7 @@ impl GpuBackend {
             queue,
             limits,
             pipelines: Mutex::default(),
-            dummy,
+            unbound,
             errors,
         })
     }
@@ -989,7 +989,7 @@ impl GpuBackend {
         for (i, slot) in d.inputs.iter().chain([&d.out]).enumerate() {
             entries.push(wgpu::BindGroupEntry {
                 binding: i as u32 + 1,
-                resource: bufs.get(*slot, &self.dummy)?.as_entire_binding(),
+                resource: bufs.get(*slot, &self.unbound)?.as_entire_binding(),
             });
         }
         let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -1021,12 +1021,12 @@ struct Buffers<'a> {
 }
 
 impl Buffers<'_> {
-    fn get<'b>(&'b self, slot: Slot, dummy: &'b wgpu::Buffer) -> Result<&'b wgpu::Buffer> {
+    fn get<'b>(&'b self, slot: Slot, unbound: &'b wgpu::Buffer) -> Result<&'b wgpu::Buffer> {
         let found = match slot {
             Slot::In(i) => self.inputs.get(i).copied(),
             Slot::Tmp(i) => self.tmp.get(i),
             Slot::Out => Some(self.out),
-            Slot::Dummy => Some(dummy),
+            Slot::Unbound => Some(unbound),
         };
         found.ok_or_else(|| Error::Backend {
             backend: "gpu".into(),
@@ -1087,7 +1087,7 @@ fn matmul_dispatch(
         a_rs_cs.1,
         b_rs_cs.0,
         b_rs_cs.1,
-        usize::from(operands[2] != Slot::Dummy),
+        usize::from(operands[2] != Slot::Unbound),
         batch.0.len(),
     ];
     p.extend_from_slice(batch.0);
@@ -1115,7 +1115,7 @@ fn matmul_plan(a: &[usize], b: &[usize]) -> Option<Plan> {
     // Batch strides in elements of whole matrices.
     sa.iter_mut().for_each(|s| *s *= m * k);
     sb.iter_mut().for_each(|s| *s *= k * n);
-    let operands = [Slot::In(0), Slot::In(1), Slot::Dummy];
+    let operands = [Slot::In(0), Slot::In(1), Slot::Unbound];
     let d = matmul_dispatch(m, n, k, (k, 1), (n, 1), (&bdims, &sa, &sb), operands)?;
     let mut out = bdims;
     out.extend([m, n]);
@@ -1200,7 +1200,7 @@ fn conv1d_plan(
         padding,
         dilation,
         groups,
-        usize::from(bias != Slot::Dummy),
+        usize::from(bias != Slot::Unbound),
     ])?;
     let d = dispatch(
         Kernel::Conv1d,
@@ -1258,7 +1258,7 @@ fn attention_plan(inputs: &[&Tensor], scale: f64, causal: bool) -> Option<Plan> 
             &[h * s * d, rep * s * d, s * d],
             &[hk * t * d, t * d, 0],
         ),
-        [Slot::In(0), Slot::In(1), Slot::Dummy],
+        [Slot::In(0), Slot::In(1), Slot::Unbound],
     )?;
     let qk = Dispatch {
         out: Slot::Tmp(0),
@@ -1280,7 +1280,7 @@ fn attention_plan(inputs: &[&Tensor], scale: f64, causal: bool) -> Option<Plan> 
     let mask = if has_mask == 1 {
         Slot::In(3)
     } else {
-        Slot::Dummy
+        Slot::Unbound
     };
     let sm = Dispatch {
         kernel: Kernel::AttnSoftmax,
@@ -1300,7 +1300,7 @@ fn attention_plan(inputs: &[&Tensor], scale: f64, causal: bool) -> Option<Plan> 
             &[h * s * t, rep * s * t, s * t],
             &[hk * t * dv, t * dv, 0],
         ),
-        [Slot::Tmp(0), Slot::In(2), Slot::Dummy],
+        [Slot::Tmp(0), Slot::In(2), Slot::Unbound],
     )?;
     Some(Plan::Compute {
         dims: vec![b, h, s, dv],
@@ -1360,7 +1360,7 @@ fn conv_transpose1d_plan(
         padding,
         dilation,
         groups,
-        usize::from(bias != Slot::Dummy),
+        usize::from(bias != Slot::Unbound),
     ])?;
     let d = dispatch(
         Kernel::ConvTranspose1d,
@@ -1418,7 +1418,7 @@ fn conv2d_plan(
         padding,
         dilation,
         groups,
-        usize::from(bias != Slot::Dummy),
+        usize::from(bias != Slot::Unbound),
     ])?;
     let d = dispatch(
         Kernel::Conv2d,
