@@ -138,3 +138,42 @@ fn text_source_reads_stdin_when_empty() {
     assert!(out.status.success());
     assert_eq!(text(&out.stdout), "one\ntwo\n");
 }
+
+/// Paths given with `--set` are relative to the current directory; paths in
+/// the file are relative to the file.
+#[test]
+fn set_paths_are_relative_to_the_current_directory() {
+    let pipeline_dir = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    // 100 ms of 16-bit mono silence at 16 kHz.
+    let n: u32 = 1600;
+    let mut wav = Vec::new();
+    wav.extend_from_slice(b"RIFF");
+    wav.extend_from_slice(&(36 + 2 * n).to_le_bytes());
+    wav.extend_from_slice(b"WAVEfmt ");
+    wav.extend_from_slice(&16u32.to_le_bytes());
+    wav.extend_from_slice(&1u16.to_le_bytes());
+    wav.extend_from_slice(&1u16.to_le_bytes());
+    wav.extend_from_slice(&16000u32.to_le_bytes());
+    wav.extend_from_slice(&32000u32.to_le_bytes());
+    wav.extend_from_slice(&2u16.to_le_bytes());
+    wav.extend_from_slice(&16u16.to_le_bytes());
+    wav.extend_from_slice(b"data");
+    wav.extend_from_slice(&(2 * n).to_le_bytes());
+    wav.resize(wav.len() + 2 * n as usize, 0);
+    std::fs::write(cwd.path().join("in.wav"), &wav).unwrap();
+    let p = write_yaml(
+        &pipeline_dir,
+        "copy.yaml",
+        "stages:\n  - { id: src, kind: wav_source, params: { path: nowhere.wav } }\n  - { id: dst, kind: wav_sink, params: { path: nowhere-out.wav } }\nedges:\n  - { from: src.out, to: dst.in }\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_edgeflow"))
+        .args(["run", p.to_str().unwrap(), "--quiet"])
+        .args(["--set", "src.path=in.wav", "--set", "dst.path=out.wav"])
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert!(cwd.path().join("out.wav").exists());
+    assert!(!pipeline_dir.path().join("out.wav").exists());
+}

@@ -497,7 +497,20 @@ fn plan_stage(
     let mut values: BTreeMap<String, Value> = s.params.clone();
     let mut overridden: HashMap<&str, &Override> = HashMap::new();
     for o in overrides.iter().filter(|o| o.stage == s.id) {
-        values.insert(o.param.clone(), o.value.clone());
+        // A path typed on the command line is relative to where the user
+        // is, not to the pipeline file (which is what paths in the file
+        // are relative to).
+        let is_path = info
+            .params
+            .iter()
+            .any(|p| p.name == o.param && matches!(p.ty, ParamType::Path | ParamType::InputPath));
+        let value = match (&o.value, is_path) {
+            (Value::String(v), true) if Path::new(v).is_relative() => std::env::current_dir()
+                .map(|d| Value::String(d.join(v).to_string_lossy().into_owned()))
+                .unwrap_or_else(|_| o.value.clone()),
+            _ => o.value.clone(),
+        };
+        values.insert(o.param.clone(), value);
         overridden.insert(o.param.as_str(), o);
     }
     // Where param `name` comes from: (context, location of its value, of its key).
