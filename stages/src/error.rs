@@ -83,7 +83,13 @@ impl Error {
 
 impl From<edgeflow_runtime::Error> for Error {
     fn from(e: edgeflow_runtime::Error) -> Self {
-        Error::Runtime(e)
+        // Fetch and I/O errors read the same in both crates; only op
+        // failures are worth the "runtime:" prefix.
+        match e {
+            edgeflow_runtime::Error::Fetch { model, msg } => Error::Fetch { model, msg },
+            edgeflow_runtime::Error::Io { path, error } => Error::Io { path, error },
+            other => Error::Runtime(other),
+        }
     }
 }
 

@@ -40,7 +40,7 @@ pub enum Error {
     BadInput(String),
     /// The tensor runtime failed.
     #[error(transparent)]
-    Runtime(#[from] edgeflow_runtime::Error),
+    Runtime(edgeflow_runtime::Error),
     /// File I/O.
     #[error("{path}: {error}")]
     Io {
@@ -56,6 +56,17 @@ impl Error {
         Error::Io {
             path: path.into(),
             error,
+        }
+    }
+}
+
+impl From<edgeflow_runtime::Error> for Error {
+    fn from(e: edgeflow_runtime::Error) -> Self {
+        // The runtime's model-cache errors are this crate's own kinds.
+        match e {
+            edgeflow_runtime::Error::Fetch { model, msg } => Error::Fetch { model, msg },
+            edgeflow_runtime::Error::Io { path, error } => Error::Io { path, error },
+            other => Error::Runtime(other),
         }
     }
 }

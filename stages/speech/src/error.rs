@@ -45,7 +45,7 @@ pub enum Error {
     Cancelled,
     /// A tensor runtime error (op failure, weight reader error).
     #[error(transparent)]
-    Runtime(#[from] edgeflow_runtime::Error),
+    Runtime(edgeflow_runtime::Error),
 }
 
 impl Error {
@@ -62,6 +62,17 @@ impl Error {
         Error::BadModel {
             path: path.to_path_buf(),
             msg: msg.into(),
+        }
+    }
+}
+
+impl From<edgeflow_runtime::Error> for Error {
+    fn from(e: edgeflow_runtime::Error) -> Self {
+        // The runtime's model-cache errors are this crate's own kinds.
+        match e {
+            edgeflow_runtime::Error::Fetch { model, msg } => Error::Fetch { model, msg },
+            edgeflow_runtime::Error::Io { path, error } => Error::Io { path, error },
+            other => Error::Runtime(other),
         }
     }
 }

