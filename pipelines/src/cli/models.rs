@@ -39,7 +39,11 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
                 };
                 println!(
                     "  {:<12} {:<60} {} {}=={}",
-                    c.voice.name, c.voice.doc, state, c.voice.package, c.voice.version
+                    c.voice.name,
+                    c.voice.doc,
+                    state,
+                    c.voice.pinned.package,
+                    c.voice.pinned.version
                 );
             }
             {
@@ -65,7 +69,7 @@ pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
                 };
                 println!(
                     "  {:<12} {:<60} {} {}=={}",
-                    m.name, m.doc, state, m.package, m.version
+                    m.name, m.doc, state, m.pinned.package, m.pinned.version
                 );
             }
             Ok(ExitCode::SUCCESS)

