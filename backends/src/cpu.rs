@@ -12,6 +12,7 @@
 //! ops other than [`Op::Linear`], [`Op::IndexSelect`] and [`Op::Cast`] are
 //! dequantized to f32 first.
 
+use crate::cpu_conv;
 use crate::cpu_gemv::{self, WeightFormat};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType as CDType, Module, Tensor as CTensor};
@@ -191,6 +192,65 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
 
 /// One-row f32 linear through the streaming GEMV kernels ([`crate::cpu_gemv`]),
 /// for f32, Q8_0 and Q4_0 weights; None when another path applies.
+/// The f32 values of a contiguous host tensor, without copying.
+fn with_f32_slice<R>(t: &CTensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<R>> {
+    if t.dtype() != CDType::F32 {
+        return Ok(None);
+    }
+    let (st, layout) = t.storage_and_layout();
+    let (candle_core::Storage::Cpu(cpu), Some((s, e))) = (&*st, layout.contiguous_offsets()) else {
+        return Ok(None);
+    };
+    let all = cpu.as_slice::<f32>()?;
+    Ok(Some(f(&all[s..e])))
+}
+
+/// Stride-1, single-group f32 `conv1d` on the direct kernel
+/// ([`cpu_conv`]); None for shapes it does not take (candle runs those).
+fn conv1d_direct(
+    x: &CTensor,
+    w: &CTensor,
+    bias: Option<&Tensor>,
+    padding: usize,
+    dilation: usize,
+) -> Result<Option<CTensor>> {
+    let (&[batch, c_in, t_in], &[c_out, wc, k]) = (x.dims(), w.dims()) else {
+        return Ok(None);
+    };
+    if wc != c_in || x.dtype() != CDType::F32 {
+        return Ok(None);
+    }
+    let shape = cpu_conv::Conv1dShape {
+        batch,
+        c_in,
+        t_in,
+        c_out,
+        k,
+        padding,
+        dilation,
+    };
+    let Some(t_out) = shape.t_out() else {
+        return Ok(None);
+    };
+    let b = match bias {
+        Some(b) => Some(
+            plain(b, "conv1d")?
+                .to_dtype(CDType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?,
+        ),
+        None => None,
+    };
+    let (x, w) = (x.contiguous()?, w.contiguous()?);
+    let y = with_f32_slice(&x, |xs| {
+        with_f32_slice(&w, |ws| cpu_conv::conv1d(shape, xs, ws, b.as_deref()))
+    })?;
+    let Some(Some(Some(y))) = y.transpose()? else {
+        return Ok(None);
+    };
+    Ok(Some(CTensor::from_vec(y, (batch, c_out, t_out), &cdev())?))
+}
+
 fn gemv(x: &CTensor, w: &Tensor) -> Result<Option<CTensor>> {
     if x.dtype() != CDType::F32 {
         return Ok(None);
@@ -433,6 +493,13 @@ impl CpuBackend {
                 arity(op, inputs, 2, 3)?;
                 let x = p(0)?;
                 let w = p(1)?.to_dtype(x.dtype())?;
+                if *stride == 1 && *groups == 1 {
+                    if let Some(y) =
+                        conv1d_direct(&x, &w, inputs.get(2).copied(), *padding, *dilation)?
+                    {
+                        return wrap(y);
+                    }
+                }
                 let y = x.conv1d(&w, *padding, *stride, *dilation, *groups)?;
                 wrap(add_channel_bias(y, inputs.get(2).copied(), name)?)
             }

@@ -286,31 +286,45 @@ fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result
 
 fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
     let mut rows = Vec::new();
-    // A VITS / HiFi-GAN-like residual conv: 192 channels, kernel 5, 1024 frames.
-    let (x, w, b) = (
-        randn(&[1, 192, 1024], 5)?,
-        randn(&[192, 192, 5], 6)?,
-        randn(&[192], 7)?,
-    );
-    let (cx, cw, cb) = (c(&x)?, c(&w)?, c(&b)?.reshape((1, 192, 1))?);
-    let cfg = ConvCfg {
-        padding: 2,
-        ..ConvCfg::default()
-    };
-    let (r, k) = ab(
-        o.min_time,
-        || dev.conv1d(&x, &w, Some(&b), cfg).map(|_| ()),
-        || {
-            cx.conv1d(&cw, 2, 1, 1, 1)?.broadcast_add(&cb)?;
-            Ok(())
-        },
-    )?;
-    rows.push(BenchRow {
-        name: "conv1d 192->192 k5 l1024".into(),
-        runtime_s: r,
-        candle_s: k,
-        throughput: Throughput::Flops(2.0 * 192.0 * 192.0 * 5.0 * 1024.0),
-    });
+    // (c_in, c_out, k, dilation, length): a VITS flow / text-encoder conv,
+    // then the HiFi-GAN residual convs of Piper's medium voices at each
+    // upsampling stage (one second of audio), and Whisper's first conv.
+    let shapes: [(usize, usize, usize, usize, usize); 5] = [
+        (192, 192, 5, 1, 1024),
+        (128, 128, 5, 2, 689),
+        (64, 64, 7, 3, 5512),
+        (32, 32, 7, 12, 22050),
+        (80, 384, 3, 1, 3000),
+    ];
+    for (i, &(ci, co, kk, d, l)) in shapes.iter().enumerate() {
+        let seed = 5 + 3 * i as u64;
+        let (x, w, b) = (
+            randn(&[1, ci, l], seed)?,
+            randn(&[co, ci, kk], seed + 1)?,
+            randn(&[co], seed + 2)?,
+        );
+        let (cx, cw, cb) = (c(&x)?, c(&w)?, c(&b)?.reshape((1, co, 1))?);
+        let pad = d * (kk - 1) / 2;
+        let cfg = ConvCfg {
+            padding: pad,
+            dilation: d,
+            ..ConvCfg::default()
+        };
+        let (r, k) = ab(
+            o.min_time,
+            || dev.conv1d(&x, &w, Some(&b), cfg).map(|_| ()),
+            || {
+                cx.conv1d(&cw, pad, 1, d, 1)?.broadcast_add(&cb)?;
+                Ok(())
+            },
+        )?;
+        rows.push(BenchRow {
+            name: format!("conv1d {ci}->{co} k{kk} d{d} l{l}"),
+            runtime_s: r,
+            candle_s: k,
+            throughput: Throughput::Flops(2.0 * (ci * co * kk * l) as f64),
+        });
+    }
     // Vocoder upsampling: 256 -> 128 channels, stride 8, kernel 16.
     let (x, w) = (randn(&[1, 256, 200], 8)?, randn(&[256, 128, 16], 9)?);
     let (cx, cw) = (c(&x)?, c(&w)?);
