@@ -71,14 +71,15 @@ fn ours_once(fe: &FrontEnd, vits: &Vits, text: &str, rate: u32) -> anyhow::Resul
     let start = Instant::now();
     let mut first: Option<f64> = None;
     let mut samples = 0usize;
-    for s in fe.sentences(text)? {
+    fe.for_each_sentence(text, &mut |s| {
         let prior = vits.prior(&s.ids, &noise_free())?;
         vits.stream(&prior, Chunking::default(), &mut |chunk| {
             first.get_or_insert_with(|| start.elapsed().as_secs_f64() * 1000.0);
             samples += chunk.len();
             Ok(true)
         })?;
-    }
+        Ok(true)
+    })?;
     Ok(RunResult {
         first_audio_ms: first.unwrap_or(f64::NAN),
         total_s: start.elapsed().as_secs_f64(),

@@ -193,6 +193,24 @@ impl FrontEnd {
 
     /// Sentences of `text`, phonemized. Empty or blank text gives none.
     pub fn sentences(&self, text: &str) -> Result<Vec<PhonemizedSentence>> {
+        let mut out = Vec::new();
+        self.for_each_sentence(text, &mut |s| {
+            out.push(s);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Phonemize `text` sentence by sentence into `f`, for streaming: the
+    /// first sentence goes through espeak-ng alone and reaches `f` before
+    /// the rest are phonemized (in one more espeak-ng run), so time to first
+    /// audio does not grow with the length of the text. The sentences equal
+    /// [`Self::sentences`]'s. `f` returns `false` to stop early.
+    pub fn for_each_sentence(
+        &self,
+        text: &str,
+        f: &mut dyn FnMut(PhonemizedSentence) -> Result<bool>,
+    ) -> Result<()> {
         let n = text.chars().count();
         if n > MAX_TEXT_CHARS {
             return Err(Error::Text(format!(
@@ -205,20 +223,28 @@ impl FrontEnd {
             text.split_whitespace().collect::<Vec<_>>().join(" ")
         };
         let sentences = text::split(&normalized);
-        let phonemes = self.espeak.phonemize(&sentences)?;
-        Ok(sentences
-            .iter()
-            .zip(phonemes)
-            .filter(|(_, p)| !p.is_empty())
-            .map(|(s, phonemes)| {
+        let cut = sentences.len().min(1);
+        for part in [&sentences[..cut], &sentences[cut..]] {
+            if part.is_empty() {
+                continue;
+            }
+            let phonemes = self.espeak.phonemize(part)?;
+            for (s, phonemes) in part.iter().zip(phonemes) {
+                if phonemes.is_empty() {
+                    continue;
+                }
                 let (ids, _missing) = self.config.phonemes_to_ids(&phonemes);
-                PhonemizedSentence {
+                let keep_going = f(PhonemizedSentence {
                     text: s.text(),
                     phonemes,
                     ids,
+                })?;
+                if !keep_going {
+                    return Ok(());
                 }
-            })
-            .collect())
+            }
+        }
+        Ok(())
     }
 }
 

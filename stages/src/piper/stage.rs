@@ -141,14 +141,27 @@ impl Stage for FrontEndStage {
             )));
         };
         let started = Instant::now();
-        let sentences = self.fe.sentences(text)?;
-        ctx.record("phonemize_ms", started.elapsed().as_secs_f64() * 1000.0);
-        for s in sentences {
-            ctx.check()?;
+        let mut first = true;
+        let mut failed = None;
+        self.fe.for_each_sentence(text, &mut |s| {
+            if first {
+                // Time until the first sentence can be synthesized.
+                ctx.record("phonemize_ms", started.elapsed().as_secs_f64() * 1000.0);
+                first = false;
+            }
             let ids: Vec<u32> = s.ids.iter().map(|&i| i as u32).collect();
-            ctx.emit(0, Payload::Tokens(Arc::from(ids)))?;
-        }
-        Ok(())
+            match ctx
+                .check()
+                .and_then(|()| ctx.emit(0, Payload::Tokens(Arc::from(ids))))
+            {
+                Ok(()) => Ok(true),
+                Err(e) => {
+                    failed = Some(e);
+                    Ok(false)
+                }
+            }
+        })?;
+        failed.map_or(Ok(()), Err)
     }
 }
 
