@@ -206,13 +206,16 @@ fn with_f32_slice<R>(t: &CTensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<
 }
 
 /// Stride-1, single-group f32 `conv1d` on the direct kernel
-/// ([`cpu_conv`]); None for shapes it does not take (candle runs those).
+/// ([`cpu_conv`]), optionally with a leaky ReLU on `x` and a residual added;
+/// None for shapes it does not take (candle runs those).
 fn conv1d_direct(
     x: &CTensor,
     w: &CTensor,
     bias: Option<&Tensor>,
     padding: usize,
     dilation: usize,
+    pre_slope: Option<f64>,
+    residual: Option<&CTensor>,
 ) -> Result<Option<CTensor>> {
     let (&[batch, c_in, t_in], &[c_out, wc, k]) = (x.dims(), w.dims()) else {
         return Ok(None);
@@ -241,11 +244,32 @@ fn conv1d_direct(
         ),
         None => None,
     };
+    let r = match residual {
+        Some(r) if r.dims() == [batch, c_out, t_out] && r.dtype() == CDType::F32 => {
+            Some(r.contiguous()?)
+        }
+        Some(_) => return Ok(None),
+        None => None,
+    };
     let (x, w) = (x.contiguous()?, w.contiguous()?);
-    let y = with_f32_slice(&x, |xs| {
-        with_f32_slice(&w, |ws| cpu_conv::conv1d(shape, xs, ws, b.as_deref()))
+    let run = |xs: &[f32], ws: &[f32], rs: Option<&[f32]>| {
+        let fused = cpu_conv::Fused {
+            pre_slope: pre_slope.map(|a| a as f32),
+            residual: rs,
+        };
+        cpu_conv::conv1d(shape, xs, ws, b.as_deref(), fused)
+    };
+    // Each layer: Result<Option<inner>> -> Option<Vec<f32>>.
+    let y = with_f32_slice(&x, |xs| -> Result<Option<Vec<f32>>> {
+        let inner = with_f32_slice(&w, |ws| -> Result<Option<Vec<f32>>> {
+            Ok(match &r {
+                Some(r) => with_f32_slice(r, |rs| run(xs, ws, Some(rs)))?.flatten(),
+                None => run(xs, ws, None),
+            })
+        })?;
+        Ok(inner.transpose()?.flatten())
     })?;
-    let Some(Some(Some(y))) = y.transpose()? else {
+    let Some(y) = y.transpose()?.flatten() else {
         return Ok(None);
     };
     Ok(Some(CTensor::from_vec(y, (batch, c_out, t_out), &cdev())?))
@@ -494,14 +518,63 @@ impl CpuBackend {
                 let x = p(0)?;
                 let w = p(1)?.to_dtype(x.dtype())?;
                 if *stride == 1 && *groups == 1 {
-                    if let Some(y) =
-                        conv1d_direct(&x, &w, inputs.get(2).copied(), *padding, *dilation)?
-                    {
+                    let direct = conv1d_direct(
+                        &x,
+                        &w,
+                        inputs.get(2).copied(),
+                        *padding,
+                        *dilation,
+                        None,
+                        None,
+                    )?;
+                    if let Some(y) = direct {
                         return wrap(y);
                     }
                 }
                 let y = x.conv1d(&w, *padding, *stride, *dilation, *groups)?;
                 wrap(add_channel_bias(y, inputs.get(2).copied(), name)?)
+            }
+            Op::Conv1dFused {
+                stride,
+                padding,
+                dilation,
+                groups,
+                pre_slope,
+                residual,
+            } => {
+                let n = if *residual { 4 } else { 3 };
+                arity(op, inputs, n, n)?;
+                let x = p(0)?;
+                let w = p(1)?.to_dtype(x.dtype())?;
+                let res = if *residual { Some(p(3)?) } else { None };
+                if *stride == 1 && *groups == 1 {
+                    let direct = conv1d_direct(
+                        &x,
+                        &w,
+                        Some(inputs[2]),
+                        *padding,
+                        *dilation,
+                        *pre_slope,
+                        res.as_ref(),
+                    )?;
+                    if let Some(y) = direct {
+                        return wrap(y);
+                    }
+                }
+                // Composed from candle ops for the shapes the kernel does not take.
+                let xa = match pre_slope {
+                    Some(a) => {
+                        let neg = (x.minimum(0f64)? * *a)?;
+                        (x.relu()? + neg)?
+                    }
+                    None => x,
+                };
+                let y = xa.conv1d(&w, *padding, *stride, *dilation, *groups)?;
+                let y = add_channel_bias(y, Some(inputs[2]), name)?;
+                wrap(match res {
+                    Some(r) => y.broadcast_add(&r.to_dtype(y.dtype())?)?,
+                    None => y,
+                })
             }
             Op::Conv2d {
                 stride,

@@ -91,15 +91,26 @@ impl OutPtr {
     }
 }
 
+/// What is folded into a convolution besides its bias.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Fused<'a> {
+    /// Leaky-ReLU slope applied to the input first.
+    pub pre_slope: Option<f32>,
+    /// `[batch, c_out, t_out]` added to the output.
+    pub residual: Option<&'a [f32]>,
+}
+
 /// `y[b, o, t] = bias[o] + sum_{c, j} w[o, c, j] * x[b, c, t + j*d - p]`,
 /// with `x` as `[batch, c_in, t_in]`, `w` as `[c_out, c_in, k]` and the
-/// result as `[batch, c_out, t_out]`, all row-major. Returns None when the
-/// shape is degenerate or the slices do not match it.
+/// result as `[batch, c_out, t_out]`, all row-major; `fused` adds a leaky
+/// ReLU on `x` and a residual on `y`. Returns None when the shape is
+/// degenerate or the slices do not match it.
 pub(crate) fn conv1d(
     s: Conv1dShape,
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
+    fused: Fused<'_>,
 ) -> Option<Vec<f32>> {
     let t_out = s.t_out()?;
     if s.c_in == 0
@@ -109,6 +120,9 @@ pub(crate) fn conv1d(
         || x.len() != s.batch * s.c_in * s.t_in
         || w.len() != s.c_out * s.c_in * s.k
         || bias.is_some_and(|b| b.len() != s.c_out)
+        || fused
+            .residual
+            .is_some_and(|r| r.len() != s.batch * s.c_out * t_out)
     {
         return None;
     }
@@ -157,9 +171,21 @@ pub(crate) fn conv1d(
             let src = &x[(bi * s.c_in + c) * s.t_in..][..s.t_in];
             let dst = &mut xp[c * row..][..row];
             let n = s.t_in.min(row - s.padding);
-            dst[s.padding..s.padding + n].copy_from_slice(&src[..n]);
+            let dst = &mut dst[s.padding..s.padding + n];
+            match fused.pre_slope {
+                // Padding stays zero: leaky_relu(0) = 0.
+                Some(a) => {
+                    for (d, &v) in dst.iter_mut().zip(&src[..n]) {
+                        *d = if v >= 0.0 { v } else { a * v };
+                    }
+                }
+                None => dst.copy_from_slice(&src[..n]),
+            }
         }
         let out = OutPtr(y[bi * s.c_out * t_out..].as_mut_ptr());
+        let residual = fused
+            .residual
+            .map(|r| &r[bi * s.c_out * t_out..][..s.c_out * t_out]);
         let spans = t_out.div_ceil(T_TASK);
         let tasks = blocks * spans;
         // Input channels per sweep: the rows of x a task reads in one sweep
@@ -199,15 +225,18 @@ pub(crate) fn conv1d(
                 let t0 = t_lo + i * TT;
                 let n = TT.min(t_out - t0);
                 for (r, v) in a.iter().enumerate().take(rows) {
-                    // SAFETY: row blk*CO + r < c_out and times t0 .. t0 + n <
+                    let at = (blk * CO + r) * t_out + t0;
+                    // SAFETY: row blk*CO + r < c_out and times t0 .. t0 + n <=
                     // t_out lie inside this batch item's output, and no other
                     // task writes them.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            v.as_ptr(),
-                            out.at((blk * CO + r) * t_out + t0),
-                            n,
-                        );
+                    let dst = unsafe { std::slice::from_raw_parts_mut(out.at(at), n) };
+                    match residual {
+                        Some(res) => {
+                            for ((d, &a), &b) in dst.iter_mut().zip(v).zip(&res[at..at + n]) {
+                                *d = a + b;
+                            }
+                        }
+                        None => dst.copy_from_slice(&v[..n]),
                     }
                 }
             }
@@ -377,7 +406,7 @@ mod tests {
         let w = data(s.c_out * s.c_in * s.k, 2);
         let b = data(s.c_out, 3);
         let b = with_bias.then_some(b.as_slice());
-        let got = conv1d(s, &x, &w, b).expect("valid shape");
+        let got = conv1d(s, &x, &w, b, Fused::default()).expect("valid shape");
         let want = reference(s, &x, &w, b);
         assert_eq!(got.len(), want.len(), "{s:?}");
         // f32 accumulation over c_in * k products of magnitude <= 1: the
@@ -419,6 +448,48 @@ mod tests {
     }
 
     #[test]
+    fn folds_leaky_relu_and_residual() {
+        let s = Conv1dShape {
+            batch: 2,
+            c_in: 37,
+            t_in: 301,
+            c_out: 11,
+            k: 5,
+            padding: 6,
+            dilation: 3,
+        };
+        let x = data(s.batch * s.c_in * s.t_in, 4);
+        let w = data(s.c_out * s.c_in * s.k, 5);
+        let b = data(s.c_out, 6);
+        let t_out = s.t_out().expect("fits");
+        let r = data(s.batch * s.c_out * t_out, 7);
+        let xa: Vec<f32> = x
+            .iter()
+            .map(|&v| if v >= 0.0 { v } else { 0.1 * v })
+            .collect();
+        let want = reference(s, &xa, &w, Some(&b));
+        let fused = Fused {
+            pre_slope: Some(0.1),
+            residual: Some(&r),
+        };
+        let got = conv1d(s, &x, &w, Some(&b), fused).expect("valid shape");
+        let tol = 1e-6 * (s.c_in * s.k) as f64 + 1e-6;
+        for (i, ((g, w), r)) in got.iter().zip(&want).zip(&r).enumerate() {
+            let w = w + f64::from(*r);
+            assert!((f64::from(*g) - w).abs() <= tol, "at {i}: {g} vs {w}");
+        }
+        let short = &r[..r.len() - 1];
+        let bad = Fused {
+            residual: Some(short),
+            ..fused
+        };
+        assert!(
+            conv1d(s, &x, &w, Some(&b), bad).is_none(),
+            "residual of the wrong size"
+        );
+    }
+
+    #[test]
     fn rejects_degenerate_shapes() {
         let s = Conv1dShape {
             batch: 1,
@@ -430,10 +501,10 @@ mod tests {
             dilation: 1,
         };
         assert!(s.t_out().is_none());
-        assert!(conv1d(s, &[0.0; 2], &[0.0; 5], None).is_none());
+        assert!(conv1d(s, &[0.0; 2], &[0.0; 5], None, Fused::default()).is_none());
         let s = Conv1dShape { k: 1, ..s };
         assert!(
-            conv1d(s, &[0.0; 3], &[0.0; 1], None).is_none(),
+            conv1d(s, &[0.0; 3], &[0.0; 1], None, Fused::default()).is_none(),
             "x too long"
         );
     }

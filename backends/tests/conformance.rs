@@ -795,6 +795,46 @@ fn cases() -> Vec<Case> {
             want,
         ));
     }
+    // conv1d with a leaky ReLU before it and a residual after it (the
+    // HiFi-GAN unit); the strided/grouped shape takes the composed path.
+    for &(cin, cout, l, k, stride, pad, dil, groups, res) in &[
+        (7, 7, 33, 3, 1, 1, 1, 1, true),
+        (9, 5, 61, 5, 1, 6, 3, 1, false),
+        (6, 9, 129, 5, 2, 2, 2, 3, false),
+    ] {
+        let x = randn(&[2, cin, l], next());
+        let w = scaled(&[cout, cin / groups, k], next(), 0.3);
+        let b = randn(&[cout], next());
+        let mut xa = a(&x);
+        for v in xa.v.iter_mut() {
+            if *v < 0.0 {
+                *v *= 0.2;
+            }
+        }
+        let mut want = r_conv1d(&xa, &a(&w), Some(&a(&b)), stride, pad, dil, groups);
+        let mut inputs = vec![x, w, b];
+        if res {
+            let r = randn(&want.d, next());
+            for (v, r) in want.v.iter_mut().zip(a(&r).v) {
+                *v += r;
+            }
+            inputs.push(r);
+        }
+        let op = Op::Conv1dFused {
+            stride,
+            padding: pad,
+            dilation: dil,
+            groups,
+            pre_slope: Some(0.2),
+            residual: res,
+        };
+        cs.push(case(
+            format!("conv1d_fused c{cin}->{cout} l{l} k{k} s{stride} d{dil} g{groups} res={res}"),
+            op,
+            inputs,
+            want,
+        ));
+    }
     // conv2d.
     for &(cin, cout, h, wd, k, stride, pad, dil, groups) in
         &[(3, 4, 7, 9, 3, 1, 1, 1, 1), (4, 6, 11, 5, 3, 2, 0, 1, 2)]

@@ -224,6 +224,12 @@ impl Device {
         Ok(placed)
     }
 
+    /// Whether the placed backend runs `op` on these inputs itself (no CPU
+    /// fallback). Composite helpers use it to pick a fused op or its parts.
+    pub fn runs_natively(&self, op: &Op, inputs: &[&Tensor]) -> bool {
+        self.primary.supports(op, inputs)
+    }
+
     /// Run one op: natively when the placed backend supports it, otherwise on
     /// the CPU with counted transfers.
     pub fn run(&self, op: Op, inputs: &[&Tensor]) -> Result<Tensor> {

@@ -85,6 +85,29 @@ pub enum Op {
         /// Groups.
         groups: usize,
     },
+    /// A 1-D convolution with the element-wise work around it folded in —
+    /// the unit HiFi-GAN vocoders are made of:
+    /// `y = conv1d(pre(x), w, bias) (+ residual)`, where `pre` is
+    /// `LeakyRelu { slope: pre_slope }` when given. One pass over memory
+    /// instead of three. Inputs: x[b, c_in, l], w[c_out, c_in/groups, k],
+    /// bias[c_out], then residual[b, c_out, l_out] when `residual`.
+    /// Backends without it get it composed from [`Op::LeakyRelu`],
+    /// [`Op::Conv1d`] and [`Op::Binary`] on the same device by
+    /// `Device::conv1d_fused`, never through a CPU fallback.
+    Conv1dFused {
+        /// Stride.
+        stride: usize,
+        /// Zero padding on both sides.
+        padding: usize,
+        /// Dilation.
+        dilation: usize,
+        /// Groups.
+        groups: usize,
+        /// Leaky-ReLU slope applied to x first, if any.
+        pre_slope: Option<f64>,
+        /// Whether a residual input is added to the output.
+        residual: bool,
+    },
     /// Inputs: x[b, c_in, h, w], w[c_out, c_in/groups, kh, kw], `[bias]`.
     Conv2d {
         /// Stride.
@@ -241,6 +264,7 @@ impl Op {
             Op::MatMul => "matmul",
             Op::Linear => "linear",
             Op::Conv1d { .. } => "conv1d",
+            Op::Conv1dFused { .. } => "conv1d_fused",
             Op::Conv2d { .. } => "conv2d",
             Op::ConvTranspose1d { .. } => "conv_transpose1d",
             Op::LayerNorm { .. } => "layer_norm",

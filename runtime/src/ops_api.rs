@@ -100,6 +100,42 @@ impl Device {
         self.run(op, &with_opt(&[x, w], bias))
     }
 
+    /// `conv1d(leaky_relu(x, pre_slope), w, bias) + residual` as one
+    /// [`Op::Conv1dFused`] where the placed backend has it, else composed
+    /// from its parts on the same device (same result up to rounding).
+    /// `pre_slope: None` skips the activation, `residual: None` the add.
+    pub fn conv1d_fused(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        bias: &Tensor,
+        cfg: ConvCfg,
+        pre_slope: Option<f64>,
+        residual: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let op = Op::Conv1dFused {
+            stride: cfg.stride,
+            padding: cfg.padding,
+            dilation: cfg.dilation,
+            groups: cfg.groups,
+            pre_slope,
+            residual: residual.is_some(),
+        };
+        let inputs = with_opt(&[x, w, bias], residual);
+        if self.runs_natively(&op, &inputs) {
+            return self.run(op, &inputs);
+        }
+        let xa = match pre_slope {
+            Some(slope) => self.leaky_relu(x, slope)?,
+            None => x.clone(),
+        };
+        let y = self.conv1d(&xa, w, Some(bias), cfg)?;
+        match residual {
+            Some(r) => self.add(&y, r),
+            None => Ok(y),
+        }
+    }
+
     /// 2-D convolution: x[b, c_in, h, w], w[c_out, c_in/groups, kh, kw], `bias[c_out]`.
     pub fn conv2d(
         &self,

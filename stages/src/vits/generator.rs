@@ -17,15 +17,16 @@ struct ResBlock {
 
 impl ResBlock {
     fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
+        // x + conv(leaky(x)) per unit, each a fused op where the device has it.
         let mut x = x.clone();
         for (c1, c2) in &self.convs {
-            let xt = dev.leaky_relu(&x, LRELU_SLOPE)?;
-            let mut xt = c1.forward(dev, &xt)?;
-            if let Some(c2) = c2 {
-                xt = dev.leaky_relu(&xt, LRELU_SLOPE)?;
-                xt = c2.forward(dev, &xt)?;
-            }
-            x = dev.add(&xt, &x)?;
+            x = match c2 {
+                None => c1.forward_fused(dev, &x, Some(LRELU_SLOPE), Some(&x))?,
+                Some(c2) => {
+                    let xt = c1.forward_fused(dev, &x, Some(LRELU_SLOPE), None)?;
+                    c2.forward_fused(dev, &xt, Some(LRELU_SLOPE), Some(&x))?
+                }
+            };
         }
         Ok(x)
     }
@@ -136,8 +137,7 @@ impl Generator {
     pub fn forward(&self, dev: &Device, z: &Tensor) -> Result<Tensor> {
         let mut x = self.conv_pre.forward(dev, z)?;
         for (i, up) in self.ups.iter().enumerate() {
-            x = dev.leaky_relu(&x, LRELU_SLOPE)?;
-            x = up.forward(dev, &x)?;
+            x = up.forward_pre(dev, &x, Some(LRELU_SLOPE))?;
             let mut acc: Option<Tensor> = None;
             for b in &self.blocks[i * self.kernels..(i + 1) * self.kernels] {
                 let y = b.forward(dev, &x)?;

@@ -122,6 +122,29 @@ impl Conv1d {
     pub fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
         Ok(dev.conv1d(x, &self.w, self.b.as_ref(), self.cfg)?)
     }
+
+    /// `conv(leaky_relu(x, pre_slope)) + residual`, as one fused op where
+    /// the device has it (the HiFi-GAN residual unit).
+    pub fn forward_fused(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        pre_slope: Option<f64>,
+        residual: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        if let Some(b) = &self.b {
+            return Ok(dev.conv1d_fused(x, &self.w, b, self.cfg, pre_slope, residual)?);
+        }
+        let x = match pre_slope {
+            Some(a) => dev.leaky_relu(x, a)?,
+            None => x.clone(),
+        };
+        let y = self.forward(dev, &x)?;
+        Ok(match residual {
+            Some(r) => dev.add(&y, r)?,
+            None => y,
+        })
+    }
 }
 
 /// A kernel-size-1 convolution as a linear layer, applied to `[1, c, t]`.
@@ -226,6 +249,12 @@ impl ConvTranspose1d {
 
     /// x[1, c_in, t] -> [1, c_out, t * u].
     pub fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
+        self.forward_pre(dev, x, None)
+    }
+
+    /// [`Self::forward`] of `leaky_relu(x, pre_slope)`, the activation
+    /// folded into the convolution where the device can.
+    pub fn forward_pre(&self, dev: &Device, x: &Tensor, pre_slope: Option<f64>) -> Result<Tensor> {
         let t = x.dims()[2];
         let cfg = ConvCfg {
             stride: 1,
@@ -233,7 +262,8 @@ impl ConvTranspose1d {
             dilation: 1,
             groups: 1,
         };
-        let z = dev.conv1d(x, &self.w, Some(&self.b), cfg)?; // [1, u * c_out, t]
+        // [1, u * c_out, t]
+        let z = dev.conv1d_fused(x, &self.w, &self.b, cfg, pre_slope, None)?;
         let z = dev.reshape(&z, &[1, self.u, self.c_out, t])?;
         let z = dev.permute(&z, &[0, 2, 3, 1])?;
         Ok(dev.reshape(&z, &[1, self.c_out, t * self.u])?)
