@@ -36,6 +36,12 @@ pub struct BenchTtsArgs {
     /// Device for our side: cpu, gpu or npu.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Latent frames in a sentence's first chunk (the vits stage's `first_chunk_frames`).
+    #[arg(long, default_value_t = Chunking::default().first_frames)]
+    pub first_chunk_frames: usize,
+    /// Latent frames in each later chunk (the vits stage's `chunk_frames`).
+    #[arg(long, default_value_t = Chunking::default().frames)]
+    pub chunk_frames: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -67,13 +73,19 @@ fn noise_free() -> SynthesisParams {
     }
 }
 
-fn ours_once(fe: &FrontEnd, vits: &Vits, text: &str, rate: u32) -> anyhow::Result<RunResult> {
+fn ours_once(
+    fe: &FrontEnd,
+    vits: &Vits,
+    text: &str,
+    rate: u32,
+    chunking: Chunking,
+) -> anyhow::Result<RunResult> {
     let start = Instant::now();
     let mut first: Option<f64> = None;
     let mut samples = 0usize;
     fe.for_each_sentence(text, &mut |s| {
         let prior = vits.prior(&s.ids, &noise_free())?;
-        vits.stream(&prior, Chunking::default(), &mut |chunk| {
+        vits.stream(&prior, chunking, &mut |chunk| {
             first.get_or_insert_with(|| start.elapsed().as_secs_f64() * 1000.0);
             samples += chunk.len();
             Ok(true)
@@ -183,11 +195,15 @@ pub fn run(a: BenchTtsArgs) -> anyhow::Result<ExitCode> {
     let vits = Vits::load(&voice.weights, cfg, &dev)?;
     let fe = FrontEnd::new(vc, true);
     let ours_load = t0.elapsed().as_secs_f64();
-    ours_once(&fe, &vits, &text, rate)?;
+    let chunking = Chunking {
+        first_frames: a.first_chunk_frames.max(1),
+        frames: a.chunk_frames.max(1),
+    };
+    ours_once(&fe, &vits, &text, rate, chunking)?;
     let mut ours = Vec::with_capacity(runs);
     for i in 0..runs {
         eprintln!("ours: run {}/{runs}", i + 1);
-        ours.push(ours_once(&fe, &vits, &text, rate)?);
+        ours.push(ours_once(&fe, &vits, &text, rate, chunking)?);
     }
 
     eprintln!("piper-tts on onnxruntime: {runs} runs...");

@@ -147,22 +147,29 @@ impl Conv1d {
     }
 }
 
-/// A kernel-size-1 convolution as a linear layer, applied to `[1, c, t]`.
+/// A kernel-size-1 convolution: a linear layer on time-major activations,
+/// a convolution on channel-major ones (no transposes).
 #[derive(Debug, Clone)]
 pub struct Pointwise {
+    /// [c_out, c_in].
     w: Tensor,
+    /// The same weights as [c_out, c_in, 1].
+    w3: Tensor,
     b: Option<Tensor>,
 }
 
 impl Pointwise {
     /// `prefix.weight` [c_out, c_in, 1] and `prefix.bias` [c_out].
     pub fn load(ws: &Weights, prefix: &str, c_in: usize, c_out: usize) -> Result<Self> {
+        let w = ws.get_as(
+            &format!("{prefix}.weight"),
+            &[c_out, c_in, 1],
+            &[c_out, c_in],
+        )?;
+        let w3 = ws.device().reshape(&w, &[c_out, c_in, 1])?;
         Ok(Pointwise {
-            w: ws.get_as(
-                &format!("{prefix}.weight"),
-                &[c_out, c_in, 1],
-                &[c_out, c_in],
-            )?,
+            w,
+            w3,
             b: Some(ws.get(&format!("{prefix}.bias"), &[c_out])?),
         })
     }
@@ -174,9 +181,7 @@ impl Pointwise {
 
     /// On channel-major activations: x[1, c_in, t] -> [1, c_out, t].
     pub fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
-        let xt = dev.transpose(x, 1, 2)?;
-        let y = dev.linear(&xt, &self.w, self.b.as_ref())?;
-        Ok(dev.transpose(&y, 1, 2)?)
+        Ok(dev.conv1d(x, &self.w3, self.b.as_ref(), ConvCfg::default())?)
     }
 }
 
