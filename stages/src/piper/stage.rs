@@ -185,7 +185,7 @@ impl StageFactory for VitsKind {
             ParamInfo::optional("noise_w", ParamType::Float, "duration noise (default: the voice's, 0.8 for joe)"),
             ParamInfo::new("seed", ParamType::Int, 0, "seed of the noise; the n-th sentence uses seed + n"),
             ParamInfo::new("first_chunk_frames", ParamType::Int, 24, "latent frames (256 samples each) in a sentence's first audio chunk: smaller starts sooner"),
-            ParamInfo::new("chunk_frames", ParamType::Int, 128, "latent frames in each later chunk"),
+            ParamInfo::new("chunk_frames", ParamType::Int, 256, "latent frames in each later chunk: larger recomputes less context (2 x 15 frames per chunk), smaller reacts to a cancel sooner"),
         ]);
         StageInfo {
             kind: "vits",
@@ -232,7 +232,7 @@ impl StageFactory for VitsKind {
         }
         let chunking = Chunking {
             first_frames: p.get_or("first_chunk_frames", 24usize)?,
-            frames: p.get_or("chunk_frames", 128usize)?,
+            frames: p.get_or("chunk_frames", 256usize)?,
         };
         if chunking.first_frames == 0 || chunking.frames == 0 {
             return Err(p

@@ -149,7 +149,7 @@ impl Default for Chunking {
     fn default() -> Self {
         Chunking {
             first_frames: 24,
-            frames: 128,
+            frames: 256,
         }
     }
 }
