@@ -180,12 +180,21 @@ fn matmul_with(
     if m == 1 {
         return Some(yt);
     }
+    // Transpose in bands of 16 output rows: each weight row's 16 values
+    // are one cache line of `yt`.
+    const BAND: usize = 16;
     let mut y = vec![0f32; n * m];
-    for (j, col) in yt.chunks_exact(m).enumerate() {
-        for (r, v) in col.iter().enumerate() {
-            y[r * n + j] = *v;
-        }
-    }
+    y.par_chunks_mut(BAND * n)
+        .enumerate()
+        .for_each(|(t, band)| {
+            let r0 = t * BAND;
+            let rows = band.len() / n;
+            for (j, col) in yt.chunks_exact(m).enumerate() {
+                for (r, v) in col[r0..r0 + rows].iter().enumerate() {
+                    band[r * n + j] = *v;
+                }
+            }
+        });
     Some(y)
 }
 

@@ -9,6 +9,8 @@
 //!   to cover [`BenchOptions::working_set_mb`], as a model's layers do, so
 //!   weights stream from memory instead of sitting in cache; their
 //!   achieved GB/s counts weight bytes only.
+//! - Prefill-shaped quantized matmuls (`m` activation rows) reuse one weight
+//!   matrix, as a prompt's rows do, and report GFLOP/s.
 //! - The bandwidth ceiling is a multi-threaded f32 sum over a buffer of the
 //!   same size (read-only, like a GEMV), best of 8 passes, measured before
 //!   and after the rows (the higher counts).
