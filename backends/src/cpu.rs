@@ -1,5 +1,7 @@
-//! CPU backend: every [`Op`] on candle-core / candle-nn kernels, including
-//! candle's quantized matmul for Q4_0 / Q4_1 / Q8_0 linear weights.
+//! CPU backend: every [`Op`] on candle-core / candle-nn kernels, except
+//! [`Op::Linear`] with f32 activations and Q8_0 / Q4_0 / Q4_1 weights (any
+//! number of rows) or f32 weights (one row), which runs this crate's
+//! AVX2 / portable kernels ([`crate::cpu_gemv`]).
 //!
 //! ## Design
 //! The host representation of a [`Tensor`] *is* a candle tensor, so this
@@ -154,18 +156,16 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
         ));
     }
     let rows: usize = dims[..dims.len() - 1].iter().product();
-    if rows == 1 {
-        if let Some(y) = gemv(&x, w)? {
-            let y = match bias {
-                Some(b) => y.broadcast_add(&plain(b, "linear")?.to_dtype(y.dtype())?)?,
-                None => y,
-            };
-            let mut out = dims;
-            if let Some(last) = out.last_mut() {
-                *last = n;
-            }
-            return Ok(y.reshape(out)?);
+    if let Some(y) = own_kernels(&x, w, rows)? {
+        let y = match bias {
+            Some(b) => y.broadcast_add(&plain(b, "linear")?.to_dtype(y.dtype())?)?,
+            None => y,
+        };
+        let mut out = dims;
+        if let Some(last) = out.last_mut() {
+            *last = n;
         }
+        return Ok(y.reshape(out)?);
     }
     let x2 = x.reshape((rows, k))?;
     let y = match w.storage() {
@@ -190,8 +190,6 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
     Ok(y.reshape(out)?)
 }
 
-/// One-row f32 linear through the streaming GEMV kernels ([`crate::cpu_gemv`]),
-/// for f32, Q8_0 and Q4_0 weights; None when another path applies.
 /// The f32 values of a contiguous host tensor, without copying.
 fn with_f32_slice<R>(t: &CTensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<R>> {
     if t.dtype() != CDType::F32 {
@@ -275,21 +273,26 @@ fn conv1d_direct(
     Ok(Some(CTensor::from_vec(y, (batch, c_out, t_out), &cdev())?))
 }
 
-fn gemv(x: &CTensor, w: &Tensor) -> Result<Option<CTensor>> {
+/// f32 activations through this crate's kernels ([`crate::cpu_gemv`]):
+/// Q8_0 / Q4_0 / Q4_1 weights for any number of rows (int8 activations,
+/// one arithmetic for decode and prefill), f32 weights for one row; None
+/// when another path applies.
+fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> {
     if x.dtype() != CDType::F32 {
         return Ok(None);
     }
-    let xv = x.flatten_all()?.to_vec1::<f32>()?;
     let n = w.dims()[0];
     let y = match w.storage() {
         Storage::Quantized(q) => {
             let Some(fmt) = WeightFormat::of_ggml(q.dtype()) else {
                 return Ok(None);
             };
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
             let data = q.data()?;
-            cpu_gemv::gemv(fmt, &data, &xv, n)
+            cpu_gemv::matmul(fmt, &data, n, &xv, rows)
         }
-        Storage::Host(c) if c.dtype() == CDType::F32 => {
+        Storage::Host(c) if c.dtype() == CDType::F32 && rows == 1 => {
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
             let (st, layout) = c.storage_and_layout();
             let (candle_core::Storage::Cpu(cpu), Some((s, e))) =
                 (&*st, layout.contiguous_offsets())
@@ -302,7 +305,7 @@ fn gemv(x: &CTensor, w: &Tensor) -> Result<Option<CTensor>> {
         _ => None,
     };
     Ok(match y {
-        Some(y) => Some(CTensor::from_vec(y, (1, n), &cdev())?),
+        Some(y) => Some(CTensor::from_vec(y, (rows, n), &cdev())?),
         None => None,
     })
 }

@@ -1,29 +1,55 @@
-//! Decode-shaped matrix-vector kernels for the CPU backend: `y = W x` with
-//! one activation row, f32 activations and f32, Q8_0 or Q4_0 weights in
-//! row-major `[n, k]` (GGML block layout for the quantized ones).
+//! Quantized and f32 matrix kernels for the CPU backend: `y = x W^T` with
+//! weights `W` in row-major `[n, k]` (f32, or GGML Q8_0 / Q4_0 / Q4_1
+//! blocks exactly as the GGUF file stores them) and f32 activation rows.
 //!
 //! ## Why
 //! LLM decode is a chain of GEMVs whose cost is streaming the weights from
-//! memory. candle's general GEMM path reaches about 40% of the measured
-//! bandwidth for `1 x k @ k x n` on the build machine, and its quantized
-//! path first quantizes the activations to 8 bits. These kernels stream
-//! each weight row once, keep the activations in f32 (so they are also more
-//! accurate than candle's Q8 activation path), and split the output rows
-//! over rayon's pool (candle's own thread pool).
+//! memory, and prefill is the same product over a few hundred rows.
+//! candle's general GEMM path reaches about 40% of the measured bandwidth
+//! for `1 x k @ k x n`, and candle 0.11's multi-row quantized matmul is
+//! several times slower than running its one-row path row by row.
 //!
-//! AVX2 + FMA + F16C code is chosen at run time; other machines use portable code
-//! written so the compiler vectorizes it (independent lanes).
+//! ## How (quantized weights)
+//! The approach of llama.cpp's `q4_1 x q8_1` dot products, written here:
+//! - Each activation row is quantized once per call to int8 per block of 32
+//!   (scale `max|x| / 127`, round half away from zero), with the exact f32
+//!   sum of each block for Q4_1's minimum term ([`QuantRows`]). The codes
+//!   of two consecutive blocks `A`, `B` are stored as `A[0..16] B[0..16]
+//!   A[16..32] B[16..32]`, which is the order the 16 nibble bytes of
+//!   two weight blocks give after one 256-bit `and` / shift.
+//! - Per pair of weight blocks: load the two 16-byte nibble runs into one
+//!   register, split low / high nibbles, `maddubs` against the int8
+//!   activations (nibbles are unsigned; Q8_0 uses the sign trick), `madd`
+//!   with ones to i32 (lanes 0-3 block `A`, 4-7 block `B`), convert, and
+//!   FMA with `d_w * d_x` into an f32 accumulator. The four f16 scales of
+//!   the pair (`d`, `m` per block) are converted by one F16C instruction.
+//!   Q4_0's offset of 8 is taken off the i32 sums as `8 * sum(q_x)`
+//!   (precomputed per lane with the activations), so its block sums are
+//!   exact integers, as in llama.cpp's `q4_0 x q8_0`.
+//! - A tile of up to 4 activation rows x up to 4 weight rows shares each
+//!   unpacked weight block and each activation load; decode (one row) runs
+//!   4 weight rows at a time, prefill 4 x 2. Output rows are split over
+//!   rayon's pool (candle's own thread pool).
+//!
+//! Every tile computes each output with the same operations in the same
+//! order, so a prefill row equals the one-row result bit for bit.
+//!
+//! AVX2 + FMA + F16C code is chosen at run time; other machines run
+//! portable code with the same int8 arithmetic (sums in another order).
+//! f32 weights keep f32 activations (a streaming FMA GEMV for one row).
 
 use candle_core::quantized::GgmlDType;
 use rayon::prelude::*;
 
-/// Rows per rayon task: small enough to balance two to sixteen threads,
-/// large enough that task overhead stays below a few percent.
-fn rows_per_task(n: usize, k: usize) -> usize {
+/// Weight rows per rayon task: small enough to balance two to sixteen
+/// threads, large enough that task overhead stays below a few percent
+/// (`work_per_row` bytes of weights times activation rows).
+fn rows_per_task(n: usize, work_per_row: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
-    // At least ~64 KB of weights per task.
-    let min_rows = (16_384 / k.max(1)).max(1);
-    (n / (threads * 8)).max(min_rows).max(1)
+    // At least ~64 KB of weight traffic per task.
+    let min_rows = (65_536 / work_per_row.max(1)).max(1);
+    // A multiple of 4 keeps the 4-row tiles whole.
+    (n / (threads * 8)).max(min_rows).max(1).next_multiple_of(4)
 }
 
 fn has_avx2_fma() -> bool {
@@ -76,92 +102,234 @@ impl WeightFormat {
     }
 }
 
-/// `y[j] = sum_i w[j, i] * x[i]` for `n` rows of `k` weights stored in
-/// `w` (bytes, in `fmt`). Returns None when the shapes do not fit the format.
+/// `y[j] = sum_i w[j, i] * x[i]` for `n` rows of `k = x.len()` weights
+/// stored in `w` (bytes, in `fmt`). Returns None when the shapes do not fit
+/// the format.
 pub(crate) fn gemv(fmt: WeightFormat, w: &[u8], x: &[f32], n: usize) -> Option<Vec<f32>> {
-    let k = x.len();
-    if fmt != WeightFormat::F32 && k % 32 != 0 {
-        return None;
+    if fmt != WeightFormat::F32 {
+        return matmul(fmt, w, n, x, 1);
     }
-    let rb = fmt.row_bytes(k);
-    if w.len() != rb * n {
+    let k = x.len();
+    if w.len() != 4 * k * n {
         return None;
     }
     let mut y = vec![0f32; n];
-    let per = rows_per_task(n, k);
+    let per = rows_per_task(n, 4 * k);
     let avx = has_avx2_fma();
-    #[cfg(target_arch = "x86_64")]
-    if avx && fmt != WeightFormat::F32 {
-        let (qx, dx, sx) = quantize_x(x);
-        y.par_chunks_mut(per).enumerate().for_each(|(t, out)| {
-            let r0 = t * per;
-            for (i, yo) in out.iter_mut().enumerate() {
-                let row = &w[(r0 + i) * rb..(r0 + i + 1) * rb];
-                // SAFETY: AVX2, FMA and F16C were detected at run time; `row`
-                // holds k / 32 blocks and `qx`, `dx` cover k values.
-                *yo = unsafe {
-                    match fmt {
-                        WeightFormat::Q8_0 => avx2::dot_q8_0_i8(row, &qx, &dx),
-                        WeightFormat::Q4_1 => avx2::dot_q4_1_i8(row, &qx, &dx, &sx),
-                        _ => avx2::dot_q4_0_i8(row, &qx, &dx),
-                    }
-                };
-            }
-        });
-        return Some(y);
-    }
     y.par_chunks_mut(per).enumerate().for_each(|(t, out)| {
         let r0 = t * per;
         for (i, yo) in out.iter_mut().enumerate() {
-            let row = &w[(r0 + i) * rb..(r0 + i + 1) * rb];
-            *yo = dot_row(fmt, row, x, avx);
+            let row = &w[(r0 + i) * 4 * k..(r0 + i + 1) * 4 * k];
+            *yo = dot_f32(row, x, avx);
         }
     });
     Some(y)
 }
 
-/// Activations quantized to 8 bits per block of 32 (scale max|x| / 127),
-/// as llama.cpp and candle do for their quantized dot products: the integer
-/// multiply-add then does 32 products in a few instructions. Returns the
-/// codes, the scale of each block and the exact sum of each block (for the
-/// `m` term of Q4_1).
-pub(crate) fn quantize_x(x: &[f32]) -> (Vec<i8>, Vec<f32>, Vec<f32>) {
-    let mut q = vec![0i8; x.len()];
-    let mut d = Vec::with_capacity(x.len() / 32);
-    let sums = x.chunks_exact(32).map(|c| c.iter().sum()).collect();
-    for (xs, qs) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)) {
-        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let dd = amax / 127.0;
-        let id = if dd > 0.0 { 1.0 / dd } else { 0.0 };
-        for (o, v) in qs.iter_mut().zip(xs) {
-            *o = (v * id).round() as i8;
-        }
-        d.push(dd);
-    }
-    (q, d, sums)
+/// `y[r, j] = sum_i w[j, i] * x[r, i]` for `m` activation rows `x` (row-major
+/// `[m, k]`) and `n` quantized weight rows `w` (bytes, in `fmt`); `y` is
+/// row-major `[m, n]`. Activations are quantized to int8 per block of 32
+/// (see the module docs). Returns None for f32 weights or shapes that do
+/// not fit the format.
+pub(crate) fn matmul(
+    fmt: WeightFormat,
+    w: &[u8],
+    n: usize,
+    x: &[f32],
+    m: usize,
+) -> Option<Vec<f32>> {
+    matmul_with(fmt, w, n, x, m, has_avx2_fma())
 }
 
-fn dot_row(fmt: WeightFormat, row: &[u8], x: &[f32], avx: bool) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if avx {
-        // SAFETY: AVX2, FMA and F16C were detected at run time; the kernels read
-        // only within `row` and `x`, whose lengths match the format.
-        return unsafe {
-            match fmt {
-                WeightFormat::F32 => avx2::dot_f32(row, x),
-                WeightFormat::Q8_0 => avx2::dot_q8_0(row, x),
-                WeightFormat::Q4_0 => avx2::dot_q4_0(row, x),
-                WeightFormat::Q4_1 => portable::dot_q4_1(row, x),
+fn matmul_with(
+    fmt: WeightFormat,
+    w: &[u8],
+    n: usize,
+    x: &[f32],
+    m: usize,
+    avx: bool,
+) -> Option<Vec<f32>> {
+    if fmt == WeightFormat::F32 || m == 0 || x.len() % m != 0 {
+        return None;
+    }
+    let k = x.len() / m;
+    let rb = fmt.row_bytes(k);
+    if k == 0 || k % 32 != 0 || w.len() != rb * n {
+        return None;
+    }
+    let xq = QuantRows::new(fmt, x, m);
+    // Per task: outputs of `per` weight rows for all m activation rows,
+    // transposed (weight row major), so tasks write disjoint slices.
+    let per = rows_per_task(n, rb * m);
+    let mut yt = vec![0f32; n * m];
+    yt.par_chunks_mut(per * m).enumerate().for_each(|(t, out)| {
+        let j0 = t * per;
+        let rows = out.len() / m;
+        let w = &w[j0 * rb..(j0 + rows) * rb];
+        #[cfg(target_arch = "x86_64")]
+        if avx {
+            // SAFETY: AVX2, FMA and F16C were detected at run time; `w`
+            // holds `rows` rows of `rb` bytes, `out` has `rows * m` slots and
+            // `xq` holds m rows of k values in the format's layout.
+            unsafe { avx2::rows(fmt, w, rb, &xq, out) };
+            return;
+        }
+        let _ = avx;
+        portable::rows(fmt, w, rb, &xq, out);
+    });
+    if m == 1 {
+        return Some(yt);
+    }
+    // Transpose in bands of 16 output rows: each weight row's 16 values
+    // are one cache line of `yt`.
+    const BAND: usize = 16;
+    let mut y = vec![0f32; n * m];
+    y.par_chunks_mut(BAND * n)
+        .enumerate()
+        .for_each(|(t, band)| {
+            let r0 = t * BAND;
+            let rows = band.len() / n;
+            for (j, col) in yt.chunks_exact(m).enumerate() {
+                for (r, v) in col[r0..r0 + rows].iter().enumerate() {
+                    band[r * n + j] = *v;
+                }
+            }
+        });
+    Some(y)
+}
+
+/// Activation rows quantized to int8 per block of 32 for one weight format,
+/// in the kernels' layout.
+#[derive(Debug)]
+pub(crate) struct QuantRows {
+    /// Values per row (a multiple of 32).
+    k: usize,
+    /// Rows.
+    m: usize,
+    /// `m * k` codes. Within a row, blocks go in pairs `A, B` stored as
+    /// `A[0..16] B[0..16] A[16..32] B[16..32]`; an odd last block is stored
+    /// as it is.
+    codes: Vec<i8>,
+    /// `m * 4 * ceil(k / 64)` floats (an odd last block is followed by two
+    /// zeros): per block, the activation scale `d_x` and
+    /// what the weight block's minimum `m_w` multiplies: for Q4_1 the exact
+    /// f32 sum of the block's activations, divided by the number of
+    /// accumulator lanes that add it (4 for a pair, 8 for an odd last
+    /// block); zero for the other formats.
+    scales: Vec<f32>,
+    /// Q4_0 only (else empty): `m * 8 * ceil(k / 64)` i32, per pair (or odd
+    /// last block) and accumulator lane, `8 *` the sum of the codes that
+    /// lane multiplies: subtracted from the lane's i32 sum it applies the
+    /// format's offset of 8 exactly.
+    offsets: Vec<i32>,
+}
+
+impl QuantRows {
+    /// Quantize the `m` rows of `x` (row-major) for weights in `fmt`.
+    fn new(fmt: WeightFormat, x: &[f32], m: usize) -> Self {
+        let k = x.len() / m;
+        let nb = k / 32;
+        let mut codes = vec![0i8; m * k];
+        let mut scales = vec![0f32; m * Self::scales_per_row(k)];
+        let quantize_row = |((xr, qr), sr): ((&[f32], &mut [i8]), &mut [f32])| {
+            for b in 0..nb {
+                let xs = &xr[32 * b..32 * b + 32];
+                let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                for (e, v) in xs.iter().enumerate() {
+                    qr[code_index(b, e, nb)] = (v * id).round() as i8;
+                }
+                let lanes = if b + 1 == nb && nb % 2 == 1 { 8.0 } else { 4.0 };
+                sr[2 * b] = d;
+                if fmt == WeightFormat::Q4_1 {
+                    sr[2 * b + 1] = xs.iter().sum::<f32>() / lanes;
+                }
             }
         };
+        if m >= 8 {
+            x.par_chunks_exact(k)
+                .zip(codes.par_chunks_exact_mut(k))
+                .zip(scales.par_chunks_exact_mut(Self::scales_per_row(k)))
+                .for_each(quantize_row);
+        } else {
+            x.chunks_exact(k)
+                .zip(codes.chunks_exact_mut(k))
+                .zip(scales.chunks_exact_mut(Self::scales_per_row(k)))
+                .for_each(quantize_row);
+        }
+        // Lane l of a 32-code group sums bytes 4l..4l + 4 of both of its
+        // 32-byte halves (a pair) or of its only half (an odd last block).
+        let offsets = if fmt == WeightFormat::Q4_0 {
+            codes
+                .chunks_exact(k)
+                .flat_map(|row| {
+                    row.chunks(64).flat_map(|g| {
+                        (0..8).map(move |l| {
+                            let s: i32 = g
+                                .chunks(32)
+                                .flat_map(|h| &h[4 * l..4 * l + 4])
+                                .map(|q| i32::from(*q))
+                                .sum();
+                            8 * s
+                        })
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        QuantRows {
+            k,
+            m,
+            codes,
+            scales,
+            offsets,
+        }
+    }
+
+    /// Codes of row `r`.
+    fn codes(&self, r: usize) -> &[i8] {
+        &self.codes[r * self.k..(r + 1) * self.k]
+    }
+
+    /// Scales of row `r`.
+    fn scales(&self, r: usize) -> &[f32] {
+        let per = Self::scales_per_row(self.k);
+        &self.scales[r * per..(r + 1) * per]
+    }
+
+    /// Two per block, rounded up to a whole pair (the kernels load four).
+    fn scales_per_row(k: usize) -> usize {
+        4 * k.div_ceil(64)
+    }
+
+    /// Q4_0 offsets of row `r` (empty for other formats).
+    fn offsets(&self, r: usize) -> &[i32] {
+        let per = 8 * self.k.div_ceil(64);
+        self.offsets.get(r * per..(r + 1) * per).unwrap_or(&[])
+    }
+}
+
+/// Where element `e` of block `b` (of `nb` in the row) sits in
+/// [`QuantRows::codes`].
+fn code_index(b: usize, e: usize, nb: usize) -> usize {
+    if b + 1 == nb && nb % 2 == 1 {
+        return 32 * b + e;
+    }
+    let (pair, second) = (b / 2, b % 2);
+    64 * pair + 32 * (e / 16) + 16 * second + e % 16
+}
+
+fn dot_f32(row: &[u8], x: &[f32], avx: bool) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx {
+        // SAFETY: AVX2, FMA and F16C were detected at run time; the kernel
+        // reads only within `row` and `x`, whose lengths match.
+        return unsafe { avx2::dot_f32(row, x) };
     }
     let _ = avx;
-    match fmt {
-        WeightFormat::F32 => portable::dot_f32(row, x),
-        WeightFormat::Q8_0 => portable::dot_q8_0(row, x),
-        WeightFormat::Q4_0 => portable::dot_q4_0(row, x),
-        WeightFormat::Q4_1 => portable::dot_q4_1(row, x),
-    }
+    portable::dot_f32(row, x)
 }
 
 fn f16_at(b: &[u8]) -> f32 {
@@ -169,7 +337,7 @@ fn f16_at(b: &[u8]) -> f32 {
 }
 
 mod portable {
-    use super::f16_at;
+    use super::{code_index, f16_at, QuantRows, WeightFormat};
 
     pub(super) fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
         let mut acc = [0f32; 8];
@@ -188,60 +356,65 @@ mod portable {
         s
     }
 
-    pub(super) fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
+    /// One weight row against activation row `r`: the int8 arithmetic of
+    /// the AVX2 kernels, block by block.
+    pub(super) fn dot(fmt: WeightFormat, row: &[u8], xq: &QuantRows, r: usize) -> f32 {
+        let nb = xq.k / 32;
+        let (codes, scales) = (xq.codes(r), xq.scales(r));
+        let bb = fmt.row_bytes(32);
         let mut s = 0f32;
-        for (b, xs) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
-            let d = f16_at(b);
-            let mut acc = [0f32; 8];
-            for (i, q) in b[2..].iter().enumerate() {
-                acc[i % 8] += (*q as i8) as f32 * xs[i];
-            }
-            s += d * acc.iter().sum::<f32>();
+        for (b, blk) in row.chunks_exact(bb).enumerate() {
+            let lo = &codes[code_index(b, 0, nb)..code_index(b, 0, nb) + 16];
+            let hi = &codes[code_index(b, 16, nb)..code_index(b, 16, nb) + 16];
+            let d = f16_at(blk);
+            let (isum, m_w) = match fmt {
+                WeightFormat::Q8_0 => {
+                    let q = &blk[2..34];
+                    let dot = |w: &[u8], x: &[i8]| -> i32 {
+                        w.iter()
+                            .zip(x)
+                            .map(|(a, b)| i32::from(*a as i8) * i32::from(*b))
+                            .sum()
+                    };
+                    (dot(&q[..16], lo) + dot(&q[16..], hi), 0.0)
+                }
+                _ => {
+                    let (q, m_w, off) = match fmt {
+                        WeightFormat::Q4_1 => (&blk[4..20], f16_at(&blk[2..]), 0),
+                        _ => (&blk[2..18], 0.0, 8),
+                    };
+                    let isum: i32 = q
+                        .iter()
+                        .zip(lo.iter().zip(hi))
+                        .map(|(w, (a, b))| {
+                            (i32::from(w & 15) - off) * i32::from(*a)
+                                + (i32::from(w >> 4) - off) * i32::from(*b)
+                        })
+                        .sum();
+                    (isum, m_w)
+                }
+            };
+            let lanes = if b + 1 == nb && nb % 2 == 1 { 8.0 } else { 4.0 };
+            s += d * scales[2 * b] * isum as f32 + m_w * scales[2 * b + 1] * lanes;
         }
         s
     }
 
-    pub(super) fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
-        let mut s = 0f32;
-        for (b, xs) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
-            let (d, m) = (f16_at(b), f16_at(&b[2..]));
-            let mut acc = [0f32; 8];
-            for (j, q) in b[4..].iter().enumerate() {
-                acc[j % 8] +=
-                    (d * (q & 0x0f) as f32 + m) * xs[j] + (d * (q >> 4) as f32 + m) * xs[j + 16];
+    /// All activation rows against the weight rows in `w` (`rb` bytes each);
+    /// `out[j * m + r]` = weight row j . activation row r.
+    pub(super) fn rows(fmt: WeightFormat, w: &[u8], rb: usize, xq: &QuantRows, out: &mut [f32]) {
+        for (row, o) in w.chunks_exact(rb).zip(out.chunks_exact_mut(xq.m)) {
+            for (r, v) in o.iter_mut().enumerate() {
+                *v = dot(fmt, row, xq, r);
             }
-            s += acc.iter().sum::<f32>();
         }
-        s
-    }
-
-    pub(super) fn dot_q4_0(row: &[u8], x: &[f32]) -> f32 {
-        let mut s = 0f32;
-        for (b, xs) in row.chunks_exact(18).zip(x.chunks_exact(32)) {
-            let d = f16_at(b);
-            let mut acc = [0f32; 8];
-            for (j, q) in b[2..].iter().enumerate() {
-                acc[j % 8] += ((q & 0x0f) as i32 - 8) as f32 * xs[j]
-                    + ((q >> 4) as i32 - 8) as f32 * xs[j + 16];
-            }
-            s += d * acc.iter().sum::<f32>();
-        }
-        s
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::{QuantRows, WeightFormat};
     use std::arch::x86_64::*;
-
-    /// The block's f16 scale (first two bytes), broadcast, converted by F16C
-    /// (a software f16 conversion per block would cost more than the block).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn scale(b: &[u8]) -> __m256 {
-        let bits = i32::from(u16::from_le_bytes([b[0], b[1]]));
-        let h = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
-        _mm256_broadcastss_ps(h)
-    }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn hsum(v: __m256) -> f32 {
@@ -300,145 +473,331 @@ mod avx2 {
         }
     }
 
-    /// Sum over 32 lanes of `w[i] * x[i]` (signed bytes), as 8 i32 partial sums.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn mul_sum_i8(w: __m256i, x: __m256i) -> __m256i {
-        // maddubs needs an unsigned operand: |w| and x carrying w's sign.
-        let aw = _mm256_sign_epi8(w, w);
-        let sx = _mm256_sign_epi8(x, w);
-        let pairs = _mm256_maddubs_epi16(aw, sx);
-        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
-    }
+    const Q8_0: u8 = 0;
+    const Q4_0: u8 = 1;
+    const Q4_1: u8 = 2;
 
-    /// # Safety
-    /// AVX2, FMA and F16C must be available; `row` holds `qx.len() / 32`
-    /// Q8_0 blocks and `dx` one scale per 32 activations.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_q8_0_i8(row: &[u8], qx: &[i8], dx: &[f32]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        for ((b, xs), &d) in row.chunks_exact(34).zip(qx.chunks_exact(32)).zip(dx) {
-            // SAFETY: 32 quants follow the scale; each x chunk has 32 bytes.
-            let (w, x) = unsafe {
-                (
-                    _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i),
-                    _mm256_loadu_si256(xs.as_ptr() as *const __m256i),
-                )
-            };
-            let s = _mm256_cvtepi32_ps(mul_sum_i8(w, x));
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(scale(b), _mm256_set1_ps(d)), s, acc);
+    /// Bytes of one block.
+    const fn block_bytes(f: u8) -> usize {
+        match f {
+            Q8_0 => 34,
+            Q4_0 => 18,
+            _ => 20,
         }
-        hsum(acc)
     }
 
+    // Loads: `_mm*_lddqu_si*` (unaligned, like loadu). stdarch implements
+    // the `loadu` intrinsics with `ptr::copy_nonoverlapping`, whose
+    // precondition checks (on in the dev profile the product builds with)
+    // put a branch pair on every load of these loops and cost about half
+    // their speed; `lddqu` maps straight to the instruction.
+
+    /// 16 bytes at `p`.
+    ///
     /// # Safety
-    /// As [`dot_q8_0_i8`], with Q4_1 blocks and `sx` the exact sum of each
-    /// block of activations.
+    /// `p..p + 16` is readable.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_q4_1_i8(row: &[u8], qx: &[i8], dx: &[f32], sx: &[f32]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mut mins = 0f32;
-        let m4 = _mm_set1_epi8(0x0f);
+    #[inline]
+    unsafe fn load16<T>(p: *const T) -> __m128i {
+        // SAFETY: the caller's contract.
+        unsafe { _mm_lddqu_si128(p as *const __m128i) }
+    }
+
+    /// 32 bytes at `p`.
+    ///
+    /// # Safety
+    /// `p..p + 32` is readable.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load32<T>(p: *const T) -> __m256i {
+        // SAFETY: the caller's contract.
+        unsafe { _mm256_lddqu_si256(p as *const __m256i) }
+    }
+
+    /// The f16 scales of blocks `a` and `b` (their first 16 bytes) as f16
+    /// pairs in 32-bit lanes 0 and 1: `(d, m)` for Q4_1, `(d, +0)` for the
+    /// others (whose second f16 slot holds quants).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn scale_pairs<const F: u8>(a: __m128i, b: __m128i) -> __m128i {
+        let dm = _mm_unpacklo_epi32(a, b);
+        if F == Q4_1 {
+            dm
+        } else {
+            _mm_blend_epi16::<0b1010_1010>(dm, _mm_setzero_si128())
+        }
+    }
+
+    /// The weights of blocks `a` and `b` in the activation pair layout:
+    /// (`A[0..16] B[0..16]`, `A[16..32] B[16..32]`).
+    ///
+    /// # Safety
+    /// AVX2 available; `a` and `b` point at whole blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn unpack_pair<const F: u8>(a: *const u8, b: *const u8) -> (__m256i, __m256i) {
+        // SAFETY: the 16-byte loads stay inside the blocks: nibbles at 2..18
+        // (Q4_0) or 4..20 (Q4_1), quants at 2..34 (Q8_0).
+        unsafe {
+            if F == Q8_0 {
+                let l = _mm256_set_m128i(load16(b.wrapping_add(2)), load16(a.wrapping_add(2)));
+                let h = _mm256_set_m128i(load16(b.wrapping_add(18)), load16(a.wrapping_add(18)));
+                return (l, h);
+            }
+            let off = if F == Q4_1 { 4 } else { 2 };
+            let v = _mm256_set_m128i(load16(b.wrapping_add(off)), load16(a.wrapping_add(off)));
+            let m4 = _mm256_set1_epi8(0x0f);
+            (
+                _mm256_and_si256(v, m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+            )
+        }
+    }
+
+    /// The weights of one block in plain element order.
+    ///
+    /// # Safety
+    /// AVX2 available; `a` points at a whole block.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn unpack_one<const F: u8>(a: *const u8) -> __m256i {
+        // SAFETY: as in `unpack_pair`.
+        unsafe {
+            if F == Q8_0 {
+                return load32(a.wrapping_add(2));
+            }
+            let off = if F == Q4_1 { 4 } else { 2 };
+            let raw = load16(a.wrapping_add(off));
+            let m4 = _mm_set1_epi8(0x0f);
+            _mm256_set_m128i(
+                _mm_and_si128(_mm_srli_epi16::<4>(raw), m4),
+                _mm_and_si128(raw, m4),
+            )
+        }
+    }
+
+    /// `sum w * x` over byte pairs and quads, as 8 i32 partial sums of 4
+    /// products each.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn dot_i8<const F: u8>(w: __m256i, x: __m256i) -> __m256i {
         let ones = _mm256_set1_epi16(1);
-        for (((b, xs), &d), &sum) in row
-            .chunks_exact(20)
-            .zip(qx.chunks_exact(32))
-            .zip(dx)
-            .zip(sx)
-        {
-            // SAFETY: 16 bytes of nibbles follow the two f16; each x chunk has 32 bytes.
-            let (raw, x) = unsafe {
-                (
-                    _mm_loadu_si128(b.as_ptr().add(4) as *const __m128i),
-                    _mm256_loadu_si256(xs.as_ptr() as *const __m256i),
-                )
-            };
-            let lo = _mm_and_si128(raw, m4);
-            let hi = _mm_and_si128(_mm_srli_epi16::<4>(raw), m4);
-            // Nibbles are unsigned: maddubs takes them as they are.
-            let pairs = _mm256_maddubs_epi16(_mm256_set_m128i(hi, lo), x);
-            let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(scale(b), _mm256_set1_ps(d)), s, acc);
-            mins += _mm256_cvtss_f32(scale(&b[2..])) * sum;
+        if F == Q8_0 {
+            // maddubs needs an unsigned operand: |w| and x carrying w's
+            // sign (|-128| reads as the unsigned 128).
+            let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+            return _mm256_madd_epi16(p, ones);
         }
-        hsum(acc) + mins
+        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones)
     }
 
-    /// # Safety
-    /// As [`dot_q8_0_i8`], with Q4_0 blocks.
+    /// The pair's i32 sums: lanes 0-3 block `A`, 4-7 block `B`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_q4_0_i8(row: &[u8], qx: &[i8], dx: &[f32]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let m4 = _mm_set1_epi8(0x0f);
-        let eight = _mm256_set1_epi8(8);
-        for ((b, xs), &d) in row.chunks_exact(18).zip(qx.chunks_exact(32)).zip(dx) {
-            // SAFETY: 16 bytes of nibbles follow the scale; each x chunk has 32 bytes.
-            let (raw, x) = unsafe {
-                (
-                    _mm_loadu_si128(b.as_ptr().add(2) as *const __m128i),
-                    _mm256_loadu_si256(xs.as_ptr() as *const __m256i),
-                )
-            };
-            let lo = _mm_and_si128(raw, m4);
-            let hi = _mm_and_si128(_mm_srli_epi16::<4>(raw), m4);
-            let w = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
-            let s = _mm256_cvtepi32_ps(mul_sum_i8(w, x));
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(scale(b), _mm256_set1_ps(d)), s, acc);
+    #[inline]
+    fn dot_pair<const F: u8>(l: __m256i, h: __m256i, xl: __m256i, xh: __m256i) -> __m256i {
+        if F == Q8_0 {
+            // 2 * 128 * 127 per i16 pair: the halves must widen separately.
+            return _mm256_add_epi32(dot_i8::<F>(l, xl), dot_i8::<F>(h, xh));
         }
-        hsum(acc)
+        // Nibbles: at most 4 * 15 * 127 per i16 lane, no saturation.
+        let ones = _mm256_set1_epi16(1);
+        let p = _mm256_add_epi16(_mm256_maddubs_epi16(l, xl), _mm256_maddubs_epi16(h, xh));
+        _mm256_madd_epi16(p, ones)
     }
 
+    /// Dot products of `RX` activation rows with `RW` weight rows:
+    /// `out[i][r]` = weight row `w[r]` . activation row `x[i]`.
+    ///
     /// # Safety
-    /// AVX2, FMA and F16C must be available; `row` holds `x.len() / 32` Q8_0 blocks.
+    /// AVX2, FMA and F16C available; each `w[r]` points at `nb` blocks of
+    /// format `F`; each `x[i]` at `32 * nb` codes, each `xs[i]` at
+    /// `4 * ceil(nb / 2)` scales and, for Q4_0, each `xo[i]` at
+    /// `8 * ceil(nb / 2)` offsets of a [`QuantRows`] row made for `F`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        for (b, xs) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
-            let d = scale(b);
-            let xp = xs.as_ptr();
-            // SAFETY: each block has 32 quants after the scale and each x chunk 32 floats.
-            unsafe {
-                let q = b.as_ptr().add(2);
-                let mut s = _mm256_setzero_ps();
-                for g in 0..4 {
-                    let q8 = _mm_loadl_epi64(q.add(8 * g) as *const __m128i);
-                    let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-                    s = _mm256_fmadd_ps(f, _mm256_loadu_ps(xp.add(8 * g)), s);
+    unsafe fn tile<const F: u8, const RX: usize, const RW: usize>(
+        w: [*const u8; RW],
+        x: [*const i8; RX],
+        xs: [*const f32; RX],
+        xo: [*const i32; RX],
+        nb: usize,
+    ) -> [[f32; RW]; RX] {
+        let bb = block_bytes(F);
+        let mut acc = [[_mm256_setzero_ps(); RW]; RX];
+        // d_w d_x of block A to lanes 0-3, of B to 4-7; then the minimum terms.
+        let to_scale = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+        let to_min = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+        // SAFETY: pair p reads blocks 2p and 2p + 1 < nb of every weight
+        // row, codes 64p..64p + 64, scales 4p..4p + 4 and (Q4_0) offsets
+        // 8p..8p + 8 of every activation row; the odd last block reads
+        // block nb - 1, codes 32 (nb - 1).. + 32, scales 4 (nb / 2).. + 4
+        // and offsets 8 (nb / 2).. + 8 (the contract). The 16-byte scale
+        // loads at a block's start stay inside it (blocks are 18 to 34
+        // bytes).
+        unsafe {
+            for p in 0..nb / 2 {
+                for r in 0..RW {
+                    let a = w[r].wrapping_add(2 * p * bb);
+                    let b = a.wrapping_add(bb);
+                    let (l, h) = unpack_pair::<F>(a, b);
+                    let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
+                    for i in 0..RX {
+                        let xp = x[i].wrapping_add(64 * p);
+                        let mut s = dot_pair::<F>(l, h, load32(xp), load32(xp.wrapping_add(32)));
+                        if F == Q4_0 {
+                            s = _mm256_sub_epi32(s, load32(xo[i].wrapping_add(8 * p)));
+                        }
+                        let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
+                        let sc = _mm256_castps128_ps256(_mm_mul_ps(dm, xsc));
+                        let mut v = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(s),
+                            _mm256_permutevar8x32_ps(sc, to_scale),
+                            acc[i][r],
+                        );
+                        if F == Q4_1 {
+                            v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(sc, to_min));
+                        }
+                        acc[i][r] = v;
+                    }
                 }
-                acc = _mm256_fmadd_ps(d, s, acc);
+            }
+            if nb % 2 == 1 {
+                let (b, p) = (nb - 1, nb / 2);
+                for r in 0..RW {
+                    let a = w[r].wrapping_add(b * bb);
+                    let wv = unpack_one::<F>(a);
+                    let first = load16(a);
+                    let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
+                    for i in 0..RX {
+                        let mut s = dot_i8::<F>(wv, load32(x[i].wrapping_add(32 * b)));
+                        if F == Q4_0 {
+                            s = _mm256_sub_epi32(s, load32(xo[i].wrapping_add(8 * p)));
+                        }
+                        let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
+                        let sc = _mm_mul_ps(dm, xsc);
+                        let mut v = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(s),
+                            _mm256_broadcastss_ps(sc),
+                            acc[i][r],
+                        );
+                        if F == Q4_1 {
+                            let m = _mm_shuffle_ps::<0b01_01_01_01>(sc, sc);
+                            v = _mm256_add_ps(v, _mm256_set_m128(m, m));
+                        }
+                        acc[i][r] = v;
+                    }
+                }
             }
         }
-        hsum(acc)
+        let mut out = [[0f32; RW]; RX];
+        for i in 0..RX {
+            for r in 0..RW {
+                out[i][r] = hsum(acc[i][r]);
+            }
+        }
+        out
+    }
+
+    /// Run one `RX x RW` tile at activation row `i0`, weight row `j0`.
+    ///
+    /// # Safety
+    /// As [`rows`]; `i0 + RX <= xq.m` and `j0 + RW` rows fit in `w`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn run_tile<const F: u8, const RX: usize, const RW: usize>(
+        w: &[u8],
+        rb: usize,
+        xq: &QuantRows,
+        i0: usize,
+        j0: usize,
+        out: &mut [f32],
+    ) {
+        let wp: [*const u8; RW] = std::array::from_fn(|r| w[(j0 + r) * rb..].as_ptr());
+        let xp: [*const i8; RX] = std::array::from_fn(|i| xq.codes(i0 + i).as_ptr());
+        let sp: [*const f32; RX] = std::array::from_fn(|i| xq.scales(i0 + i).as_ptr());
+        let op: [*const i32; RX] = std::array::from_fn(|i| xq.offsets(i0 + i).as_ptr());
+        // SAFETY: the pointers start whole rows of the lengths `tile` needs
+        // (slicing above checked the starts; rows are rb = nb blocks; the
+        // offsets are read for Q4_0 only, whose QuantRows has them).
+        let y = unsafe { tile::<F, RX, RW>(wp, xp, sp, op, xq.k / 32) };
+        for (i, yr) in y.iter().enumerate() {
+            for (r, v) in yr.iter().enumerate() {
+                out[(j0 + r) * xq.m + i0 + i] = *v;
+            }
+        }
     }
 
     /// # Safety
-    /// AVX2, FMA and F16C must be available; `row` holds `x.len() / 32` Q4_0 blocks.
+    /// As [`rows`], with `F` the format's code.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_q4_0(row: &[u8], x: &[f32]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mask = _mm_set1_epi8(0x0f);
-        let eight = _mm_set1_epi8(8);
-        for (b, xs) in row.chunks_exact(18).zip(x.chunks_exact(32)) {
-            let d = scale(b);
-            let xp = xs.as_ptr();
-            // SAFETY: each block has 16 bytes of nibbles after the scale and
-            // each x chunk 32 floats.
-            unsafe {
-                let raw = _mm_loadu_si128(b.as_ptr().add(2) as *const __m128i);
-                let lo = _mm_sub_epi8(_mm_and_si128(raw, mask), eight);
-                let hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16::<4>(raw), mask), eight);
-                let mut s = _mm256_setzero_ps();
-                let f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
-                s = _mm256_fmadd_ps(f0, _mm256_loadu_ps(xp), s);
-                let f1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(lo)));
-                s = _mm256_fmadd_ps(f1, _mm256_loadu_ps(xp.add(8)), s);
-                let f2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
-                s = _mm256_fmadd_ps(f2, _mm256_loadu_ps(xp.add(16)), s);
-                let f3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(hi)));
-                s = _mm256_fmadd_ps(f3, _mm256_loadu_ps(xp.add(24)), s);
-                acc = _mm256_fmadd_ps(d, s, acc);
+    unsafe fn rows_f<const F: u8>(w: &[u8], rb: usize, xq: &QuantRows, out: &mut [f32]) {
+        let n = w.len() / rb;
+        let m = xq.m;
+        // SAFETY (every tile): rows j..j + RW < n of `w` and activation
+        // rows i..i + RX < m, checked by the loop bounds.
+        unsafe {
+            if m == 1 {
+                let mut j = 0;
+                while j + 4 <= n {
+                    run_tile::<F, 1, 4>(w, rb, xq, 0, j, out);
+                    j += 4;
+                }
+                for j in j..n {
+                    run_tile::<F, 1, 1>(w, rb, xq, 0, j, out);
+                }
+                return;
+            }
+            let mut i = 0;
+            while i < m {
+                let mut j = 0;
+                if i + 4 <= m {
+                    while j + 2 <= n {
+                        run_tile::<F, 4, 2>(w, rb, xq, i, j, out);
+                        j += 2;
+                    }
+                    for j in j..n {
+                        run_tile::<F, 4, 1>(w, rb, xq, i, j, out);
+                    }
+                    i += 4;
+                } else {
+                    while j + 2 <= n {
+                        run_tile::<F, 1, 2>(w, rb, xq, i, j, out);
+                        j += 2;
+                    }
+                    for j in j..n {
+                        run_tile::<F, 1, 1>(w, rb, xq, i, j, out);
+                    }
+                    i += 1;
+                }
             }
         }
-        hsum(acc)
+    }
+
+    /// All activation rows of `xq` against the weight rows in `w` (`rb`
+    /// bytes each, `fmt` blocks); `out[j * m + r]` = weight row j .
+    /// activation row r.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C available; `xq` was made for `fmt` with `rb` =
+    /// `fmt.row_bytes(xq.k)`; `out` has `m` slots per weight row.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn rows(
+        fmt: WeightFormat,
+        w: &[u8],
+        rb: usize,
+        xq: &QuantRows,
+        out: &mut [f32],
+    ) {
+        assert!(rb == fmt.row_bytes(xq.k) && out.len() == w.len() / rb * xq.m);
+        assert!(fmt != WeightFormat::Q4_0 || xq.offsets.len() == xq.m * 8 * xq.k.div_ceil(64));
+        // SAFETY: the caller's contract; the assert checks the lengths.
+        unsafe {
+            match fmt {
+                WeightFormat::Q8_0 => rows_f::<Q8_0>(w, rb, xq, out),
+                WeightFormat::Q4_0 => rows_f::<Q4_0>(w, rb, xq, out),
+                WeightFormat::Q4_1 => rows_f::<Q4_1>(w, rb, xq, out),
+                // matmul_with sends f32 weights to dot_f32, never here.
+                WeightFormat::F32 => {}
+            }
+        }
     }
 }
 
@@ -457,7 +816,7 @@ mod tests {
     }
 
     #[test]
-    fn avx_and_portable_agree_on_odd_sizes() {
+    fn f32_gemv_avx_and_portable_agree_on_odd_sizes() {
         for &(n, k) in &[(1usize, 1usize), (7, 33), (33, 129), (5, 96)] {
             let w = lcg(n * k, 1);
             let x = lcg(k, 2);
@@ -472,20 +831,31 @@ mod tests {
         }
     }
 
-    /// Rows of random blocks with sane f16 scale (0.0625) and min (-0.5).
+    const QFORMATS: [WeightFormat; 3] =
+        [WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1];
+
+    /// Rows of random blocks; every block has its own f16 scale (0.01 to
+    /// 0.06) and, for Q4_1, minimum (-0.5 to 0), so a kernel that pairs a
+    /// block with its neighbour's scale fails. Q8_0 codes cover -128..127.
     fn blocks(fmt: WeightFormat, n: usize, k: usize, seed: u32) -> Vec<u8> {
         let bs = fmt.row_bytes(32);
-        lcg(n * fmt.row_bytes(k), seed)
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match (i % bs, fmt) {
-                (0, _) => 0x00,
-                (1, _) => 0x2c,
-                (2, WeightFormat::Q4_1) => 0x00,
-                (3, WeightFormat::Q4_1) => 0xb8,
-                _ => ((v + 1.0) * 127.0) as u8,
-            })
-            .collect()
+        let r = lcg(n * fmt.row_bytes(k), seed);
+        let mut out = Vec::with_capacity(r.len());
+        for (b, rb) in r.chunks_exact(bs).enumerate() {
+            let u = |i: usize| (rb[i] + 1.0) / 2.0;
+            let d = half::f16::from_f32(0.01 + 0.05 * u(0)).to_le_bytes();
+            let m = half::f16::from_f32(-0.5 * u(1)).to_le_bytes();
+            for (i, v) in rb.iter().enumerate() {
+                out.push(match (i, fmt) {
+                    (0 | 1, _) => d[i],
+                    (2 | 3, WeightFormat::Q4_1) => m[i - 2],
+                    // Every 7th block holds the extreme codes.
+                    _ if b % 7 == 3 => [0x00, 0xff, 0x80, 0x0f, 0xf0][i % 5],
+                    _ => ((v + 1.0) * 127.99) as u8,
+                });
+            }
+        }
+        out
     }
 
     /// (scale, min, 32 integer codes) of each block of a row.
@@ -515,71 +885,158 @@ mod tests {
             .collect()
     }
 
-    const QFORMATS: [WeightFormat; 3] =
-        [WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1];
+    /// `m` activation rows of `k` values with one all-zero block (scale 0)
+    /// and one block of a thousand times the others' range.
+    fn activations(m: usize, k: usize, seed: u32) -> Vec<f32> {
+        let mut x = lcg(m * k, seed);
+        for r in 0..m {
+            let row = &mut x[r * k..(r + 1) * k];
+            if k >= 64 {
+                row[32..64].fill(0.0);
+            }
+            if k >= 96 {
+                row[64..96].iter_mut().for_each(|v| *v *= 1000.0);
+            }
+        }
+        x
+    }
 
-    fn portable_dot(fmt: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
-        match fmt {
-            WeightFormat::Q8_0 => portable::dot_q8_0(row, x),
-            WeightFormat::Q4_0 => portable::dot_q4_0(row, x),
-            WeightFormat::Q4_1 => portable::dot_q4_1(row, x),
-            WeightFormat::F32 => portable::dot_f32(row, x),
+    /// Both code paths where this machine has them.
+    fn paths() -> Vec<bool> {
+        if has_avx2_fma() {
+            vec![true, false]
+        } else {
+            vec![false]
         }
     }
 
+    /// Against f64 arithmetic on the dequantized weights and the exact
+    /// activations. Error bound: quantizing an activation to int8 moves it
+    /// by at most half its block's step `d_x = max|x| / 127`, so output j
+    /// is off by at most `sum_blocks d_x / 2 * sum_e |d_w q_e|` (q_e the
+    /// signed code: Q4_0's offset is applied exactly through integer sums,
+    /// Q4_1's minimum multiplies the exact f32 block sum), plus f32 rounding
+    /// of the products and sums, bounded here by `1e-5 * sum |w x|` (about
+    /// 80 f32 epsilons).
     #[test]
-    fn int8_activation_path_matches_its_scalar_reference() {
-        let (n, k) = (5, 160);
-        let x = lcg(k, 7);
-        let (qx, dx, sx) = quantize_x(&x);
-        for (i, (qv, xv)) in qx.iter().zip(&x).enumerate() {
-            assert!((*qv as f32 * dx[i / 32] - xv).abs() <= dx[i / 32] * 0.5 + 1e-7);
-        }
+    fn quantized_matmul_matches_f64_reference_within_int8_bound() {
         for fmt in QFORMATS {
-            let w = blocks(fmt, n, k, 9);
-            let y = gemv(fmt, &w, &x, n).expect("shapes fit");
-            let rb = fmt.row_bytes(k);
-            for (j, yj) in y.iter().enumerate() {
-                let row = &w[j * rb..(j + 1) * rb];
-                // Scalar: integer products of the codes and the quantized x.
-                let mut want = 0f64;
-                for (bi, (d, m, codes)) in decode(fmt, row).into_iter().enumerate() {
-                    let s: i64 = (0..32).map(|e| codes[e] * qx[bi * 32 + e] as i64).sum();
-                    want += d * dx[bi] as f64 * s as f64 + m * sx[bi] as f64;
+            for k in [32usize, 64, 96, 160, 576] {
+                for n in [1usize, 3, 7, 13] {
+                    let w = blocks(fmt, n, k, 9 + k as u32);
+                    let rb = fmt.row_bytes(k);
+                    let dec: Vec<_> = (0..n).map(|j| decode(fmt, &w[j * rb..][..rb])).collect();
+                    for m in 1..=9 {
+                        let x = activations(m, k, 7 * m as u32);
+                        for avx in paths() {
+                            let y = matmul_with(fmt, &w, n, &x, m, avx).expect("shapes fit");
+                            for r in 0..m {
+                                let xr = &x[r * k..(r + 1) * k];
+                                for (j, blocks) in dec.iter().enumerate() {
+                                    let (mut want, mut bound, mut mag) = (0f64, 0f64, 0f64);
+                                    for (b, (d, mn, codes)) in blocks.iter().enumerate() {
+                                        let xs = &xr[32 * b..32 * b + 32];
+                                        let amax =
+                                            xs.iter().fold(0f64, |a, v| a.max(v.abs() as f64));
+                                        let mut wq = 0f64;
+                                        for (c, xv) in codes.iter().zip(xs) {
+                                            let wv = d * *c as f64 + mn;
+                                            want += wv * *xv as f64;
+                                            mag += (wv.abs() + mn.abs()) * (xv.abs() as f64);
+                                            wq += (d * *c as f64).abs();
+                                        }
+                                        bound += amax / 127.0 / 2.0 * wq;
+                                    }
+                                    let got = y[r * n + j] as f64;
+                                    let tol = bound + 1e-5 * mag + 1e-6;
+                                    assert!(
+                                        (got - want).abs() <= tol,
+                                        "{fmt:?} avx={avx} k={k} n={n} m={m} [{r}, {j}]: \
+                                         {got} vs {want} (bound {tol})"
+                                    );
+                                }
+                            }
+                        }
+                    }
                 }
-                let exact = portable_dot(fmt, row, &x) as f64;
-                // Either the AVX2 int8 path (matches `want`) or the portable
-                // f32 path (matches `exact`) ran.
-                let e = (*yj as f64 - want).abs().min((*yj as f64 - exact).abs());
-                assert!(
-                    e < 1e-3 * (1.0 + want.abs()),
-                    "{fmt:?} row {j}: {yj} vs {want}"
-                );
             }
         }
     }
 
+    /// Against the integer arithmetic the kernels promise (the int8 codes
+    /// and scales recomputed here, products summed exactly in i64): only
+    /// f32 rounding remains, well under `1e-5 * sum |terms|`. Catches a
+    /// wrong rounding mode or scale that the int8 bound above could hide.
     #[test]
-    fn portable_quantized_rows_match_dequantized_reference() {
-        let (n, k) = (9, 96);
-        let x = lcg(k, 3);
+    fn quantized_matmul_is_the_int8_arithmetic() {
+        let (n, k, m) = (6, 160, 5);
+        let x = activations(m, k, 3);
         for fmt in QFORMATS {
             let w = blocks(fmt, n, k, 4);
             let rb = fmt.row_bytes(k);
-            for j in 0..n {
-                let row = &w[j * rb..(j + 1) * rb];
-                let p = portable_dot(fmt, row, &x);
-                let mut want = 0f64;
-                for (bi, (d, m, codes)) in decode(fmt, row).into_iter().enumerate() {
-                    for e in 0..32 {
-                        want += (d * codes[e] as f64 + m) * x[bi * 32 + e] as f64;
+            for avx in paths() {
+                let y = matmul_with(fmt, &w, n, &x, m, avx).expect("shapes fit");
+                for r in 0..m {
+                    for j in 0..n {
+                        let (mut want, mut mag) = (0f64, 0f64);
+                        for (b, (d, mn, codes)) in
+                            decode(fmt, &w[j * rb..][..rb]).into_iter().enumerate()
+                        {
+                            let xs = &x[r * k + 32 * b..][..32];
+                            let dx = xs.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                            let id = if dx > 0.0 { 1.0 / dx } else { 0.0 };
+                            let q: Vec<i64> = xs.iter().map(|v| (v * id).round() as i64).collect();
+                            let s: i64 = codes.iter().zip(&q).map(|(c, qv)| c * qv).sum();
+                            let sx: f64 = xs.iter().map(|v| *v as f64).sum();
+                            let t = d * dx as f64 * s as f64 + mn * sx;
+                            want += t;
+                            mag += (d * dx as f64 * s as f64).abs() + (mn * sx).abs();
+                        }
+                        let got = y[r * n + j] as f64;
+                        assert!(
+                            (got - want).abs() <= 1e-5 * mag + 1e-6,
+                            "{fmt:?} avx={avx} [{r}, {j}]: {got} vs {want}"
+                        );
                     }
                 }
-                assert!(
-                    (p as f64 - want).abs() < 1e-4 * (1.0 + want.abs()),
-                    "{fmt:?} row {j}: {p} vs {want}"
-                );
             }
         }
+    }
+
+    /// A prefill row (any tile shape, any thread split) is the one-row
+    /// result, bit for bit.
+    #[test]
+    fn multi_row_results_equal_the_one_row_kernel() {
+        for fmt in QFORMATS {
+            for (n, k) in [(13usize, 96usize), (9, 576), (40, 64)] {
+                let w = blocks(fmt, n, k, 11);
+                for m in 1..=9 {
+                    let x = activations(m, k, 5);
+                    for avx in paths() {
+                        let y = matmul_with(fmt, &w, n, &x, m, avx).expect("shapes fit");
+                        for r in 0..m {
+                            let one = matmul_with(fmt, &w, n, &x[r * k..(r + 1) * k], 1, avx)
+                                .expect("shapes fit");
+                            let got: Vec<u32> =
+                                y[r * n..(r + 1) * n].iter().map(|v| v.to_bits()).collect();
+                            let want: Vec<u32> = one.iter().map(|v| v.to_bits()).collect();
+                            assert_eq!(got, want, "{fmt:?} avx={avx} n={n} k={k} m={m} row {r}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shapes_that_do_not_fit_are_refused() {
+        let w = blocks(WeightFormat::Q4_1, 2, 64, 1);
+        let x = lcg(64, 2);
+        assert!(matmul(WeightFormat::Q4_1, &w, 2, &x, 1).is_some());
+        assert!(matmul(WeightFormat::Q4_1, &w, 3, &x, 1).is_none());
+        assert!(matmul(WeightFormat::Q4_1, &w, 2, &x[..63], 1).is_none());
+        assert!(matmul(WeightFormat::Q4_1, &w[..40], 1, &x[..48], 1).is_none());
+        assert!(matmul(WeightFormat::Q4_1, &w, 2, &x, 0).is_none());
+        assert!(matmul(WeightFormat::F32, &w, 2, &x, 1).is_none());
     }
 }

@@ -9,6 +9,8 @@
 //!   to cover [`BenchOptions::working_set_mb`], as a model's layers do, so
 //!   weights stream from memory instead of sitting in cache; their
 //!   achieved GB/s counts weight bytes only.
+//! - Prefill-shaped quantized matmuls (`m` activation rows) reuse one weight
+//!   matrix, as a prompt's rows do, and report GFLOP/s.
 //! - The bandwidth ceiling is a multi-threaded f32 sum over a buffer of the
 //!   same size (read-only, like a GEMV), best of 8 passes, measured before
 //!   and after the rows (the higher counts).
@@ -284,6 +286,43 @@ fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result
     })
 }
 
+/// Prefill-shaped quantized linear `x[m, k] @ w[n, k]^T` (one weight
+/// matrix, so it stays in cache as a prompt's rows do) against candle's
+/// `QMatMul` on the same rows.
+fn qmatmul(
+    dev: &Device,
+    m: usize,
+    k: usize,
+    n: usize,
+    dt: DType,
+    o: &BenchOptions,
+) -> Result<BenchRow> {
+    let x = randn(&[m, k], 13)?;
+    let cx = c(&x)?;
+    let w = dev.cast(&randn(&[n, k], 14)?, dt)?;
+    let edgeflow_runtime::Storage::Quantized(q) = w.storage() else {
+        return Err(edgeflow_runtime::Error::bad_input(
+            "bench",
+            "expected quantized weights",
+        ));
+    };
+    let mm = QMatMul::from_arc(Arc::clone(q))?;
+    let (r, kk) = ab(
+        o.min_time,
+        || dev.linear(&x, &w, None).map(|_| ()),
+        || {
+            mm.forward(&cx)?;
+            Ok(())
+        },
+    )?;
+    Ok(BenchRow {
+        name: format!("matmul {dt} {m}x{k}x{n}"),
+        runtime_s: r,
+        candle_s: kk,
+        throughput: Throughput::Flops(2.0 * (m * k * n) as f64),
+    })
+}
+
 fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
     let mut rows = Vec::new();
     // (c_in, c_out, k, dilation, length): a VITS flow / text-encoder conv,
@@ -419,6 +458,10 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
             progress(&format!("gemv {dt} 1x{k}x{n}"));
             rows.push(gemv(&dev, k, n, dt, o)?);
         }
+    }
+    for dt in [DType::Q4_1, DType::Q8_0] {
+        progress(&format!("matmul {dt} 128x576x1536"));
+        rows.push(qmatmul(&dev, 128, 576, 1536, dt, o)?);
     }
     progress("conv");
     rows.extend(conv(&dev, o)?);

@@ -15,7 +15,8 @@
 //!   approximate to a few ulp on drivers such as lavapipe).
 //! - f16: 1e-2, bf16: 4e-2 (10 and 7 mantissa bits, compounded over a sum).
 //! - Q8_0 / Q4_1 / Q4_0 linear vs the dequantized weights: 1e-2 / 3e-2 / 3e-2
-//!   (candle quantizes the activations to 8 bits for these kernels).
+//!   (the CPU backend's kernels quantize the activations to 8 bits per
+//!   block of 32, as llama.cpp does).
 //! - NPU simulator (int8): error relative to the reference's range
 //!   (max - min) below [`NPU_RANGE_TOL`]: about 13 int8 steps, the bound for
 //!   a few chained requantizations. The measured errors are printed.
@@ -731,7 +732,7 @@ fn cases() -> Vec<Case> {
         );
         c.tol = tol;
         cs.push(c);
-        // One row (decode): the streaming GEMV path, f32 activations.
+        // One row (decode): the same kernels' one-row tiles.
         let x1 = randn(&[1, 1, 128], next());
         let want = r_linear(&a(&x1), &a(&deq), Some(&a(&b)));
         let mut c = case(

@@ -13,8 +13,9 @@ pub enum BenchCommand {
     /// Dataflow engine: 17-stage chain latency, throughput, 4 MB tensor hops,
     /// against a raw crossbeam-channel baseline.
     Dataflow,
-    /// Tensor ops on the CPU backend: GEMM, decode GEMV (f32, Q8_0, Q4_0),
-    /// conv1d and attention vs raw candle and the measured memory bandwidth.
+    /// Tensor ops on the CPU backend: GEMM, decode GEMV (f32, Q8_0, Q4_1,
+    /// Q4_0), prefill-shaped quantized matmul, conv1d and attention vs raw
+    /// candle and the measured memory bandwidth.
     Ops(super::bench_ops::BenchOpsArgs),
     /// Audio: resampler, mel and denoise throughput as multiples of real
     /// time; mic -> speaker latency p50/p99 on the default devices.

@@ -290,7 +290,10 @@ impl Llama {
         let scale = 1.0 / (hd as f64).sqrt();
         for b in &mut self.blocks {
             let n = dev.rms_norm(&x, &b.attn_norm, c.rms_eps)?;
-            let qkv = linear(dev, &n, &b.wqkv)?;
+            // All s rows at once: on the CPU, quantized weights take the
+            // backend's int8-activation kernel, whose rows equal the one-row
+            // (decode) result bit for bit.
+            let qkv = dev.linear(&n, &b.wqkv, None)?;
             let heads = |start: usize, nh: usize| -> Result<Tensor> {
                 let y = dev.narrow(&qkv, 2, start, nh * hd)?;
                 let y = dev.reshape(&y, &[1, s, nh, hd])?;
@@ -303,12 +306,12 @@ impl Llama {
             let a = dev.attention(&q, &k, &v, None, scale, true)?;
             let a = dev.permute(&a, &[0, 2, 1, 3])?;
             let a = dev.reshape(&a, &[1, s, d])?;
-            x = dev.add(&x, &linear(dev, &a, &b.wo)?)?;
+            x = dev.add(&x, &dev.linear(&a, &b.wo, None)?)?;
             let n = dev.rms_norm(&x, &b.ffn_norm, c.rms_eps)?;
-            let gu = linear(dev, &n, &b.gate_up)?;
+            let gu = dev.linear(&n, &b.gate_up, None)?;
             let g = dev.silu(&dev.narrow(&gu, 2, 0, c.ffn)?)?;
             let u = dev.narrow(&gu, 2, c.ffn, c.ffn)?;
-            x = dev.add(&x, &linear(dev, &dev.mul(&g, &u)?, &b.down)?)?;
+            x = dev.add(&x, &dev.linear(&dev.mul(&g, &u)?, &b.down, None)?)?;
         }
         let last = dev.narrow(&x, 1, s - 1, 1)?;
         let last = dev.rms_norm(&last, &self.norm, c.rms_eps)?;
@@ -358,24 +361,6 @@ fn stack_rows(host: &Device, parts: &[Tensor]) -> Result<Tensor> {
     }
     let refs: Vec<&Tensor> = parts.iter().collect();
     Ok(host.concat(&refs, 0)?)
-}
-
-/// `x[1, s, k] @ w^T`. With quantized weights and several rows (prefill),
-/// one `linear` per row, so every row takes the CPU backend's one-row
-/// quantized GEMV (int8 activations per block of 32, as in decode) instead
-/// of candle 0.11's multi-row quantized matmul, which is several times
-/// slower here (64 prompt tokens of SmolLM2: 11.6-14.7 s batched vs
-/// 1.1-1.8 s row by row). Prefill and decode then share one arithmetic.
-fn linear(dev: &Device, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    let s = x.dims()[1];
-    if !w.dtype().is_quantized() || s == 1 {
-        return Ok(dev.linear(x, w, None)?);
-    }
-    let rows = (0..s)
-        .map(|i| dev.linear(&dev.narrow(x, 1, i, 1)?, w, None))
-        .collect::<edgeflow_runtime::Result<Vec<_>>>()?;
-    let refs: Vec<&Tensor> = rows.iter().collect();
-    Ok(dev.concat(&refs, 1)?)
 }
 
 /// cos / sin of `pos * theta^(-2i/d)` for every position of the context,
