@@ -100,7 +100,7 @@ impl Denoiser {
         self.up.flush(&mut self.up_buf)?;
         self.pending.extend_from_slice(&self.up_buf);
         let whole = FRAME * self.channels;
-        if self.pending.len() % whole != 0 {
+        if !self.pending.len().is_multiple_of(whole) {
             let n = self.pending.len().div_ceil(whole) * whole;
             self.pending.resize(n, 0.0);
         }

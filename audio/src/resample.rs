@@ -156,7 +156,7 @@ impl StreamResampler {
     /// Resample `input` (interleaved, any number of whole frames) and append
     /// the output produced so far to `out`.
     pub fn process(&mut self, input: &[f32], out: &mut Vec<f32>) -> Result<()> {
-        if input.len() % self.channels != 0 {
+        if !input.len().is_multiple_of(self.channels) {
             return Err(Error::Format(format!(
                 "resample: {} samples is not a whole number of {}-channel frames",
                 input.len(),

@@ -164,7 +164,7 @@ impl WavFileReader {
             }
         }
         let got = out.len() - start;
-        if got % self.info.channels as usize != 0 {
+        if !got.is_multiple_of(self.info.channels as usize) {
             return Err(wav_err(
                 path,
                 "the data ends in the middle of a frame (truncated); re-export the file",

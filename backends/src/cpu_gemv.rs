@@ -149,12 +149,12 @@ fn matmul_with(
     m: usize,
     avx: bool,
 ) -> Option<Vec<f32>> {
-    if fmt == WeightFormat::F32 || m == 0 || x.len() % m != 0 {
+    if fmt == WeightFormat::F32 || m == 0 || !x.len().is_multiple_of(m) {
         return None;
     }
     let k = x.len() / m;
     let rb = fmt.row_bytes(k);
-    if k == 0 || k % 32 != 0 || w.len() != rb * n {
+    if k == 0 || !k.is_multiple_of(32) || w.len() != rb * n {
         return None;
     }
     let xq = QuantRows::new(fmt, x, m);

@@ -273,8 +273,8 @@ fn conv_check(
         && groups >= 1
         && stride >= 1
         && dilation >= 1
-        && x[1] % groups == 0
-        && w[0] % groups == 0
+        && x[1].is_multiple_of(groups)
+        && w[0].is_multiple_of(groups)
         && w[1] * groups == x[1]
         && bias.is_none_or(|b| b == [w[0]]);
     if ok {

@@ -190,7 +190,7 @@ pub fn safetensors_bytes(tensors: &BTreeMap<String, ConstTensor>) -> Vec<u8> {
         off += n;
     }
     let mut h = serde_json::Value::Object(header).to_string().into_bytes();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = Vec::with_capacity(8 + h.len() + off);

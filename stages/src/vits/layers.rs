@@ -213,7 +213,7 @@ impl ConvTranspose1d {
         k: usize,
         u: usize,
     ) -> Result<Self> {
-        if k < u || (k - u) % 2 != 0 || k > 3 * u {
+        if k < u || !(k - u).is_multiple_of(2) || k > 3 * u {
             return Err(Error::BadInput(format!(
                 "{prefix}: kernel {k} with stride {u} is not an exact {u}x upsampling"
             )));
