@@ -28,8 +28,8 @@ use rayon::prelude::*;
 
 /// Output channels per register block.
 const CO: usize = 4;
-/// Time steps per register block (3 vectors of 8).
-const TT: usize = 24;
+/// Time steps per output tile: 3 AVX-512 vectors, or two halves of 3 AVX2 vectors.
+const TT: usize = 48;
 /// Time steps per task (a multiple of `TT`).
 const T_TASK: usize = TT * 8;
 
@@ -62,15 +62,25 @@ impl Conv1dShape {
     }
 }
 
-fn has_avx2_fma() -> bool {
+/// The instruction set a tile runs on, chosen once per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Isa {
+    Portable,
+    Avx2,
+    Avx512,
+}
+
+fn isa() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+        if std::is_x86_feature_detected!("avx512f") {
+            return Isa::Avx512;
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            return Isa::Avx2;
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Isa::Portable
 }
 
 /// A raw output pointer shared by tasks that write disjoint regions.
@@ -108,6 +118,18 @@ pub(crate) struct Fused<'a> {
 /// ReLU on `x` and a residual on `y`. Returns None when the shape is
 /// degenerate or the slices do not match it.
 pub(crate) fn conv1d(
+    s: Conv1dShape,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    fused: Fused<'_>,
+) -> Option<Vec<f32>> {
+    conv1d_on(isa(), s, x, w, bias, fused)
+}
+
+/// [`conv1d`] on a given instruction set (which the caller checked).
+fn conv1d_on(
+    avx: Isa,
     s: Conv1dShape,
     x: &[f32],
     w: &[f32],
@@ -159,7 +181,6 @@ pub(crate) fn conv1d(
     let t_tiles = t_out.div_ceil(TT) * TT;
     let row = t_tiles + span;
     let mut y = vec![0f32; s.batch * s.c_out * t_out];
-    let avx = has_avx2_fma();
     let mut xp = vec![0f32; s.c_in * row];
     for bi in 0..s.batch {
         for c in 0..s.c_in {
@@ -263,18 +284,30 @@ struct Geo {
 
 /// Add input channels `c_lo..c_hi` to one 4 x 24 output tile starting at
 /// time `t0`.
-fn tile(avx: bool, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; TT]; CO]) {
+fn tile(isa: Isa, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; TT]; CO]) {
     // Every index either kernel reads.
     assert!(g.c_lo < g.c_hi && g.c_hi * g.k * CO <= wb.len());
     assert!((g.c_hi - 1) * g.row + t0 + (g.k - 1) * g.dilation + TT <= xp.len());
     #[cfg(target_arch = "x86_64")]
-    if avx {
-        // SAFETY: AVX2 and FMA were detected at run time; the assertions
-        // above bound every read.
-        unsafe { tile_avx2(g, xp, wb, t0, acc) };
-        return;
+    match isa {
+        Isa::Avx512 => {
+            // SAFETY: AVX-512F was detected at run time; the assertions
+            // above bound every read.
+            unsafe { tile_avx512(g, xp, wb, t0, acc) };
+            return;
+        }
+        Isa::Avx2 => {
+            // SAFETY: AVX2 and FMA were detected at run time; the assertions
+            // above bound every read; each call covers half the tile.
+            unsafe {
+                tile_avx2(g, xp, wb, t0, acc, 0);
+                tile_avx2(g, xp, wb, t0, acc, TT / 2);
+            }
+            return;
+        }
+        Isa::Portable => {}
     }
-    let _ = avx;
+    let _ = isa;
     for c in g.c_lo..g.c_hi {
         for j in 0..g.k {
             let xs = &xp[c * g.row + t0 + j * g.dilation..][..TT];
@@ -290,12 +323,19 @@ fn tile(avx: bool, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; 
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2(g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; TT]; CO]) {
+unsafe fn tile_avx2(
+    g: &Geo,
+    xp: &[f32],
+    wb: &[f32],
+    t0: usize,
+    acc: &mut [[f32; TT]; CO],
+    col: usize,
+) {
     use std::arch::x86_64::*;
     // SAFETY: the caller checked the CPU features; every pointer stays inside
     // `xp` / `wb` (see the assertions in `tile`) and `acc` is a local array.
     unsafe {
-        let p = |r: usize, v: usize| acc[r].as_ptr().add(v * 8);
+        let p = |r: usize, v: usize| acc[r].as_ptr().add(col + v * 8);
         let (mut a00, mut a01, mut a02) = (
             _mm256_loadu_ps(p(0, 0)),
             _mm256_loadu_ps(p(0, 1)),
@@ -319,7 +359,7 @@ unsafe fn tile_avx2(g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32;
         let xb = xp.as_ptr();
         let mut wq = wb.as_ptr().add(g.c_lo * g.k * CO);
         for c in g.c_lo..g.c_hi {
-            let mut xr = xb.add(c * g.row + t0);
+            let mut xr = xb.add(c * g.row + t0 + col);
             for _ in 0..g.k {
                 let x0 = _mm256_loadu_ps(xr);
                 let x1 = _mm256_loadu_ps(xr.add(8));
@@ -352,7 +392,77 @@ unsafe fn tile_avx2(g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32;
         ];
         for (dst, regs) in acc.iter_mut().zip(rows) {
             for (v, reg) in regs.into_iter().enumerate() {
-                _mm256_storeu_ps(dst.as_mut_ptr().add(v * 8), reg);
+                _mm256_storeu_ps(dst.as_mut_ptr().add(col + v * 8), reg);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512(g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; TT]; CO]) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller checked the CPU features; every pointer stays inside
+    // `xp` / `wb` (see the assertions in `tile`) and `acc` is a local array.
+    unsafe {
+        let p = |r: usize, v: usize| acc[r].as_ptr().add(v * 16);
+        let (mut a00, mut a01, mut a02) = (
+            _mm512_loadu_ps(p(0, 0)),
+            _mm512_loadu_ps(p(0, 1)),
+            _mm512_loadu_ps(p(0, 2)),
+        );
+        let (mut a10, mut a11, mut a12) = (
+            _mm512_loadu_ps(p(1, 0)),
+            _mm512_loadu_ps(p(1, 1)),
+            _mm512_loadu_ps(p(1, 2)),
+        );
+        let (mut a20, mut a21, mut a22) = (
+            _mm512_loadu_ps(p(2, 0)),
+            _mm512_loadu_ps(p(2, 1)),
+            _mm512_loadu_ps(p(2, 2)),
+        );
+        let (mut a30, mut a31, mut a32) = (
+            _mm512_loadu_ps(p(3, 0)),
+            _mm512_loadu_ps(p(3, 1)),
+            _mm512_loadu_ps(p(3, 2)),
+        );
+        let xb = xp.as_ptr();
+        let mut wq = wb.as_ptr().add(g.c_lo * g.k * CO);
+        for c in g.c_lo..g.c_hi {
+            let mut xr = xb.add(c * g.row + t0);
+            for _ in 0..g.k {
+                let x0 = _mm512_loadu_ps(xr);
+                let x1 = _mm512_loadu_ps(xr.add(16));
+                let x2 = _mm512_loadu_ps(xr.add(32));
+                let w0 = _mm512_set1_ps(*wq);
+                a00 = _mm512_fmadd_ps(w0, x0, a00);
+                a01 = _mm512_fmadd_ps(w0, x1, a01);
+                a02 = _mm512_fmadd_ps(w0, x2, a02);
+                let w1 = _mm512_set1_ps(*wq.add(1));
+                a10 = _mm512_fmadd_ps(w1, x0, a10);
+                a11 = _mm512_fmadd_ps(w1, x1, a11);
+                a12 = _mm512_fmadd_ps(w1, x2, a12);
+                let w2 = _mm512_set1_ps(*wq.add(2));
+                a20 = _mm512_fmadd_ps(w2, x0, a20);
+                a21 = _mm512_fmadd_ps(w2, x1, a21);
+                a22 = _mm512_fmadd_ps(w2, x2, a22);
+                let w3 = _mm512_set1_ps(*wq.add(3));
+                a30 = _mm512_fmadd_ps(w3, x0, a30);
+                a31 = _mm512_fmadd_ps(w3, x1, a31);
+                a32 = _mm512_fmadd_ps(w3, x2, a32);
+                xr = xr.add(g.dilation);
+                wq = wq.add(CO);
+            }
+        }
+        let rows = [
+            [a00, a01, a02],
+            [a10, a11, a12],
+            [a20, a21, a22],
+            [a30, a31, a32],
+        ];
+        for (dst, regs) in acc.iter_mut().zip(rows) {
+            for (v, reg) in regs.into_iter().enumerate() {
+                _mm512_storeu_ps(dst.as_mut_ptr().add(v * 16), reg);
             }
         }
     }
@@ -403,16 +513,37 @@ mod tests {
         let w = data(s.c_out * s.c_in * s.k, 2);
         let b = data(s.c_out, 3);
         let b = with_bias.then_some(b.as_slice());
-        let got = conv1d(s, &x, &w, b, Fused::default()).expect("valid shape");
         let want = reference(s, &x, &w, b);
-        assert_eq!(got.len(), want.len(), "{s:?}");
+        for isa in available() {
+            let got = conv1d_on(isa, s, &x, &w, b, Fused::default()).expect("valid shape");
+            compare(s, &got, &want, isa);
+        }
+    }
+
+    /// Every instruction set this machine can run.
+    fn available() -> Vec<Isa> {
+        let mut v = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                v.push(Isa::Avx2);
+            }
+            if std::is_x86_feature_detected!("avx512f") {
+                v.push(Isa::Avx512);
+            }
+        }
+        v
+    }
+
+    fn compare(s: Conv1dShape, got: &[f32], want: &[f64], isa: Isa) {
+        assert_eq!(got.len(), want.len(), "{s:?} on {isa:?}");
         // f32 accumulation over c_in * k products of magnitude <= 1: the
         // error bound grows with the sum's length.
         let tol = 1e-6 * (s.c_in * s.k) as f64 + 1e-6;
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
             assert!(
                 (f64::from(*g) - w).abs() <= tol,
-                "{s:?} at {i}: {g} vs {w} (tol {tol})"
+                "{s:?} on {isa:?} at {i}: {g} vs {w} (tol {tol})"
             );
         }
     }
@@ -469,11 +600,14 @@ mod tests {
             pre_slope: Some(0.1),
             residual: Some(&r),
         };
-        let got = conv1d(s, &x, &w, Some(&b), fused).expect("valid shape");
-        let tol = 1e-6 * (s.c_in * s.k) as f64 + 1e-6;
-        for (i, ((g, w), r)) in got.iter().zip(&want).zip(&r).enumerate() {
-            let w = w + f64::from(*r);
-            assert!((f64::from(*g) - w).abs() <= tol, "at {i}: {g} vs {w}");
+        let want: Vec<f64> = want
+            .iter()
+            .zip(&r)
+            .map(|(w, r)| w + f64::from(*r))
+            .collect();
+        for isa in available() {
+            let got = conv1d_on(isa, s, &x, &w, Some(&b), fused).expect("valid shape");
+            compare(s, &got, &want, isa);
         }
         let short = &r[..r.len() - 1];
         let bad = Fused {
