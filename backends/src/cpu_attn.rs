@@ -126,6 +126,40 @@ pub(crate) fn attention(
         with_view(k, |kv| {
             with_view(v, |vv| {
                 let mut run = |mv: Option<View<'_>>| {
+                    let unit = |x: &View<'_>| x.dims[3] == 1 || x.stride[3] == 1;
+                    if s <= SMALL_ROWS && unit(&qv) && unit(&kv) && unit(&vv) {
+                        // Decoder steps: a few query rows per head; direct
+                        // loops beat two GEMM calls with their packing.
+                        let shape = Shape {
+                            h,
+                            rep,
+                            s,
+                            t,
+                            d,
+                            dv,
+                            scale: scale as f32,
+                            causal,
+                        };
+                        out.par_chunks_mut(s * dv).enumerate().for_each(|(bh, ob)| {
+                            SCORES.with(|buf| {
+                                let mut buf = buf.borrow_mut();
+                                if buf.len() < t {
+                                    buf.resize(t, 0.0);
+                                }
+                                small_head(
+                                    &shape,
+                                    bh,
+                                    &qv,
+                                    &kv,
+                                    &vv,
+                                    mv.as_ref(),
+                                    ob,
+                                    &mut buf[..t],
+                                );
+                            })
+                        });
+                        return;
+                    }
                     let blocks = s.div_ceil(ROWS);
                     let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::new();
                     for (bh, o) in out.chunks_mut(s * dv).enumerate() {
@@ -251,6 +285,124 @@ pub(crate) fn attention(
         (b, h, s, dv),
         &candle_core::Device::Cpu,
     )?))
+}
+
+/// Query rows per head up to which [`small_head`] is used.
+const SMALL_ROWS: usize = 4;
+
+/// Sizes for [`small_head`].
+struct Shape {
+    h: usize,
+    rep: usize,
+    s: usize,
+    t: usize,
+    d: usize,
+    dv: usize,
+    scale: f32,
+    causal: bool,
+}
+
+/// Attention of head `bh` (`batch * h + head`) for a few query rows, with
+/// unit last-dim strides: scores by dot products, softmax, weighted sum of
+/// value rows into `ob` (`s x dv`). `sc` holds `t` scores.
+#[allow(clippy::too_many_arguments)]
+fn small_head(
+    sh: &Shape,
+    bh: usize,
+    qv: &View<'_>,
+    kv: &View<'_>,
+    vv: &View<'_>,
+    mv: Option<&View<'_>>,
+    ob: &mut [f32],
+    sc: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            return unsafe { small_head_avx2(sh, bh, qv, kv, vv, mv, ob, sc) };
+        }
+    }
+    small_head_portable(sh, bh, qv, kv, vv, mv, ob, sc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+fn small_head_avx2(
+    sh: &Shape,
+    bh: usize,
+    qv: &View<'_>,
+    kv: &View<'_>,
+    vv: &View<'_>,
+    mv: Option<&View<'_>>,
+    ob: &mut [f32],
+    sc: &mut [f32],
+) {
+    small_head_portable(sh, bh, qv, kv, vv, mv, ob, sc)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn small_head_portable(
+    sh: &Shape,
+    bh: usize,
+    qv: &View<'_>,
+    kv: &View<'_>,
+    vv: &View<'_>,
+    mv: Option<&View<'_>>,
+    ob: &mut [f32],
+    sc: &mut [f32],
+) {
+    let (bi, hi) = (bh / sh.h, bh % sh.h);
+    let hki = hi / sh.rep;
+    let (t, d, dv) = (sh.t, sh.d, sh.dv);
+    for i in 0..sh.s {
+        let q = &qv.data[qv.at(bi, hi, i, 0)..][..d];
+        let visible = if sh.causal {
+            (i + t - sh.s + 1).min(t)
+        } else {
+            t
+        };
+        let row = &mut sc[..visible];
+        for (j, x) in row.iter_mut().enumerate() {
+            let k = &kv.data[kv.at(bi, hki, j, 0)..][..d];
+            *x = dot(q, k) * sh.scale;
+        }
+        if let Some(m) = mv {
+            for (j, x) in row.iter_mut().enumerate() {
+                *x += m.data[m.at(bi, hi, i, j)];
+            }
+        }
+        softmax_row(row);
+        let o = &mut ob[i * dv..(i + 1) * dv];
+        o.fill(0.0);
+        for (j, &p) in row.iter().enumerate() {
+            let v = &vv.data[vv.at(bi, hki, j, 0)..][..dv];
+            for (a, &b) in o.iter_mut().zip(v) {
+                *a = p.mul_add(b, *a);
+            }
+        }
+    }
+}
+
+/// Dot product in 8 independent lanes (vectorizable).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// In-place softmax of one row (a fully masked row, all `-inf`, becomes
@@ -407,7 +559,13 @@ mod block_tests {
         // Several query blocks (150 rows), heads interleaved in memory as
         // Whisper's [1, s, h, d] -> [1, h, s, d] permute leaves them.
         let dev = Device::Cpu;
-        for &(s, t, causal) in &[(150, 150, false), (70, 130, true), (1, 1500, false)] {
+        for &(s, t, causal) in &[
+            (150, 150, false),
+            (70, 130, true),
+            (1, 1500, false),
+            (3, 9, true),
+            (4, 4, false),
+        ] {
             let q = T::randn(0f32, 1.0, (1, s, 3, 16), &dev).unwrap();
             let k = T::randn(0f32, 1.0, (1, t, 3, 16), &dev).unwrap();
             let v = T::randn(0f32, 1.0, (1, t, 3, 16), &dev).unwrap();

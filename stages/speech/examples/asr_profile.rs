@@ -5,6 +5,9 @@
 //!
 //!     cargo run -p edgeflow-speech --example asr_profile
 //!
+//! `ASR_PROFILE_DECODE_ONLY=1` stops after the decoder section, looping
+//! decoder steps (for `perf record`).
+//!
 //! Times are medians of 5 runs after a warm-up; the machine is shared, so
 //! compare ratios within one run.
 
@@ -41,8 +44,9 @@ fn main() -> anyhow::Result<()> {
         repo.join("tests/fixtures/reference.json"),
     )?)?;
     let segs: Vec<[usize; 2]> = serde_json::from_value(reference["vad"]["segments"].clone())?;
+    let decode_only = std::env::var_os("ASR_PROFILE_DECODE_ONLY").is_some();
     println!("per utterance (median of 5): total / mel / encode / decode ms, tokens");
-    for [a, b] in segs {
+    for [a, b] in segs.into_iter().filter(|_| !decode_only) {
         let mut parts = Vec::new();
         for _ in 0..6 {
             let t0 = Instant::now();
@@ -63,6 +67,46 @@ fn main() -> anyhow::Result<()> {
             (b - a) as f64 / 16_000.0
         );
     }
+
+    // Decoder: cross-attention keys/values, the 3-token prompt, one step.
+    let model = tr.model();
+    let n_mels = model.config().n_mels;
+    let enc = model.encode(&vec![0.1f32; n_mels * 3000])?;
+    println!("decoder (median ms)");
+    let start_ms = median_ms(|| {
+        model.start(&enc).expect("start");
+    });
+    println!("  start (cross K/V of 4 layers)     {start_ms:7.2} ms");
+    let sp = tr.tokenizer().special();
+    let prompt_ms = median_ms(|| {
+        let mut st = model.start(&enc).expect("start");
+        model
+            .decode(&mut st, &[sp.sot, sp.no_timestamps], &[1])
+            .expect("prompt");
+    }) - start_ms;
+    println!("  prompt (2 tokens)                 {prompt_ms:7.2} ms");
+    let mut st = model.start(&enc)?;
+    model.decode(&mut st, &[sp.sot, sp.no_timestamps], &[1])?;
+    if decode_only {
+        // For `perf record`: nothing but decoder steps from here on.
+        for _ in 0..10 {
+            let mut st = model.start(&enc)?;
+            model.decode(&mut st, &[sp.sot, sp.no_timestamps], &[1])?;
+            let t = Instant::now();
+            for _ in 0..40 {
+                model.decode(&mut st, &[440], &[0])?;
+            }
+            println!(
+                "  40 steps: {:.1} ms/step",
+                t.elapsed().as_secs_f64() * 25.0
+            );
+        }
+        return Ok(());
+    }
+    let step_ms = median_ms(|| {
+        model.decode(&mut st, &[440], &[0]).expect("step");
+    });
+    println!("  one step (after ~5 tokens)        {step_ms:7.2} ms");
 
     let (s, d, f) = (1500, 384, 1536);
     let x = rand(&dev, &[1, s, d], 1);
