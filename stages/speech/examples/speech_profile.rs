@@ -1,9 +1,14 @@
-//! Where Whisper tiny.en's time goes on this machine: the front end /
+//! Where the speech-in models' time goes on this machine.
+//!
+//! `vad`: Silero VAD's time per 512-sample window over the fixture clip
+//! (and, for `perf record`, nothing else).
+//!
+//! `asr` (default): Whisper tiny.en's front end /
 //! encoder / decoder split per utterance of the fixture clip, and the cost
 //! of each op class at the encoder's shapes (1500 frames, width 384), run
 //! through the same [`Device`] calls the model makes.
 //!
-//!     cargo run -p edgeflow-speech --example asr_profile
+//!     cargo run -p edgeflow-speech --example speech_profile [-- vad|asr]
 //!
 //! `ASR_PROFILE_DECODE_ONLY=1` stops after the decoder section, looping
 //! decoder steps (for `perf record`).
@@ -12,7 +17,8 @@
 //! compare ratios within one run.
 
 use edgeflow_runtime::{ConvCfg, Device, DeviceSpec, Tensor, UnaryOp};
-use edgeflow_speech::fetch::{self, WHISPER_TINY_EN};
+use edgeflow_speech::fetch::{self, SILERO_VAD, WHISPER_TINY_EN};
+use edgeflow_speech::silero::{SileroVad, WINDOW};
 use edgeflow_speech::whisper::Transcriber;
 use std::time::Instant;
 
@@ -38,6 +44,26 @@ fn main() -> anyhow::Result<()> {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let (_, clip) = edgeflow_audio::wav::read_wav(&repo.join("tests/fixtures/speech_mix.wav"))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if std::env::args().nth(1).as_deref() == Some("vad") {
+        let mut vad = SileroVad::load(
+            &fetch::locate(&SILERO_VAD)?.join(fetch::SILERO_WEIGHTS),
+            &dev,
+        )?;
+        for _ in 0..5 {
+            vad.reset()?;
+            let t = Instant::now();
+            let mut n = 0;
+            for w in clip.chunks_exact(WINDOW) {
+                vad.step(w)?;
+                n += 1;
+            }
+            println!(
+                "VAD: {n} windows, {:.0} us per window",
+                t.elapsed().as_secs_f64() * 1e6 / n as f64
+            );
+        }
+        return Ok(());
+    }
     let mut tr = Transcriber::load(&fetch::locate(&WHISPER_TINY_EN)?, &dev)?;
     // The bench's VAD segments of the fixture clip.
     let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
