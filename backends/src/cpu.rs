@@ -419,6 +419,10 @@ fn attention(
             format!("causal attention needs at least as many keys ({t}) as queries ({s})"),
         ));
     }
+    // f32 on the host (the common case): the fused, blocked kernel.
+    if let Some(y) = crate::cpu_attn::attention(q, k, v, mask, scale, causal)? {
+        return Ok(y);
+    }
     let rep = h / hk;
     let k = k.to_dtype(q.dtype())?;
     let v = v.to_dtype(q.dtype())?;

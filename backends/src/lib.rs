@@ -36,6 +36,7 @@
 //!   transfer between two NPU stages is that hand-off.
 
 pub mod cpu;
+mod cpu_attn;
 mod cpu_conv;
 mod cpu_gemv;
 pub mod gpu;
@@ -52,6 +53,29 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub fn cpu_backend() -> Arc<dyn Backend> {
     static CPU: OnceLock<Arc<dyn Backend>> = OnceLock::new();
     CPU.get_or_init(|| Arc::new(cpu::CpuBackend::new())).clone()
+}
+
+/// Fix the CPU thread count in the environment (`RAYON_NUM_THREADS`, when it
+/// is not set already) to the count candle picks by default, so candle stops
+/// re-deriving it: without the variable, candle's CPU matmul calls
+/// `num_cpus::get_physical()`, which parses `/proc/cpuinfo`, on every call
+/// (about half the time of a Silero VAD window). candle's thread count does
+/// not change; rayon's pool, which reads the same variable, gets candle's
+/// count too (physical cores, where that differs from logical ones).
+///
+/// Call it first thing in `main`, before any thread starts (it writes the
+/// process environment). Returns the thread count.
+pub fn pin_cpu_threads() -> usize {
+    if let Some(n) = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return n;
+    }
+    let n = candle_core::utils::get_num_threads();
+    std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    n
 }
 
 /// How many GPU / NPU indices the probe tries beyond the ones that exist.

@@ -14,6 +14,13 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: candle otherwise re-reads /proc/cpuinfo on
+    // every CPU matmul to find its thread count. `bench tts` sets the count
+    // from its own --threads flag instead.
+    let args: Vec<String> = std::env::args().collect();
+    if !args.windows(2).any(|w| w[0] == "bench" && w[1] == "tts") {
+        edgeflow_backends::pin_cpu_threads();
+    }
     let cli = Cli::parse();
     match cli::dispatch(cli.cmd) {
         Ok(code) => code,

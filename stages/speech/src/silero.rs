@@ -10,10 +10,19 @@
 //! are those of the wheel's `silero_vad.onnx`, extracted by
 //! [`crate::fetch`] (the safetensors file in the wheel is another
 //! checkpoint of the same network).
+//!
+//! ## Speed
+//! The network is tiny (about 0.7 M multiply-adds per window), so per-op
+//! costs dominate. The window is framed on the host (it is built there
+//! anyway), so the STFT is one matmul of `[4 frames, 256]` by the
+//! basis; the convolutions run time-major (`[T, C]`) as one row gather
+//! (im2col) and one matmul each, against weights re-laid out at load as
+//! contiguous `[3C, O]` matrices (a convolution op would re-pack its
+//! strided kernel on every call, which was most of the window's time).
 
 use crate::{Error, Result};
 use edgeflow_runtime::weights::WeightStore;
-use edgeflow_runtime::{ConvCfg, Device, PadMode, Tensor, UnaryOp};
+use edgeflow_runtime::{Device, PadMode, Tensor, UnaryOp};
 use std::path::Path;
 
 /// Samples per window at 16 kHz.
@@ -24,11 +33,37 @@ pub const CONTEXT: usize = 64;
 pub const SAMPLE_RATE: u32 = 16_000;
 const HIDDEN: usize = 128;
 const BINS: usize = 129;
+const N_FFT: usize = 256;
+const HOP: usize = 128;
+/// STFT frames per window: (64 + 512 + 64 reflect-padded - 256) / 128 + 1.
+const FRAMES: usize = (CONTEXT + WINDOW + 64 - N_FFT) / HOP + 1;
 
+/// The `[rows, cols]` matrix `t` (any shape holding rows * cols values),
+/// transposed to a contiguous `[cols, rows]` host tensor.
+fn transposed(dev: &Device, t: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
+    let v = dev.to_host(t)?.to_vec_f32()?;
+    let mut out = vec![0f32; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = v[r * cols + c];
+        }
+    }
+    Ok(Tensor::from_vec(out, &[cols, rows])?)
+}
+
+/// A 3-tap convolution (padding 1) in time-major form: `y[T_out, O] =
+/// cols[T_out, 3C] @ w[3C, O] + b`, where row `t` of `cols` is input rows
+/// `t*stride - 1 ..= t*stride + 1` side by side (zero rows outside).
 struct Conv {
+    /// `w[k*C + c, o] = W[o, c, k]` of the PyTorch `[O, C, 3]` weight.
     w: Tensor,
     b: Tensor,
-    stride: usize,
+    /// Rows of the zero-padded input `[T + 2, C]` that make `cols`, as
+    /// `[T_out * 3]` indices (the input length is fixed per layer).
+    idx: Tensor,
+    /// Output steps and input channels.
+    t_out: usize,
+    c: usize,
 }
 
 /// The Silero VAD network and its streaming state (LSTM `h`, `c` and the
@@ -65,14 +100,40 @@ impl SileroVad {
     pub fn new(ws: &WeightStore) -> Result<Self> {
         let dev = ws.device().clone();
         let stft = ws.get_with_shape("stft_conv.weight", &[2 * BINS, 1, 256])?;
+        // [258, 1, 256] -> [256, 258]: frames [4, 256] @ basis.
+        let stft = dev.place(&transposed(&dev, &stft, 2 * BINS, 256)?)?;
         let shapes = [(128, BINS, 1), (64, 128, 2), (64, 64, 2), (128, 64, 1)];
         let mut convs = Vec::new();
+        let mut t_in = FRAMES;
         for (i, (o, c, stride)) in shapes.into_iter().enumerate() {
+            let w = ws.get_with_shape(&format!("conv{}.weight", i + 1), &[o, c, 3])?;
+            // [O, C, 3] -> [3C, O] with row k*C + c.
+            let wv = dev.to_host(&w)?.to_vec_f32()?;
+            let mut wt = vec![0f32; 3 * c * o];
+            for oo in 0..o {
+                for cc in 0..c {
+                    for k in 0..3 {
+                        wt[(k * c + cc) * o + oo] = wv[(oo * c + cc) * 3 + k];
+                    }
+                }
+            }
+            let t_out = (t_in - 1) / stride + 1;
+            let idx: Vec<i64> = (0..t_out)
+                .flat_map(|t| (0..3).map(move |k| (t * stride + k) as i64))
+                .collect();
             convs.push(Conv {
-                w: ws.get_with_shape(&format!("conv{}.weight", i + 1), &[o, c, 3])?,
+                w: dev.place(&Tensor::from_vec(wt, &[3 * c, o])?)?,
                 b: ws.get_with_shape(&format!("conv{}.bias", i + 1), &[o])?,
-                stride,
+                idx: dev.place(&Tensor::from_i64(idx, &[3 * t_out])?)?,
+                t_out,
+                c,
             });
+            t_in = t_out;
+        }
+        if t_in != 1 {
+            return Err(Error::BadInput(format!(
+                "Silero VAD: the convolutions leave {t_in} steps, expected 1"
+            )));
         }
         let w_ih = ws.get_with_shape("lstm_cell.weight_ih", &[4 * HIDDEN, HIDDEN])?;
         let w_hh = ws.get_with_shape("lstm_cell.weight_hh", &[4 * HIDDEN, HIDDEN])?;
@@ -117,36 +178,32 @@ impl SileroVad {
             )));
         }
         let dev = &self.dev;
-        let mut x = Vec::with_capacity(CONTEXT + WINDOW);
+        // Context + window, reflect-padded by 64 on the right (the edge
+        // sample is not repeated), cut into FRAMES frames of N_FFT by HOP.
+        let mut x = Vec::with_capacity(CONTEXT + WINDOW + 64);
         x.extend_from_slice(&self.context);
         x.extend_from_slice(window);
+        let n = x.len();
+        for i in 0..64 {
+            x.push(x[n - 2 - i]);
+        }
         self.context.copy_from_slice(&window[WINDOW - CONTEXT..]);
-        let x = dev.place(&Tensor::from_vec(x, &[1, 1, CONTEXT + WINDOW])?)?;
-        let x = dev.pad(&x, 2, 0, 64, PadMode::Reflect)?;
-        let spec = dev.conv1d(
-            &x,
-            &self.stft,
-            None,
-            ConvCfg {
-                stride: 128,
-                ..Default::default()
-            },
-        )?;
+        let mut frames = Vec::with_capacity(FRAMES * N_FFT);
+        for f in 0..FRAMES {
+            frames.extend_from_slice(&x[f * HOP..f * HOP + N_FFT]);
+        }
+        let frames = dev.place(&Tensor::from_vec(frames, &[FRAMES, N_FFT])?)?;
+        // [FRAMES, 2 * BINS]: real parts then imaginary parts.
+        let spec = dev.matmul(&frames, &self.stft)?;
         let sq = dev.unary(UnaryOp::Sqr, &spec)?;
         let re2 = dev.narrow(&sq, 1, 0, BINS)?;
         let im2 = dev.narrow(&sq, 1, BINS, BINS)?;
         let mut h = dev.unary(UnaryOp::Sqrt, &dev.add(&re2, &im2)?)?;
         for conv in &self.convs {
-            let y = dev.conv1d(
-                &h,
-                &conv.w,
-                Some(&conv.b),
-                ConvCfg {
-                    stride: conv.stride,
-                    padding: 1,
-                    ..Default::default()
-                },
-            )?;
+            let padded = dev.pad(&h, 0, 1, 1, PadMode::Zeros)?;
+            let cols = dev.index_select(&padded, &conv.idx, 0)?;
+            let cols = dev.reshape(&cols, &[conv.t_out, 3 * conv.c])?;
+            let y = dev.add(&dev.matmul(&cols, &conv.w)?, &conv.b)?;
             h = dev.unary(UnaryOp::Relu, &y)?;
         }
         // [1, 128, 1] -> [1, 128]
