@@ -439,6 +439,7 @@ impl StageFactory for SentenceChunkerKind {
             params: vec![
                 ParamInfo::new("min_chars", ParamType::Int, 12, "do not emit a sentence shorter than this (joins it with the next), so 'Hi.' does not become its own synthesis call"),
                 ParamInfo::new("max_chars", ParamType::Int, 300, "split a sentence that grows past this at the last comma/semicolon/space"),
+                ParamInfo::new("first_clause_chars", ParamType::Int, 0, "when > 0, a turn's first piece may end at a clause break (comma, semicolon, colon, dash) once it has this many characters, so speech starts before the first sentence is complete; 0 waits for whole sentences (the clause then gets its own synthesis call, with a clause's intonation)"),
             ],
             ports: Ports {
                 inputs: vec![
@@ -454,6 +455,7 @@ impl StageFactory for SentenceChunkerKind {
     fn build(&self, p: &Params, _env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
         let min_chars: usize = p.get_or("min_chars", 12)?;
         let max_chars: usize = p.get_or("max_chars", 300)?;
+        let first_clause_chars: usize = p.get_or("first_clause_chars", 0)?;
         if max_chars < 2 || min_chars >= max_chars {
             return Err(p
                 .error(
@@ -467,6 +469,8 @@ impl StageFactory for SentenceChunkerKind {
             epoch: None,
             min_chars,
             max_chars,
+            first_clause_chars,
+            emitted: false,
         }))
     }
 }
@@ -477,6 +481,10 @@ pub(crate) struct SentenceChunker {
     epoch: Option<crate::Epoch>,
     min_chars: usize,
     max_chars: usize,
+    /// 0, or the length from which a turn's first piece may end at a clause.
+    first_clause_chars: usize,
+    /// Whether this turn has emitted anything yet.
+    emitted: bool,
 }
 
 const ABBREVIATIONS: &[&str] = &[
@@ -531,17 +539,48 @@ impl SentenceChunker {
         None
     }
 
+    /// Byte index just past the first clause break (`,` `;` `:` or a dash,
+    /// then whitespace) that ends at least `first_clause_chars` characters,
+    /// for a turn's first piece.
+    fn clause_end(&self) -> Option<usize> {
+        if self.first_clause_chars == 0 || self.emitted {
+            return None;
+        }
+        let b = &self.buf;
+        let mut it = b.char_indices().peekable();
+        while let Some((i, c)) = it.next() {
+            if !matches!(c, ',' | ';' | ':' | '\u{2014}' | '\u{2013}' | '-') {
+                continue;
+            }
+            let end = i + c.len_utf8();
+            let Some(&(_, next)) = it.peek() else {
+                return None; // need the following space to be sure
+            };
+            if next.is_whitespace() && b[..end].trim().chars().count() >= self.first_clause_chars {
+                return Some(end);
+            }
+        }
+        None
+    }
+
     fn emit_upto(&mut self, end: usize, ctx: &mut StageCtx) -> StageResult {
         let sentence: String = self.buf.drain(..end).collect();
         let s = sentence.trim();
         if !s.is_empty() {
+            self.emitted = true;
             ctx.emit(0, Payload::text(s))?;
         }
         Ok(())
     }
 
     fn drain(&mut self, ctx: &mut StageCtx) -> StageResult {
-        while let Some(end) = self.sentence_end() {
+        loop {
+            let end = match self.sentence_end() {
+                // A whole sentence, unless an earlier first clause qualifies.
+                Some(end) => Some(self.clause_end().map_or(end, |c| c.min(end))),
+                None => self.clause_end(),
+            };
+            let Some(end) = end else { break };
             self.emit_upto(end, ctx)?;
         }
         while self.buf.chars().count() > self.max_chars {
@@ -563,12 +602,15 @@ impl SentenceChunker {
         Ok(())
     }
 
+    /// Emit what is buffered; the turn is over, so the next piece is a
+    /// turn's first again.
     fn flush(&mut self, ctx: &mut StageCtx) -> StageResult {
         let rest = std::mem::take(&mut self.buf);
         let rest = rest.trim();
         if !rest.is_empty() {
             ctx.emit(0, Payload::text(rest))?;
         }
+        self.emitted = false;
         Ok(())
     }
 }
@@ -578,6 +620,7 @@ impl Stage for SentenceChunker {
         if self.epoch.is_some_and(|e| e != input.msg.epoch) {
             // A new turn: what was buffered belongs to an ended turn.
             self.buf.clear();
+            self.emitted = false;
         }
         self.epoch = Some(input.msg.epoch);
         match (&input.msg.payload, input.port) {
@@ -593,6 +636,7 @@ impl Stage for SentenceChunker {
     fn reset(&mut self, epoch: crate::Epoch, _ctx: &mut StageCtx) -> StageResult {
         if self.epoch == Some(epoch) {
             self.buf.clear();
+            self.emitted = false;
         }
         Ok(())
     }

@@ -649,6 +649,61 @@ fn timer_counts_deadline_misses_under_backpressure() {
 }
 
 #[test]
+fn sentence_chunker_can_start_a_turn_with_its_first_clause() {
+    let yaml = r#"
+stages:
+  - { id: in, kind: host_in, params: { type: text } }
+  - { id: ctl, kind: host_in, params: { type: control } }
+  - { id: chunk, kind: sentence_chunker, params: { min_chars: 8, first_clause_chars: 12 } }
+  - { id: out, kind: host_out, params: { type: text } }
+edges:
+  - { from: in.out, to: chunk.in }
+  - { from: ctl.out, to: chunk.flush }
+  - { from: chunk.out, to: out.in }
+"#;
+    let running = edgeflow_graph::Pipeline::from_yaml(yaml, &Registry::builtin())
+        .unwrap()
+        .start()
+        .unwrap();
+    let pull = |running: &edgeflow_graph::Running| {
+        let m = running
+            .pull("out", Duration::from_secs(5))
+            .unwrap()
+            .unwrap();
+        m.payload.as_text().unwrap().to_string()
+    };
+    // "Yes, it" is too short to be cut at its comma; the first clause that
+    // is long enough goes out before its sentence ends; later clauses wait
+    // for whole sentences.
+    for p in [
+        "Yes, the capital",
+        " of Italy",
+        ", it's Rome",
+        ", a city",
+        " of art. More",
+        " text.",
+    ] {
+        running.push("in", Payload::text(p)).unwrap();
+    }
+    assert_eq!(pull(&running), "Yes, the capital of Italy,");
+    assert_eq!(pull(&running), "it's Rome, a city of art.");
+    // The end of the turn: the next turn may start with a clause again.
+    running
+        .push("ctl", Payload::event(edgeflow_graph::Event::Flush))
+        .unwrap();
+    assert_eq!(pull(&running), "More text.");
+    for p in ["Paris is the capital", ", and also", " the largest city. "] {
+        running.push("in", Payload::text(p)).unwrap();
+    }
+    assert_eq!(pull(&running), "Paris is the capital,");
+    assert_eq!(pull(&running), "and also the largest city.");
+    running.stop();
+    within(10, move || {
+        let _ = running.wait(Some(Duration::from_secs(5)));
+    });
+}
+
+#[test]
 fn sentence_chunker_cuts_streamed_text_into_sentences() {
     let yaml = r#"
 stages:
