@@ -293,7 +293,7 @@ fn tile(isa: Isa, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; T
         Isa::Avx512 => {
             // SAFETY: AVX-512F was detected at run time; the assertions
             // above bound every read.
-            unsafe { tile_avx512(g, xp, wb, t0, acc) };
+            unsafe { tile_avx512(g, xp, wb, t0, acc, 0) };
             return;
         }
         Isa::Avx2 => {
@@ -321,152 +321,79 @@ fn tile(isa: Isa, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; T
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2(
-    g: &Geo,
-    xp: &[f32],
-    wb: &[f32],
-    t0: usize,
-    acc: &mut [[f32; TT]; CO],
-    col: usize,
-) {
-    use std::arch::x86_64::*;
-    // SAFETY: the caller checked the CPU features; every pointer stays inside
-    // `xp` / `wb` (see the assertions in `tile`) and `acc` is a local array.
-    unsafe {
-        let p = |r: usize, v: usize| acc[r].as_ptr().add(col + v * 8);
-        let (mut a00, mut a01, mut a02) = (
-            _mm256_loadu_ps(p(0, 0)),
-            _mm256_loadu_ps(p(0, 1)),
-            _mm256_loadu_ps(p(0, 2)),
-        );
-        let (mut a10, mut a11, mut a12) = (
-            _mm256_loadu_ps(p(1, 0)),
-            _mm256_loadu_ps(p(1, 1)),
-            _mm256_loadu_ps(p(1, 2)),
-        );
-        let (mut a20, mut a21, mut a22) = (
-            _mm256_loadu_ps(p(2, 0)),
-            _mm256_loadu_ps(p(2, 1)),
-            _mm256_loadu_ps(p(2, 2)),
-        );
-        let (mut a30, mut a31, mut a32) = (
-            _mm256_loadu_ps(p(3, 0)),
-            _mm256_loadu_ps(p(3, 1)),
-            _mm256_loadu_ps(p(3, 2)),
-        );
-        let xb = xp.as_ptr();
-        let mut wq = wb.as_ptr().add(g.c_lo * g.k * CO);
-        for c in g.c_lo..g.c_hi {
-            let mut xr = xb.add(c * g.row + t0 + col);
-            for _ in 0..g.k {
-                let x0 = _mm256_loadu_ps(xr);
-                let x1 = _mm256_loadu_ps(xr.add(8));
-                let x2 = _mm256_loadu_ps(xr.add(16));
-                let w0 = _mm256_broadcast_ss(&*wq);
-                a00 = _mm256_fmadd_ps(w0, x0, a00);
-                a01 = _mm256_fmadd_ps(w0, x1, a01);
-                a02 = _mm256_fmadd_ps(w0, x2, a02);
-                let w1 = _mm256_broadcast_ss(&*wq.add(1));
-                a10 = _mm256_fmadd_ps(w1, x0, a10);
-                a11 = _mm256_fmadd_ps(w1, x1, a11);
-                a12 = _mm256_fmadd_ps(w1, x2, a12);
-                let w2 = _mm256_broadcast_ss(&*wq.add(2));
-                a20 = _mm256_fmadd_ps(w2, x0, a20);
-                a21 = _mm256_fmadd_ps(w2, x1, a21);
-                a22 = _mm256_fmadd_ps(w2, x2, a22);
-                let w3 = _mm256_broadcast_ss(&*wq.add(3));
-                a30 = _mm256_fmadd_ps(w3, x0, a30);
-                a31 = _mm256_fmadd_ps(w3, x1, a31);
-                a32 = _mm256_fmadd_ps(w3, x2, a32);
-                xr = xr.add(g.dilation);
-                wq = wq.add(CO);
+/// One register-blocked kernel body per instruction set: 4 output
+/// channels x 3 vectors of `$w` lanes starting at column `col` of the tile,
+/// accumulating input channels `c_lo..c_hi` (3 loads and 4 broadcasts per
+/// 12 FMAs).
+macro_rules! tile_kernel {
+    ($name:ident, $feat:literal, $w:literal, $vec:ty, $load:ident, $store:ident, $set1:ident, $fma:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feat)]
+        unsafe fn $name(
+            g: &Geo,
+            xp: &[f32],
+            wb: &[f32],
+            t0: usize,
+            acc: &mut [[f32; TT]; CO],
+            col: usize,
+        ) {
+            use std::arch::x86_64::*;
+            // SAFETY: the caller checked the CPU features; every pointer stays
+            // inside `xp` / `wb` (see the assertions in `tile`) and `acc` is a
+            // local array with `col + 3 * $w <= TT`.
+            unsafe {
+                let mut a: [[$vec; 3]; CO] = [[$set1(0.0); 3]; CO];
+                for (r, row) in a.iter_mut().enumerate() {
+                    for (v, reg) in row.iter_mut().enumerate() {
+                        *reg = $load(acc[r].as_ptr().add(col + v * $w));
+                    }
+                }
+                let xb = xp.as_ptr();
+                let mut wq = wb.as_ptr().add(g.c_lo * g.k * CO);
+                for c in g.c_lo..g.c_hi {
+                    let mut xr = xb.add(c * g.row + t0 + col);
+                    for _ in 0..g.k {
+                        let x = [$load(xr), $load(xr.add($w)), $load(xr.add(2 * $w))];
+                        for (r, row) in a.iter_mut().enumerate() {
+                            let wv = $set1(*wq.add(r));
+                            for (reg, xv) in row.iter_mut().zip(x) {
+                                *reg = $fma(wv, xv, *reg);
+                            }
+                        }
+                        xr = xr.add(g.dilation);
+                        wq = wq.add(CO);
+                    }
+                }
+                for (r, row) in a.iter().enumerate() {
+                    for (v, reg) in row.iter().enumerate() {
+                        $store(acc[r].as_mut_ptr().add(col + v * $w), *reg);
+                    }
+                }
             }
         }
-        let rows = [
-            [a00, a01, a02],
-            [a10, a11, a12],
-            [a20, a21, a22],
-            [a30, a31, a32],
-        ];
-        for (dst, regs) in acc.iter_mut().zip(rows) {
-            for (v, reg) in regs.into_iter().enumerate() {
-                _mm256_storeu_ps(dst.as_mut_ptr().add(col + v * 8), reg);
-            }
-        }
-    }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn tile_avx512(g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; TT]; CO]) {
-    use std::arch::x86_64::*;
-    // SAFETY: the caller checked the CPU features; every pointer stays inside
-    // `xp` / `wb` (see the assertions in `tile`) and `acc` is a local array.
-    unsafe {
-        let p = |r: usize, v: usize| acc[r].as_ptr().add(v * 16);
-        let (mut a00, mut a01, mut a02) = (
-            _mm512_loadu_ps(p(0, 0)),
-            _mm512_loadu_ps(p(0, 1)),
-            _mm512_loadu_ps(p(0, 2)),
-        );
-        let (mut a10, mut a11, mut a12) = (
-            _mm512_loadu_ps(p(1, 0)),
-            _mm512_loadu_ps(p(1, 1)),
-            _mm512_loadu_ps(p(1, 2)),
-        );
-        let (mut a20, mut a21, mut a22) = (
-            _mm512_loadu_ps(p(2, 0)),
-            _mm512_loadu_ps(p(2, 1)),
-            _mm512_loadu_ps(p(2, 2)),
-        );
-        let (mut a30, mut a31, mut a32) = (
-            _mm512_loadu_ps(p(3, 0)),
-            _mm512_loadu_ps(p(3, 1)),
-            _mm512_loadu_ps(p(3, 2)),
-        );
-        let xb = xp.as_ptr();
-        let mut wq = wb.as_ptr().add(g.c_lo * g.k * CO);
-        for c in g.c_lo..g.c_hi {
-            let mut xr = xb.add(c * g.row + t0);
-            for _ in 0..g.k {
-                let x0 = _mm512_loadu_ps(xr);
-                let x1 = _mm512_loadu_ps(xr.add(16));
-                let x2 = _mm512_loadu_ps(xr.add(32));
-                let w0 = _mm512_set1_ps(*wq);
-                a00 = _mm512_fmadd_ps(w0, x0, a00);
-                a01 = _mm512_fmadd_ps(w0, x1, a01);
-                a02 = _mm512_fmadd_ps(w0, x2, a02);
-                let w1 = _mm512_set1_ps(*wq.add(1));
-                a10 = _mm512_fmadd_ps(w1, x0, a10);
-                a11 = _mm512_fmadd_ps(w1, x1, a11);
-                a12 = _mm512_fmadd_ps(w1, x2, a12);
-                let w2 = _mm512_set1_ps(*wq.add(2));
-                a20 = _mm512_fmadd_ps(w2, x0, a20);
-                a21 = _mm512_fmadd_ps(w2, x1, a21);
-                a22 = _mm512_fmadd_ps(w2, x2, a22);
-                let w3 = _mm512_set1_ps(*wq.add(3));
-                a30 = _mm512_fmadd_ps(w3, x0, a30);
-                a31 = _mm512_fmadd_ps(w3, x1, a31);
-                a32 = _mm512_fmadd_ps(w3, x2, a32);
-                xr = xr.add(g.dilation);
-                wq = wq.add(CO);
-            }
-        }
-        let rows = [
-            [a00, a01, a02],
-            [a10, a11, a12],
-            [a20, a21, a22],
-            [a30, a31, a32],
-        ];
-        for (dst, regs) in acc.iter_mut().zip(rows) {
-            for (v, reg) in regs.into_iter().enumerate() {
-                _mm512_storeu_ps(dst.as_mut_ptr().add(v * 16), reg);
-            }
-        }
-    }
-}
+tile_kernel!(
+    tile_avx2,
+    "avx2,fma",
+    8,
+    __m256,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps
+);
+tile_kernel!(
+    tile_avx512,
+    "avx512f",
+    16,
+    __m512,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps
+);
 
 #[cfg(test)]
 mod tests {
