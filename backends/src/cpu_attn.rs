@@ -523,35 +523,10 @@ mod block_tests {
     use super::*;
     use candle_core::{Device, Tensor as T};
 
-    /// The unfused formula on contiguous copies.
+    /// The unfused formula (the bench's raw-candle baseline) on contiguous copies.
     fn reference(q: &T, k: &T, v: &T, scale: f64, causal: bool) -> T {
-        let (q, k, v) = (
-            q.contiguous().unwrap(),
-            k.contiguous().unwrap(),
-            v.contiguous().unwrap(),
-        );
-        let (_, _, s, _) = q.dims4().unwrap();
-        let t = k.dims4().unwrap().2;
-        let sc = (q.matmul(&k.t().unwrap()).unwrap() * scale).unwrap();
-        let sc = if causal {
-            let m: Vec<f32> = (0..s)
-                .flat_map(|i| {
-                    (0..t).map(move |j| {
-                        if j > i + t - s {
-                            f32::NEG_INFINITY
-                        } else {
-                            0.0
-                        }
-                    })
-                })
-                .collect();
-            sc.broadcast_add(&T::from_vec(m, (s, t), &Device::Cpu).unwrap())
-                .unwrap()
-        } else {
-            sc
-        };
-        let p = candle_nn::ops::softmax_last_dim(&sc).unwrap();
-        p.matmul(&v).unwrap()
+        let c = |t: &T| t.contiguous().unwrap();
+        crate::opbench::candle_attention(&c(q), &c(k), &c(v), scale, causal).unwrap()
     }
 
     #[test]

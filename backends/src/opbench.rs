@@ -389,8 +389,9 @@ fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
     Ok(rows)
 }
 
-/// The same attention written directly in candle (GQA folded into rows).
-fn candle_attention(
+/// The same attention written directly in candle (GQA folded into rows);
+/// also the CPU attention kernel's test reference.
+pub(crate) fn candle_attention(
     q: &CTensor,
     k: &CTensor,
     v: &CTensor,
