@@ -12,8 +12,8 @@
 //! ## How (quantized weights)
 //! The approach of llama.cpp's `q4_1 x q8_1` dot products, written here:
 //! - Each activation row is quantized once per call to int8 per block of 32
-//!   (scale `max|x| / 127`, round half away from zero), with the exact f32
-//!   sum of each block for Q4_1's minimum term ([`QuantRows`]). The codes
+//!   (scale `max|x| / 127`, round half to even, vectorized on AVX2), with
+//!   the f32 sum of each block for Q4_1's minimum term ([`QuantRows`]). The codes
 //!   of two consecutive blocks `A`, `B` are stored as `A[0..16] B[0..16]
 //!   A[16..32] B[16..32]`, which is the order the 16 nibble bytes of
 //!   two weight blocks give after one 256-bit `and` / shift.
@@ -34,8 +34,17 @@
 //! Every tile computes each output with the same operations in the same
 //! order, so a prefill row equals the one-row result bit for bit.
 //!
-//! AVX2 + FMA + F16C code is chosen at run time; other machines run
-//! portable code with the same int8 arithmetic (sums in another order).
+//! - Where the CPU has VNNI (AVX-VNNI or AVX-512 VNNI), `vpdpbusd` replaces
+//!   each `maddubs` + `madd` pair; the integer sums are the same (no i16
+//!   saturation is possible with these operands), so every x86 path gives
+//!   the same bits.
+//! - Decode streams the weights from DRAM: each tile prefetches the rows
+//!   of the tile two ahead, which the hardware prefetchers do not do for
+//!   several short interleaved row streams.
+//!
+//! The instruction set ([`Isa`]) is chosen at run time; machines without
+//! AVX2 + FMA + F16C run portable code with the same int8 arithmetic (sums
+//! in another order).
 //! f32 weights keep f32 activations (a streaming FMA GEMV for one row).
 
 use candle_core::quantized::GgmlDType;
@@ -62,6 +71,56 @@ fn has_avx2_fma() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
+    }
+}
+
+/// The instruction sets the int8 kernels are built for. All give the same
+/// integer block sums (no i16 saturation is possible with these operands),
+/// so their results differ only where f32 sums are ordered differently:
+/// not at all between the three x86 paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// Plain Rust.
+    Portable,
+    /// AVX2 + FMA + F16C: `maddubs` / `madd` products.
+    Avx2,
+    /// AVX-VNNI (VEX, 256-bit `vpdpbusd`; Alder Lake, Sapphire Rapids...).
+    AvxVnni,
+    /// AVX-512 VNNI on 256-bit registers (Ice Lake, Zen 4... without AVX-VNNI).
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// The best set this machine has (detected once).
+    pub(crate) fn detect() -> Isa {
+        static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| {
+            Self::available()
+                .into_iter()
+                .last()
+                .unwrap_or(Isa::Portable)
+        })
+    }
+
+    /// Every set this machine runs, worst first.
+    pub(crate) fn available() -> Vec<Isa> {
+        let mut v = vec![Isa::Portable];
+        if !has_avx2_fma() {
+            return v;
+        }
+        v.push(Isa::Avx2);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512vnni")
+                && std::is_x86_feature_detected!("avx512vl")
+            {
+                v.push(Isa::Avx512Vnni);
+            }
+            if std::is_x86_feature_detected!("avxvnni") {
+                v.push(Isa::AvxVnni);
+            }
+        }
+        v
     }
 }
 
@@ -138,7 +197,7 @@ pub(crate) fn matmul(
     x: &[f32],
     m: usize,
 ) -> Option<Vec<f32>> {
-    matmul_with(fmt, w, n, x, m, has_avx2_fma())
+    matmul_with(fmt, w, n, x, m, Isa::detect())
 }
 
 fn matmul_with(
@@ -147,7 +206,7 @@ fn matmul_with(
     n: usize,
     x: &[f32],
     m: usize,
-    avx: bool,
+    isa: Isa,
 ) -> Option<Vec<f32>> {
     if fmt == WeightFormat::F32 || m == 0 || !x.len().is_multiple_of(m) {
         return None;
@@ -157,7 +216,7 @@ fn matmul_with(
     if k == 0 || !k.is_multiple_of(32) || w.len() != rb * n {
         return None;
     }
-    let xq = QuantRows::new(fmt, x, m);
+    let xq = QuantRows::new(fmt, x, m, isa);
     // Per task: outputs of `per` weight rows for all m activation rows,
     // transposed (weight row major), so tasks write disjoint slices.
     let per = rows_per_task(n, rb * m);
@@ -166,16 +225,19 @@ fn matmul_with(
         let j0 = t * per;
         let rows = out.len() / m;
         let w = &w[j0 * rb..(j0 + rows) * rb];
-        #[cfg(target_arch = "x86_64")]
-        if avx {
-            // SAFETY: AVX2, FMA and F16C were detected at run time; `w`
-            // holds `rows` rows of `rb` bytes, `out` has `rows * m` slots and
-            // `xq` holds m rows of k values in the format's layout.
-            unsafe { avx2::rows(fmt, w, rb, &xq, out) };
-            return;
+        // SAFETY (each arm): the instruction sets were detected at run time
+        // (Isa::available); `w` holds `rows` rows of `rb` bytes, `out` has
+        // `rows * m` slots and `xq` holds m rows of k values in the format's
+        // layout.
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { avx2_int8::rows(fmt, w, rb, &xq, out) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => unsafe { avxvnni::rows(fmt, w, rb, &xq, out) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => unsafe { avx512vnni::rows(fmt, w, rb, &xq, out) },
+            _ => portable::rows(fmt, w, rb, &xq, out),
         }
-        let _ = avx;
-        portable::rows(fmt, w, rb, &xq, out);
     });
     if m == 1 {
         return Some(yt);
@@ -225,25 +287,25 @@ pub(crate) struct QuantRows {
 }
 
 impl QuantRows {
-    /// Quantize the `m` rows of `x` (row-major) for weights in `fmt`.
-    fn new(fmt: WeightFormat, x: &[f32], m: usize) -> Self {
+    /// Quantize the `m` rows of `x` (row-major) for weights in `fmt`;
+    /// `isa` other than portable quantizes with AVX2 (the same codes:
+    /// both round half to even).
+    fn new(fmt: WeightFormat, x: &[f32], m: usize, isa: Isa) -> Self {
         let k = x.len() / m;
         let nb = k / 32;
         let mut codes = vec![0i8; m * k];
         let mut scales = vec![0f32; m * Self::scales_per_row(k)];
+        let simd = isa != Isa::Portable;
         let quantize_row = |((xr, qr), sr): ((&[f32], &mut [i8]), &mut [f32])| {
-            for b in 0..nb {
-                let xs = &xr[32 * b..32 * b + 32];
-                let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
-                let d = amax / 127.0;
-                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-                for (e, v) in xs.iter().enumerate() {
-                    qr[code_index(b, e, nb)] = (v * id).round() as i8;
-                }
+            for (b, xs) in xr.chunks_exact(32).enumerate() {
+                let (d, sum, q) = quantize_block(xs, simd);
+                let (lo, hi) = (code_index(b, 0, nb), code_index(b, 16, nb));
+                qr[lo..lo + 16].copy_from_slice(&q[..16]);
+                qr[hi..hi + 16].copy_from_slice(&q[16..]);
                 let lanes = if b + 1 == nb && nb % 2 == 1 { 8.0 } else { 4.0 };
                 sr[2 * b] = d;
                 if fmt == WeightFormat::Q4_1 {
-                    sr[2 * b + 1] = xs.iter().sum::<f32>() / lanes;
+                    sr[2 * b + 1] = sum / lanes;
                 }
             }
         };
@@ -308,6 +370,65 @@ impl QuantRows {
     fn offsets(&self, r: usize) -> &[i32] {
         let per = 8 * self.k.div_ceil(64);
         self.offsets.get(r * per..(r + 1) * per).unwrap_or(&[])
+    }
+}
+
+/// One block of 32 activations as int8: `(d, sum, codes)` with `d =
+/// max|x| / 127`, codes `x / d` rounded half to even (0 when `d` is 0) and
+/// the f32 sum of the block (summed in another order by the SIMD path).
+fn quantize_block(xs: &[f32], simd: bool) -> (f32, f32, [i8; 32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        let xs: &[f32; 32] = xs.try_into().expect("blocks of 32");
+        // SAFETY: `simd` is set only when AVX2 and FMA were detected.
+        return unsafe { quant_avx2::block(xs) };
+    }
+    let _ = simd;
+    let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut q = [0i8; 32];
+    for (c, v) in q.iter_mut().zip(xs) {
+        *c = (v * id).round_ties_even() as i8;
+    }
+    (d, xs.iter().sum(), q)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod quant_avx2 {
+    use std::arch::x86_64::*;
+
+    /// [`super::quantize_block`] on AVX2: the same `d` and codes
+    /// (`cvtps2dq` rounds half to even under the default MXCSR).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn block(xs: &[f32; 32]) -> (f32, f32, [i8; 32]) {
+        // SAFETY: four 8-lane loads inside the 32-value array.
+        let v: [__m256; 4] =
+            std::array::from_fn(|i| unsafe { _mm256_loadu_ps(xs.as_ptr().add(8 * i)) });
+        let sign = _mm256_set1_ps(-0.0);
+        let a = |i: usize| _mm256_andnot_ps(sign, v[i]);
+        let m8 = _mm256_max_ps(_mm256_max_ps(a(0), a(1)), _mm256_max_ps(a(2), a(3)));
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps::<1>(m8));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        let q: [__m256i; 4] = std::array::from_fn(|i| _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)));
+        // packs work per 128-bit lane: the bytes come out as 4-element
+        // groups 0, 2, 4, 6 | 1, 3, 5, 7; one permute restores the order.
+        let p = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let mut codes = [0i8; 32];
+        // SAFETY: one 32-byte store into the 32-byte array.
+        unsafe { _mm256_storeu_si256(codes.as_mut_ptr() as *mut __m256i, p) };
+        let s8 = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        let sum = _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<1>(s2, s2)));
+        (d, sum, codes)
     }
 }
 
@@ -413,11 +534,12 @@ mod portable {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{QuantRows, WeightFormat};
+    //! f32 GEMV rows (AVX2 + FMA); the int8 kernels are generated by
+    //! `int8_kernels!`.
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn hsum(v: __m256) -> f32 {
+    pub(super) fn hsum(v: __m256) -> f32 {
         let lo = _mm256_castps256_ps128(v);
         let hi = _mm256_extractf128_ps::<1>(v);
         let s = _mm_add_ps(lo, hi);
@@ -472,334 +594,439 @@ mod avx2 {
             s
         }
     }
-
-    const Q8_0: u8 = 0;
-    const Q4_0: u8 = 1;
-    const Q4_1: u8 = 2;
-
-    /// Bytes of one block.
-    const fn block_bytes(f: u8) -> usize {
-        match f {
-            Q8_0 => 34,
-            Q4_0 => 18,
-            _ => 20,
-        }
-    }
-
-    // Loads: `_mm*_lddqu_si*` (unaligned, like loadu). stdarch implements
-    // the `loadu` intrinsics with `ptr::copy_nonoverlapping`, whose
-    // precondition checks (on in the dev profile the product builds with)
-    // put a branch pair on every load of these loops and cost about half
-    // their speed; `lddqu` maps straight to the instruction.
-
-    /// 16 bytes at `p`.
-    ///
-    /// # Safety
-    /// `p..p + 16` is readable.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn load16<T>(p: *const T) -> __m128i {
-        // SAFETY: the caller's contract.
-        unsafe { _mm_lddqu_si128(p as *const __m128i) }
-    }
-
-    /// 32 bytes at `p`.
-    ///
-    /// # Safety
-    /// `p..p + 32` is readable.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn load32<T>(p: *const T) -> __m256i {
-        // SAFETY: the caller's contract.
-        unsafe { _mm256_lddqu_si256(p as *const __m256i) }
-    }
-
-    /// The f16 scales of blocks `a` and `b` (their first 16 bytes) as f16
-    /// pairs in 32-bit lanes 0 and 1: `(d, m)` for Q4_1, `(d, +0)` for the
-    /// others (whose second f16 slot holds quants).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    fn scale_pairs<const F: u8>(a: __m128i, b: __m128i) -> __m128i {
-        let dm = _mm_unpacklo_epi32(a, b);
-        if F == Q4_1 {
-            dm
-        } else {
-            _mm_blend_epi16::<0b1010_1010>(dm, _mm_setzero_si128())
-        }
-    }
-
-    /// The weights of blocks `a` and `b` in the activation pair layout:
-    /// (`A[0..16] B[0..16]`, `A[16..32] B[16..32]`).
-    ///
-    /// # Safety
-    /// AVX2 available; `a` and `b` point at whole blocks.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn unpack_pair<const F: u8>(a: *const u8, b: *const u8) -> (__m256i, __m256i) {
-        // SAFETY: the 16-byte loads stay inside the blocks: nibbles at 2..18
-        // (Q4_0) or 4..20 (Q4_1), quants at 2..34 (Q8_0).
-        unsafe {
-            if F == Q8_0 {
-                let l = _mm256_set_m128i(load16(b.wrapping_add(2)), load16(a.wrapping_add(2)));
-                let h = _mm256_set_m128i(load16(b.wrapping_add(18)), load16(a.wrapping_add(18)));
-                return (l, h);
-            }
-            let off = if F == Q4_1 { 4 } else { 2 };
-            let v = _mm256_set_m128i(load16(b.wrapping_add(off)), load16(a.wrapping_add(off)));
-            let m4 = _mm256_set1_epi8(0x0f);
-            (
-                _mm256_and_si256(v, m4),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-            )
-        }
-    }
-
-    /// The weights of one block in plain element order.
-    ///
-    /// # Safety
-    /// AVX2 available; `a` points at a whole block.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn unpack_one<const F: u8>(a: *const u8) -> __m256i {
-        // SAFETY: as in `unpack_pair`.
-        unsafe {
-            if F == Q8_0 {
-                return load32(a.wrapping_add(2));
-            }
-            let off = if F == Q4_1 { 4 } else { 2 };
-            let raw = load16(a.wrapping_add(off));
-            let m4 = _mm_set1_epi8(0x0f);
-            _mm256_set_m128i(
-                _mm_and_si128(_mm_srli_epi16::<4>(raw), m4),
-                _mm_and_si128(raw, m4),
-            )
-        }
-    }
-
-    /// `sum w * x` over byte pairs and quads, as 8 i32 partial sums of 4
-    /// products each.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    fn dot_i8<const F: u8>(w: __m256i, x: __m256i) -> __m256i {
-        let ones = _mm256_set1_epi16(1);
-        if F == Q8_0 {
-            // maddubs needs an unsigned operand: |w| and x carrying w's
-            // sign (|-128| reads as the unsigned 128).
-            let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-            return _mm256_madd_epi16(p, ones);
-        }
-        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones)
-    }
-
-    /// The pair's i32 sums: lanes 0-3 block `A`, 4-7 block `B`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    fn dot_pair<const F: u8>(l: __m256i, h: __m256i, xl: __m256i, xh: __m256i) -> __m256i {
-        if F == Q8_0 {
-            // 2 * 128 * 127 per i16 pair: the halves must widen separately.
-            return _mm256_add_epi32(dot_i8::<F>(l, xl), dot_i8::<F>(h, xh));
-        }
-        // Nibbles: at most 4 * 15 * 127 per i16 lane, no saturation.
-        let ones = _mm256_set1_epi16(1);
-        let p = _mm256_add_epi16(_mm256_maddubs_epi16(l, xl), _mm256_maddubs_epi16(h, xh));
-        _mm256_madd_epi16(p, ones)
-    }
-
-    /// Dot products of `RX` activation rows with `RW` weight rows:
-    /// `out[i][r]` = weight row `w[r]` . activation row `x[i]`.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C available; each `w[r]` points at `nb` blocks of
-    /// format `F`; each `x[i]` at `32 * nb` codes, each `xs[i]` at
-    /// `4 * ceil(nb / 2)` scales and, for Q4_0, each `xo[i]` at
-    /// `8 * ceil(nb / 2)` offsets of a [`QuantRows`] row made for `F`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile<const F: u8, const RX: usize, const RW: usize>(
-        w: [*const u8; RW],
-        x: [*const i8; RX],
-        xs: [*const f32; RX],
-        xo: [*const i32; RX],
-        nb: usize,
-    ) -> [[f32; RW]; RX] {
-        let bb = block_bytes(F);
-        let mut acc = [[_mm256_setzero_ps(); RW]; RX];
-        // d_w d_x of block A to lanes 0-3, of B to 4-7; then the minimum terms.
-        let to_scale = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
-        let to_min = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
-        // SAFETY: pair p reads blocks 2p and 2p + 1 < nb of every weight
-        // row, codes 64p..64p + 64, scales 4p..4p + 4 and (Q4_0) offsets
-        // 8p..8p + 8 of every activation row; the odd last block reads
-        // block nb - 1, codes 32 (nb - 1).. + 32, scales 4 (nb / 2).. + 4
-        // and offsets 8 (nb / 2).. + 8 (the contract). The 16-byte scale
-        // loads at a block's start stay inside it (blocks are 18 to 34
-        // bytes).
-        unsafe {
-            for p in 0..nb / 2 {
-                for r in 0..RW {
-                    let a = w[r].wrapping_add(2 * p * bb);
-                    let b = a.wrapping_add(bb);
-                    let (l, h) = unpack_pair::<F>(a, b);
-                    let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
-                    for i in 0..RX {
-                        let xp = x[i].wrapping_add(64 * p);
-                        let mut s = dot_pair::<F>(l, h, load32(xp), load32(xp.wrapping_add(32)));
-                        if F == Q4_0 {
-                            s = _mm256_sub_epi32(s, load32(xo[i].wrapping_add(8 * p)));
-                        }
-                        let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
-                        let sc = _mm256_castps128_ps256(_mm_mul_ps(dm, xsc));
-                        let mut v = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(s),
-                            _mm256_permutevar8x32_ps(sc, to_scale),
-                            acc[i][r],
-                        );
-                        if F == Q4_1 {
-                            v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(sc, to_min));
-                        }
-                        acc[i][r] = v;
-                    }
-                }
-            }
-            if nb % 2 == 1 {
-                let (b, p) = (nb - 1, nb / 2);
-                for r in 0..RW {
-                    let a = w[r].wrapping_add(b * bb);
-                    let wv = unpack_one::<F>(a);
-                    let first = load16(a);
-                    let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
-                    for i in 0..RX {
-                        let mut s = dot_i8::<F>(wv, load32(x[i].wrapping_add(32 * b)));
-                        if F == Q4_0 {
-                            s = _mm256_sub_epi32(s, load32(xo[i].wrapping_add(8 * p)));
-                        }
-                        let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
-                        let sc = _mm_mul_ps(dm, xsc);
-                        let mut v = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(s),
-                            _mm256_broadcastss_ps(sc),
-                            acc[i][r],
-                        );
-                        if F == Q4_1 {
-                            let m = _mm_shuffle_ps::<0b01_01_01_01>(sc, sc);
-                            v = _mm256_add_ps(v, _mm256_set_m128(m, m));
-                        }
-                        acc[i][r] = v;
-                    }
-                }
-            }
-        }
-        let mut out = [[0f32; RW]; RX];
-        for i in 0..RX {
-            for r in 0..RW {
-                out[i][r] = hsum(acc[i][r]);
-            }
-        }
-        out
-    }
-
-    /// Run one `RX x RW` tile at activation row `i0`, weight row `j0`.
-    ///
-    /// # Safety
-    /// As [`rows`]; `i0 + RX <= xq.m` and `j0 + RW` rows fit in `w`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn run_tile<const F: u8, const RX: usize, const RW: usize>(
-        w: &[u8],
-        rb: usize,
-        xq: &QuantRows,
-        i0: usize,
-        j0: usize,
-        out: &mut [f32],
-    ) {
-        let wp: [*const u8; RW] = std::array::from_fn(|r| w[(j0 + r) * rb..].as_ptr());
-        let xp: [*const i8; RX] = std::array::from_fn(|i| xq.codes(i0 + i).as_ptr());
-        let sp: [*const f32; RX] = std::array::from_fn(|i| xq.scales(i0 + i).as_ptr());
-        let op: [*const i32; RX] = std::array::from_fn(|i| xq.offsets(i0 + i).as_ptr());
-        // SAFETY: the pointers start whole rows of the lengths `tile` needs
-        // (slicing above checked the starts; rows are rb = nb blocks; the
-        // offsets are read for Q4_0 only, whose QuantRows has them).
-        let y = unsafe { tile::<F, RX, RW>(wp, xp, sp, op, xq.k / 32) };
-        for (i, yr) in y.iter().enumerate() {
-            for (r, v) in yr.iter().enumerate() {
-                out[(j0 + r) * xq.m + i0 + i] = *v;
-            }
-        }
-    }
-
-    /// # Safety
-    /// As [`rows`], with `F` the format's code.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn rows_f<const F: u8>(w: &[u8], rb: usize, xq: &QuantRows, out: &mut [f32]) {
-        let n = w.len() / rb;
-        let m = xq.m;
-        // SAFETY (every tile): rows j..j + RW < n of `w` and activation
-        // rows i..i + RX < m, checked by the loop bounds.
-        unsafe {
-            if m == 1 {
-                let mut j = 0;
-                while j + 4 <= n {
-                    run_tile::<F, 1, 4>(w, rb, xq, 0, j, out);
-                    j += 4;
-                }
-                for j in j..n {
-                    run_tile::<F, 1, 1>(w, rb, xq, 0, j, out);
-                }
-                return;
-            }
-            let mut i = 0;
-            while i < m {
-                let mut j = 0;
-                if i + 4 <= m {
-                    while j + 2 <= n {
-                        run_tile::<F, 4, 2>(w, rb, xq, i, j, out);
-                        j += 2;
-                    }
-                    for j in j..n {
-                        run_tile::<F, 4, 1>(w, rb, xq, i, j, out);
-                    }
-                    i += 4;
-                } else {
-                    while j + 2 <= n {
-                        run_tile::<F, 1, 2>(w, rb, xq, i, j, out);
-                        j += 2;
-                    }
-                    for j in j..n {
-                        run_tile::<F, 1, 1>(w, rb, xq, i, j, out);
-                    }
-                    i += 1;
-                }
-            }
-        }
-    }
-
-    /// All activation rows of `xq` against the weight rows in `w` (`rb`
-    /// bytes each, `fmt` blocks); `out[j * m + r]` = weight row j .
-    /// activation row r.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C available; `xq` was made for `fmt` with `rb` =
-    /// `fmt.row_bytes(xq.k)`; `out` has `m` slots per weight row.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn rows(
-        fmt: WeightFormat,
-        w: &[u8],
-        rb: usize,
-        xq: &QuantRows,
-        out: &mut [f32],
-    ) {
-        assert!(rb == fmt.row_bytes(xq.k) && out.len() == w.len() / rb * xq.m);
-        assert!(fmt != WeightFormat::Q4_0 || xq.offsets.len() == xq.m * 8 * xq.k.div_ceil(64));
-        // SAFETY: the caller's contract; the assert checks the lengths.
-        unsafe {
-            match fmt {
-                WeightFormat::Q8_0 => rows_f::<Q8_0>(w, rb, xq, out),
-                WeightFormat::Q4_0 => rows_f::<Q4_0>(w, rb, xq, out),
-                WeightFormat::Q4_1 => rows_f::<Q4_1>(w, rb, xq, out),
-                // matmul_with sends f32 weights to dot_f32, never here.
-                WeightFormat::F32 => {}
-            }
-        }
-    }
 }
+
+/// The int8 kernels for one x86 instruction set: `$features` for
+/// `target_feature`, `$dot4(acc, u8s, i8s)` adding the 4-product sums of
+/// each i32 lane, and `$vnni` when that is one instruction (both nibble
+/// halves then go through it; without VNNI they add as i16 first).
+#[cfg(target_arch = "x86_64")]
+macro_rules! int8_kernels {
+    ($name:ident, $features:literal, $dot4:path, $vnni:literal) => {
+        mod $name {
+            use super::avx2::hsum;
+            use super::{QuantRows, WeightFormat};
+            use std::arch::x86_64::*;
+
+            const Q8_0: u8 = 0;
+            const Q4_0: u8 = 1;
+            const Q4_1: u8 = 2;
+
+            /// Bytes of one block.
+            const fn block_bytes(f: u8) -> usize {
+                match f {
+                    Q8_0 => 34,
+                    Q4_0 => 18,
+                    _ => 20,
+                }
+            }
+
+            // Loads: `_mm*_lddqu_si*` (unaligned, like loadu). stdarch implements
+            // the `loadu` intrinsics with `ptr::copy_nonoverlapping`, whose
+            // precondition checks (on in the dev profile the product builds with)
+            // put a branch pair on every load of these loops and cost about half
+            // their speed; `lddqu` maps straight to the instruction.
+
+            /// 16 bytes at `p`.
+            ///
+            /// # Safety
+            /// `p..p + 16` is readable.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn load16<T>(p: *const T) -> __m128i {
+                // SAFETY: the caller's contract.
+                unsafe { _mm_lddqu_si128(p as *const __m128i) }
+            }
+
+            /// 32 bytes at `p`.
+            ///
+            /// # Safety
+            /// `p..p + 32` is readable.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn load32<T>(p: *const T) -> __m256i {
+                // SAFETY: the caller's contract.
+                unsafe { _mm256_lddqu_si256(p as *const __m256i) }
+            }
+
+            /// The f16 scales of blocks `a` and `b` (their first 16 bytes) as f16
+            /// pairs in 32-bit lanes 0 and 1: `(d, m)` for Q4_1, `(d, +0)` for the
+            /// others (whose second f16 slot holds quants).
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn scale_pairs<const F: u8>(a: __m128i, b: __m128i) -> __m128i {
+                let dm = _mm_unpacklo_epi32(a, b);
+                if F == Q4_1 {
+                    dm
+                } else {
+                    _mm_blend_epi16::<0b1010_1010>(dm, _mm_setzero_si128())
+                }
+            }
+
+            /// The weights of blocks `a` and `b` in the activation pair layout:
+            /// (`A[0..16] B[0..16]`, `A[16..32] B[16..32]`).
+            ///
+            /// # Safety
+            /// AVX2 available; `a` and `b` point at whole blocks.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn unpack_pair<const F: u8>(a: *const u8, b: *const u8) -> (__m256i, __m256i) {
+                // SAFETY: the 16-byte loads stay inside the blocks: nibbles at 2..18
+                // (Q4_0) or 4..20 (Q4_1), quants at 2..34 (Q8_0).
+                unsafe {
+                    if F == Q8_0 {
+                        let l =
+                            _mm256_set_m128i(load16(b.wrapping_add(2)), load16(a.wrapping_add(2)));
+                        let h = _mm256_set_m128i(
+                            load16(b.wrapping_add(18)),
+                            load16(a.wrapping_add(18)),
+                        );
+                        return (l, h);
+                    }
+                    let off = if F == Q4_1 { 4 } else { 2 };
+                    let v =
+                        _mm256_set_m128i(load16(b.wrapping_add(off)), load16(a.wrapping_add(off)));
+                    let m4 = _mm256_set1_epi8(0x0f);
+                    (
+                        _mm256_and_si256(v, m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                    )
+                }
+            }
+
+            /// The weights of one block in plain element order.
+            ///
+            /// # Safety
+            /// AVX2 available; `a` points at a whole block.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn unpack_one<const F: u8>(a: *const u8) -> __m256i {
+                // SAFETY: as in `unpack_pair`.
+                unsafe {
+                    if F == Q8_0 {
+                        return load32(a.wrapping_add(2));
+                    }
+                    let off = if F == Q4_1 { 4 } else { 2 };
+                    let raw = load16(a.wrapping_add(off));
+                    let m4 = _mm_set1_epi8(0x0f);
+                    _mm256_set_m128i(
+                        _mm_and_si128(_mm_srli_epi16::<4>(raw), m4),
+                        _mm_and_si128(raw, m4),
+                    )
+                }
+            }
+
+            /// `sum w * x` over byte quads, as 8 i32 partial sums of 4 products
+            /// each, added to `acc`.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn dot_i8<const F: u8>(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+                if F == Q8_0 {
+                    // The unsigned operand must be |w|, and x carries w's sign
+                    // (|-128| reads as the unsigned 128).
+                    return $dot4(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+                }
+                $dot4(acc, w, x)
+            }
+
+            /// The pair's i32 sums: lanes 0-3 block `A`, 4-7 block `B`, added to
+            /// `acc`.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn dot_pair<const F: u8>(
+                acc: __m256i,
+                l: __m256i,
+                h: __m256i,
+                xl: __m256i,
+                xh: __m256i,
+            ) -> __m256i {
+                if $vnni || F == Q8_0 {
+                    return dot_i8::<F>(dot_i8::<F>(acc, l, xl), h, xh);
+                }
+                // Nibbles on maddubs: at most 4 * 15 * 127 per i16 lane, so both
+                // halves add as i16 before one widening.
+                let ones = _mm256_set1_epi16(1);
+                let p = _mm256_add_epi16(_mm256_maddubs_epi16(l, xl), _mm256_maddubs_epi16(h, xh));
+                _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones))
+            }
+
+            /// Dot products of `RX` activation rows with `RW` weight rows:
+            /// `out[i][r]` = weight row `w[r]` . activation row `x[i]`.
+            ///
+            /// # Safety
+            /// AVX2, FMA and F16C available; each `w[r]` points at `nb` blocks of
+            /// format `F`; each `x[i]` at `32 * nb` codes, each `xs[i]` at
+            /// `4 * ceil(nb / 2)` scales and, for Q4_0, each `xo[i]` at
+            /// `8 * ceil(nb / 2)` offsets of a [`QuantRows`] row made for `F`.
+            #[target_feature(enable = $features)]
+            unsafe fn tile<const F: u8, const RX: usize, const RW: usize>(
+                w: [*const u8; RW],
+                x: [*const i8; RX],
+                xs: [*const f32; RX],
+                xo: [*const i32; RX],
+                nb: usize,
+            ) -> [[f32; RW]; RX] {
+                let bb = block_bytes(F);
+                let mut acc = [[_mm256_setzero_ps(); RW]; RX];
+                // d_w d_x of block A to lanes 0-3, of B to 4-7; then the minimum terms.
+                let to_scale = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+                let to_min = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+                // SAFETY: pair p reads blocks 2p and 2p + 1 < nb of every weight
+                // row, codes 64p..64p + 64, scales 4p..4p + 4 and (Q4_0) offsets
+                // 8p..8p + 8 of every activation row; the odd last block reads
+                // block nb - 1, codes 32 (nb - 1).. + 32, scales 4 (nb / 2).. + 4
+                // and offsets 8 (nb / 2).. + 8 (the contract). The 16-byte scale
+                // loads at a block's start stay inside it (blocks are 18 to 34
+                // bytes).
+                unsafe {
+                    // Software prefetch two tiles ahead: the tile's RW rows are RW
+                    // short interleaved streams (a few hundred bytes each), which
+                    // the hardware prefetchers follow too late to keep DRAM busy
+                    // (one tile ahead: about 1.5x the weight throughput of none on
+                    // one thread streaming 256 MB; two tiles a little more).
+                    // Prefetches never fault, so running past the rows is harmless.
+                    let pf = 2 * RW * nb * bb;
+                    for p in 0..nb / 2 {
+                        for r in 0..RW {
+                            let a = w[r].wrapping_add(2 * p * bb);
+                            let b = a.wrapping_add(bb);
+                            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
+                            let (l, h) = unpack_pair::<F>(a, b);
+                            let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
+                            for i in 0..RX {
+                                let xp = x[i].wrapping_add(64 * p);
+                                // Q4_0: start from minus the offset term.
+                                let init = if F == Q4_0 {
+                                    _mm256_sub_epi32(
+                                        _mm256_setzero_si256(),
+                                        load32(xo[i].wrapping_add(8 * p)),
+                                    )
+                                } else {
+                                    _mm256_setzero_si256()
+                                };
+                                let s = dot_pair::<F>(
+                                    init,
+                                    l,
+                                    h,
+                                    load32(xp),
+                                    load32(xp.wrapping_add(32)),
+                                );
+                                let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
+                                let sc = _mm256_castps128_ps256(_mm_mul_ps(dm, xsc));
+                                let mut v = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(s),
+                                    _mm256_permutevar8x32_ps(sc, to_scale),
+                                    acc[i][r],
+                                );
+                                if F == Q4_1 {
+                                    v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(sc, to_min));
+                                }
+                                acc[i][r] = v;
+                            }
+                        }
+                    }
+                    if nb % 2 == 1 {
+                        let (b, p) = (nb - 1, nb / 2);
+                        for r in 0..RW {
+                            let a = w[r].wrapping_add(b * bb);
+                            let wv = unpack_one::<F>(a);
+                            let first = load16(a);
+                            let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
+                            for i in 0..RX {
+                                let init = if F == Q4_0 {
+                                    _mm256_sub_epi32(
+                                        _mm256_setzero_si256(),
+                                        load32(xo[i].wrapping_add(8 * p)),
+                                    )
+                                } else {
+                                    _mm256_setzero_si256()
+                                };
+                                let s = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
+                                let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
+                                let sc = _mm_mul_ps(dm, xsc);
+                                let mut v = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(s),
+                                    _mm256_broadcastss_ps(sc),
+                                    acc[i][r],
+                                );
+                                if F == Q4_1 {
+                                    let m = _mm_shuffle_ps::<0b01_01_01_01>(sc, sc);
+                                    v = _mm256_add_ps(v, _mm256_set_m128(m, m));
+                                }
+                                acc[i][r] = v;
+                            }
+                        }
+                    }
+                }
+                let mut out = [[0f32; RW]; RX];
+                for i in 0..RX {
+                    for r in 0..RW {
+                        out[i][r] = hsum(acc[i][r]);
+                    }
+                }
+                out
+            }
+
+            /// Run one `RX x RW` tile at activation row `i0`, weight row `j0`.
+            ///
+            /// # Safety
+            /// As [`rows`]; `i0 + RX <= xq.m` and `j0 + RW` rows fit in `w`.
+            #[target_feature(enable = $features)]
+            unsafe fn run_tile<const F: u8, const RX: usize, const RW: usize>(
+                w: &[u8],
+                rb: usize,
+                xq: &QuantRows,
+                i0: usize,
+                j0: usize,
+                out: &mut [f32],
+            ) {
+                let wp: [*const u8; RW] = std::array::from_fn(|r| w[(j0 + r) * rb..].as_ptr());
+                let xp: [*const i8; RX] = std::array::from_fn(|i| xq.codes(i0 + i).as_ptr());
+                let sp: [*const f32; RX] = std::array::from_fn(|i| xq.scales(i0 + i).as_ptr());
+                let op: [*const i32; RX] = std::array::from_fn(|i| xq.offsets(i0 + i).as_ptr());
+                // SAFETY: the pointers start whole rows of the lengths `tile` needs
+                // (slicing above checked the starts; rows are rb = nb blocks; the
+                // offsets are read for Q4_0 only, whose QuantRows has them).
+                let y = unsafe { tile::<F, RX, RW>(wp, xp, sp, op, xq.k / 32) };
+                for (i, yr) in y.iter().enumerate() {
+                    for (r, v) in yr.iter().enumerate() {
+                        out[(j0 + r) * xq.m + i0 + i] = *v;
+                    }
+                }
+            }
+
+            /// # Safety
+            /// As [`rows`], with `F` the format's code.
+            #[target_feature(enable = $features)]
+            unsafe fn rows_f<const F: u8>(w: &[u8], rb: usize, xq: &QuantRows, out: &mut [f32]) {
+                let n = w.len() / rb;
+                let m = xq.m;
+                // SAFETY (every tile): rows j..j + RW < n of `w` and activation
+                // rows i..i + RX < m, checked by the loop bounds.
+                unsafe {
+                    if m == 1 {
+                        let mut j = 0;
+                        while j + 4 <= n {
+                            run_tile::<F, 1, 4>(w, rb, xq, 0, j, out);
+                            j += 4;
+                        }
+                        for j in j..n {
+                            run_tile::<F, 1, 1>(w, rb, xq, 0, j, out);
+                        }
+                        return;
+                    }
+                    let mut i = 0;
+                    while i < m {
+                        let mut j = 0;
+                        if i + 4 <= m {
+                            while j + 2 <= n {
+                                run_tile::<F, 4, 2>(w, rb, xq, i, j, out);
+                                j += 2;
+                            }
+                            for j in j..n {
+                                run_tile::<F, 4, 1>(w, rb, xq, i, j, out);
+                            }
+                            i += 4;
+                        } else {
+                            while j + 2 <= n {
+                                run_tile::<F, 1, 2>(w, rb, xq, i, j, out);
+                                j += 2;
+                            }
+                            for j in j..n {
+                                run_tile::<F, 1, 1>(w, rb, xq, i, j, out);
+                            }
+                            i += 1;
+                        }
+                    }
+                }
+            }
+
+            /// All activation rows of `xq` against the weight rows in `w` (`rb`
+            /// bytes each, `fmt` blocks); `out[j * m + r]` = weight row j .
+            /// activation row r.
+            ///
+            /// # Safety
+            /// AVX2, FMA and F16C available; `xq` was made for `fmt` with `rb` =
+            /// `fmt.row_bytes(xq.k)`; `out` has `m` slots per weight row.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn rows(
+                fmt: WeightFormat,
+                w: &[u8],
+                rb: usize,
+                xq: &QuantRows,
+                out: &mut [f32],
+            ) {
+                assert!(rb == fmt.row_bytes(xq.k) && out.len() == w.len() / rb * xq.m);
+                assert!(
+                    fmt != WeightFormat::Q4_0 || xq.offsets.len() == xq.m * 8 * xq.k.div_ceil(64)
+                );
+                // SAFETY: the caller's contract; the assert checks the lengths.
+                unsafe {
+                    match fmt {
+                        WeightFormat::Q8_0 => rows_f::<Q8_0>(w, rb, xq, out),
+                        WeightFormat::Q4_0 => rows_f::<Q4_0>(w, rb, xq, out),
+                        WeightFormat::Q4_1 => rows_f::<Q4_1>(w, rb, xq, out),
+                        // matmul_with sends f32 weights to dot_f32, never here.
+                        WeightFormat::F32 => {}
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// `acc + madd(maddubs(u, s), 1)`: exact while no i16 pair saturates,
+/// which the kernels' operands guarantee (|u| <= 128, |s| <= 127).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn dot4_avx2(
+    acc: std::arch::x86_64::__m256i,
+    u: std::arch::x86_64::__m256i,
+    s: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    _mm256_add_epi32(
+        acc,
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)),
+    )
+}
+
+/// `vpdpbusd` (AVX-VNNI).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avxvnni")]
+#[inline]
+fn dot4_avxvnni(
+    acc: std::arch::x86_64::__m256i,
+    u: std::arch::x86_64::__m256i,
+    s: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m256i {
+    std::arch::x86_64::_mm256_dpbusd_avx_epi32(acc, u, s)
+}
+
+/// `vpdpbusd` (AVX-512 VNNI, 256-bit form).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+#[inline]
+fn dot4_avx512vnni(
+    acc: std::arch::x86_64::__m256i,
+    u: std::arch::x86_64::__m256i,
+    s: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m256i {
+    std::arch::x86_64::_mm256_dpbusd_epi32(acc, u, s)
+}
+
+#[cfg(target_arch = "x86_64")]
+int8_kernels!(avx2_int8, "avx2,fma,f16c", super::dot4_avx2, false);
+#[cfg(target_arch = "x86_64")]
+int8_kernels!(avxvnni, "avx2,fma,f16c,avxvnni", super::dot4_avxvnni, true);
+#[cfg(target_arch = "x86_64")]
+int8_kernels!(
+    avx512vnni,
+    "avx2,fma,f16c,avx512vnni,avx512vl",
+    super::dot4_avx512vnni,
+    true
+);
 
 #[cfg(test)]
 mod tests {
@@ -901,13 +1128,9 @@ mod tests {
         x
     }
 
-    /// Both code paths where this machine has them.
-    fn paths() -> Vec<bool> {
-        if has_avx2_fma() {
-            vec![true, false]
-        } else {
-            vec![false]
-        }
+    /// Every instruction set this machine runs.
+    fn paths() -> Vec<Isa> {
+        Isa::available()
     }
 
     /// Against f64 arithmetic on the dequantized weights and the exact
@@ -928,8 +1151,8 @@ mod tests {
                     let dec: Vec<_> = (0..n).map(|j| decode(fmt, &w[j * rb..][..rb])).collect();
                     for m in 1..=9 {
                         let x = activations(m, k, 7 * m as u32);
-                        for avx in paths() {
-                            let y = matmul_with(fmt, &w, n, &x, m, avx).expect("shapes fit");
+                        for isa in paths() {
+                            let y = matmul_with(fmt, &w, n, &x, m, isa).expect("shapes fit");
                             for r in 0..m {
                                 let xr = &x[r * k..(r + 1) * k];
                                 for (j, blocks) in dec.iter().enumerate() {
@@ -951,7 +1174,7 @@ mod tests {
                                     let tol = bound + 1e-5 * mag + 1e-6;
                                     assert!(
                                         (got - want).abs() <= tol,
-                                        "{fmt:?} avx={avx} k={k} n={n} m={m} [{r}, {j}]: \
+                                        "{fmt:?} isa={isa:?} k={k} n={n} m={m} [{r}, {j}]: \
                                          {got} vs {want} (bound {tol})"
                                     );
                                 }
@@ -974,8 +1197,8 @@ mod tests {
         for fmt in QFORMATS {
             let w = blocks(fmt, n, k, 4);
             let rb = fmt.row_bytes(k);
-            for avx in paths() {
-                let y = matmul_with(fmt, &w, n, &x, m, avx).expect("shapes fit");
+            for isa in paths() {
+                let y = matmul_with(fmt, &w, n, &x, m, isa).expect("shapes fit");
                 for r in 0..m {
                     for j in 0..n {
                         let (mut want, mut mag) = (0f64, 0f64);
@@ -985,7 +1208,10 @@ mod tests {
                             let xs = &x[r * k + 32 * b..][..32];
                             let dx = xs.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
                             let id = if dx > 0.0 { 1.0 / dx } else { 0.0 };
-                            let q: Vec<i64> = xs.iter().map(|v| (v * id).round() as i64).collect();
+                            let q: Vec<i64> = xs
+                                .iter()
+                                .map(|v| (v * id).round_ties_even() as i64)
+                                .collect();
                             let s: i64 = codes.iter().zip(&q).map(|(c, qv)| c * qv).sum();
                             let sx: f64 = xs.iter().map(|v| *v as f64).sum();
                             let t = d * dx as f64 * s as f64 + mn * sx;
@@ -995,7 +1221,7 @@ mod tests {
                         let got = y[r * n + j] as f64;
                         assert!(
                             (got - want).abs() <= 1e-5 * mag + 1e-6,
-                            "{fmt:?} avx={avx} [{r}, {j}]: {got} vs {want}"
+                            "{fmt:?} isa={isa:?} [{r}, {j}]: {got} vs {want}"
                         );
                     }
                 }
@@ -1012,17 +1238,47 @@ mod tests {
                 let w = blocks(fmt, n, k, 11);
                 for m in 1..=9 {
                     let x = activations(m, k, 5);
-                    for avx in paths() {
-                        let y = matmul_with(fmt, &w, n, &x, m, avx).expect("shapes fit");
+                    for isa in paths() {
+                        let y = matmul_with(fmt, &w, n, &x, m, isa).expect("shapes fit");
                         for r in 0..m {
-                            let one = matmul_with(fmt, &w, n, &x[r * k..(r + 1) * k], 1, avx)
+                            let one = matmul_with(fmt, &w, n, &x[r * k..(r + 1) * k], 1, isa)
                                 .expect("shapes fit");
                             let got: Vec<u32> =
                                 y[r * n..(r + 1) * n].iter().map(|v| v.to_bits()).collect();
                             let want: Vec<u32> = one.iter().map(|v| v.to_bits()).collect();
-                            assert_eq!(got, want, "{fmt:?} avx={avx} n={n} k={k} m={m} row {r}");
+                            assert_eq!(got, want, "{fmt:?} isa={isa:?} n={n} k={k} m={m} row {r}");
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// The SIMD paths (AVX2 maddubs, AVX-VNNI, AVX-512 VNNI) form the same
+    /// integer sums and add them in the same order: equal bit for bit.
+    #[test]
+    fn simd_paths_agree_bit_for_bit() {
+        let simd: Vec<Isa> = paths()
+            .into_iter()
+            .filter(|i| *i != Isa::Portable)
+            .collect();
+        for fmt in QFORMATS {
+            for (n, k, m) in [(13usize, 96usize, 1usize), (9, 576, 5), (40, 160, 2)] {
+                let w = blocks(fmt, n, k, 21);
+                let x = activations(m, k, 8);
+                let ys: Vec<Vec<u32>> = simd
+                    .iter()
+                    .map(|isa| {
+                        let y = matmul_with(fmt, &w, n, &x, m, *isa).expect("shapes fit");
+                        y.iter().map(|v| v.to_bits()).collect()
+                    })
+                    .collect();
+                for (isa, y) in simd.iter().zip(&ys) {
+                    assert_eq!(
+                        y, &ys[0],
+                        "{fmt:?} {isa:?} vs {:?} n={n} k={k} m={m}",
+                        simd[0]
+                    );
                 }
             }
         }
