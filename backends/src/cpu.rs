@@ -828,6 +828,13 @@ impl Backend for CpuBackend {
     fn execute(&self, op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         self.exec(op, inputs)
     }
+
+    fn run_batch(&self, f: &mut (dyn FnMut() + Send)) {
+        // On a worker of rayon's pool (where the kernels fork): each op's
+        // split runs half on this thread and joins without a sleep/wake
+        // of the caller. Already on a worker, this runs inline.
+        rayon::scope(|_| f());
+    }
 }
 
 fn candle_features() -> &'static str {

@@ -74,4 +74,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
+    /// Run `f`, which issues many ops in a row (a model's forward pass),
+    /// where this backend issues them cheapest. The CPU backend runs it on
+    /// one of its worker threads, so each op's parallel split joins on a
+    /// worker instead of putting the calling thread to sleep and waking it
+    /// once per op. The default calls `f` on the calling thread.
+    fn run_batch(&self, f: &mut (dyn FnMut() + Send)) {
+        f()
+    }
 }

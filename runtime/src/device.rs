@@ -224,6 +224,28 @@ impl Device {
         Ok(placed)
     }
 
+    /// Run `f` (a forward pass: many ops in a row) the way the placed
+    /// backend issues ops cheapest ([`Backend::run_batch`]): on the CPU, on
+    /// a worker of its thread pool. Results are the same as calling `f`
+    /// directly; `f` should not block on anything but its own ops.
+    pub fn batch<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        let mut f = Some(f);
+        let mut out = None;
+        self.primary.run_batch(&mut || {
+            if let Some(f) = f.take() {
+                out = Some(f());
+            }
+        });
+        match out {
+            Some(r) => r,
+            // A backend that did not call the closure: run it here.
+            None => match f.take() {
+                Some(f) => f(),
+                None => unreachable!("the closure ran but left no result"),
+            },
+        }
+    }
+
     /// Whether the placed backend runs `op` on these inputs itself (no CPU
     /// fallback). Composite helpers use it to pick a fused op or its parts.
     pub fn runs_natively(&self, op: &Op, inputs: &[&Tensor]) -> bool {

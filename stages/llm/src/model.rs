@@ -263,6 +263,14 @@ impl Llama {
     /// Run `tokens` after what is cached, append them to the KV cache and
     /// return the logits (length `vocab`) that follow the last one.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        // One batch: on the CPU the whole pass runs on a worker of the
+        // kernels' thread pool (Device::batch), not waking this thread for
+        // each of its ~400 ops.
+        let dev = self.dev.clone();
+        dev.batch(|| self.forward_ops(tokens))
+    }
+
+    fn forward_ops(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         let s = tokens.len();
         if s == 0 {
             return Err(Error::BadInput("forward of zero tokens".into()));
