@@ -414,12 +414,56 @@ impl Device {
 
 /// A growing key/value cache for autoregressive attention.
 ///
-/// Keys and values are `[b, hk, t, d]`; each [`KvCache::append`] concatenates
-/// along `t` (dim 2) on the cache's device and returns the full cache.
-#[derive(Debug, Clone, Default)]
+/// Keys and values are `[b, hk, t, d]`; each [`KvCache::append`] adds rows
+/// along `t` (dim 2) and returns the whole cache.
+///
+/// On the host (f32, the CPU backend) the cache is a buffer with spare
+/// rows: new rows are written in place and the returned tensors are views
+/// of its first `len` rows (the CPU attention reads them with their
+/// strides), so a decode step copies only its own row instead of the whole
+/// cache. The buffer doubles when full (amortized one copy per row).
+/// Tensors returned earlier keep their contents: writes land only past
+/// their length. Elsewhere the cache concatenates on its device.
+#[derive(Debug, Default)]
 pub struct KvCache {
     k: Option<Tensor>,
     v: Option<Tensor>,
+    /// Rows in use; with host buffers, `k` and `v` hold more.
+    len: usize,
+    /// `k` and `v` are host buffers with spare rows.
+    in_place: bool,
+}
+
+/// Rows of a fresh host buffer at least: growth below that would copy often.
+const KV_MIN_ROWS: usize = 64;
+
+impl Clone for KvCache {
+    /// An independent cache with the same contents (a clone never shares
+    /// the buffer that appends write into).
+    fn clone(&self) -> Self {
+        let copy = |t: &Option<Tensor>| -> Option<Tensor> {
+            let t = t.as_ref()?;
+            match (self.in_place, t.as_candle()) {
+                (true, Some(c)) => c
+                    .narrow(2, 0, self.len)
+                    .and_then(|c| c.copy())
+                    .ok()
+                    .and_then(|c| Tensor::from_candle(c).ok()),
+                _ => Some(t.clone()),
+            }
+        };
+        let (k, v) = (copy(&self.k), copy(&self.v));
+        if self.in_place && (k.is_none() || v.is_none()) {
+            // A copy that failed (out of memory): start empty rather than share.
+            return KvCache::default();
+        }
+        KvCache {
+            k,
+            v,
+            len: self.len,
+            in_place: false,
+        }
+    }
 }
 
 impl KvCache {
@@ -430,12 +474,12 @@ impl KvCache {
 
     /// Cached length along the sequence dim (0 when empty).
     pub fn len(&self) -> usize {
-        self.k.as_ref().map(|k| k.dims()[2]).unwrap_or(0)
+        self.len
     }
 
     /// True when nothing is cached.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
 
     /// Append new keys/values `[b, hk, s, d]` and return the whole cache.
@@ -450,18 +494,104 @@ impl KvCache {
                 ),
             ));
         }
+        if let Some(kv) = self.append_in_place(k, v)? {
+            return Ok(kv);
+        }
+        if self.in_place {
+            // Host buffers, but these rows cannot go in place (another
+            // dtype or device): continue by concatenation from a copy.
+            let (ck, cv) = (self.view(&self.k)?, self.view(&self.v)?);
+            self.k = Some(ck);
+            self.v = Some(cv);
+            self.in_place = false;
+        }
         let (nk, nv) = match (&self.k, &self.v) {
             (Some(ck), Some(cv)) => (dev.concat(&[ck, k], 2)?, dev.concat(&[cv, v], 2)?),
             _ => (k.clone(), v.clone()),
         };
+        self.len = nk.dims()[2];
         self.k = Some(nk.clone());
         self.v = Some(nv.clone());
         Ok((nk, nv))
+    }
+
+    /// The first `len` rows of a host buffer.
+    fn view(&self, t: &Option<Tensor>) -> Result<Tensor> {
+        match t.as_ref().and_then(|t| t.as_candle()) {
+            Some(c) => Tensor::from_candle(c.narrow(2, 0, self.len)?),
+            None => Err(crate::Error::bad_input(
+                "attention",
+                "KV cache buffer is missing".to_string(),
+            )),
+        }
+    }
+
+    /// The host path: None when `k`/`v` (or the cache so far) are not f32
+    /// host tensors of matching shape.
+    fn append_in_place(&mut self, k: &Tensor, v: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+        let (Some(kc), Some(vc)) = (k.as_candle(), v.as_candle()) else {
+            return Ok(None);
+        };
+        let f32 = candle_core::DType::F32;
+        if kc.dtype() != f32 || vc.dtype() != f32 {
+            return Ok(None);
+        }
+        let (kd, vd) = (kc.dims(), vc.dims());
+        if kd[2] != vd[2] || kd[..2] != vd[..2] {
+            return Ok(None);
+        }
+        if self.len > 0 && !self.in_place {
+            return Ok(None);
+        }
+        let need = self.len + kd[2];
+        let fits = |buf: &Option<Tensor>, d: &[usize]| match buf.as_ref().map(|t| t.dims()) {
+            Some(b) => b[0] == d[0] && b[1] == d[1] && b[3] == d[3] && b[2] >= need,
+            None => false,
+        };
+        if self.len > 0 {
+            let same = |buf: &Option<Tensor>, d: &[usize]| match buf.as_ref().map(|t| t.dims()) {
+                Some(b) => b[0] == d[0] && b[1] == d[1] && b[3] == d[3],
+                None => false,
+            };
+            if !same(&self.k, kd) || !same(&self.v, vd) {
+                return Ok(None);
+            }
+        }
+        if !fits(&self.k, kd) || !fits(&self.v, vd) {
+            // Grow: a fresh buffer of twice the rows, the old rows copied in.
+            let rows = need.next_power_of_two().max(KV_MIN_ROWS);
+            let grow = |old: &Option<Tensor>, d: &[usize]| -> Result<Tensor> {
+                let buf = candle_core::Tensor::zeros(
+                    (d[0], d[1], rows, d[3]),
+                    f32,
+                    &candle_core::Device::Cpu,
+                )?;
+                if self.len > 0 {
+                    if let Some(o) = old.as_ref().and_then(|t| t.as_candle()) {
+                        buf.slice_set(&o.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+                    }
+                }
+                Tensor::from_candle(buf)
+            };
+            let (nk, nv) = (grow(&self.k, kd)?, grow(&self.v, vd)?);
+            self.k = Some(nk);
+            self.v = Some(nv);
+        }
+        for (buf, new) in [(&self.k, kc), (&self.v, vc)] {
+            if let Some(b) = buf.as_ref().and_then(|t| t.as_candle()) {
+                b.slice_set(&new.contiguous()?, 2, self.len)?;
+            }
+        }
+        self.len = need;
+        self.in_place = true;
+        Ok(Some((self.view(&self.k)?, self.view(&self.v)?)))
     }
 
     /// Forget everything (new turn / cancelled epoch).
     pub fn reset(&mut self) {
         self.k = None;
         self.v = None;
+        self.len = 0;
+        self.in_place = false;
     }
 }
