@@ -89,3 +89,28 @@ fn attention_reads_the_cache_views_in_place() {
         }
     }
 }
+
+/// Truncating keeps the first rows, later appends continue from there, and
+/// a view taken before the truncation keeps its contents.
+#[test]
+fn truncate_rolls_back_to_a_prefix() {
+    let dev = open(DeviceSpec::Cpu).unwrap();
+    let mut cache = KvCache::new();
+    let (k0, v0) = (rows(&dev, 20, 1), rows(&dev, 20, 2));
+    let (before, _) = cache.append(&dev, &k0, &v0).unwrap();
+    let was = values(&before);
+    cache.truncate(&dev, 12).unwrap();
+    assert_eq!(cache.len(), 12);
+    let (k1, v1) = (rows(&dev, 3, 3), rows(&dev, 3, 4));
+    let (ck, cv) = cache.append(&dev, &k1, &v1).unwrap();
+    let head = |t: &Tensor| dev.narrow(t, 2, 0, 12).unwrap();
+    let want_k = dev.concat(&[&head(&k0), &k1], 2).unwrap();
+    let want_v = dev.concat(&[&head(&v0), &v1], 2).unwrap();
+    assert_eq!(values(&ck), values(&want_k));
+    assert_eq!(values(&cv), values(&want_v));
+    assert_eq!(values(&before), was, "an earlier view changed");
+    cache.truncate(&dev, 40).unwrap();
+    assert_eq!(cache.len(), 15, "truncating to more rows is a no-op");
+    cache.truncate(&dev, 0).unwrap();
+    assert!(cache.is_empty());
+}

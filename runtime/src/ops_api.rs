@@ -587,6 +587,42 @@ impl KvCache {
         Ok(Some((self.view(&self.k)?, self.view(&self.v)?)))
     }
 
+    /// Keep only the first `len` rows (a conversation rolled back to a
+    /// shared prefix); no-op when `len` is not shorter. Tensors returned
+    /// earlier keep their contents: a host buffer is replaced by a copy of
+    /// the kept rows, so later appends never write under an old view.
+    pub fn truncate(&mut self, dev: &Device, len: usize) -> Result<()> {
+        if len >= self.len {
+            return Ok(());
+        }
+        if len == 0 {
+            self.reset();
+            return Ok(());
+        }
+        let keep = |t: &Option<Tensor>, in_place: bool| -> Result<Option<Tensor>> {
+            let Some(t) = t else { return Ok(None) };
+            Ok(Some(match (in_place, t.as_candle()) {
+                (true, Some(c)) => {
+                    let d = c.dims();
+                    let rows = len.next_power_of_two().max(KV_MIN_ROWS);
+                    let buf = candle_core::Tensor::zeros(
+                        (d[0], d[1], rows, d[3]),
+                        c.dtype(),
+                        &candle_core::Device::Cpu,
+                    )?;
+                    buf.slice_set(&c.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+                    Tensor::from_candle(buf)?
+                }
+                // Concatenated tensors, on any device.
+                _ => dev.narrow(t, 2, 0, len)?,
+            }))
+        };
+        self.k = keep(&self.k, self.in_place)?;
+        self.v = keep(&self.v, self.in_place)?;
+        self.len = len;
+        Ok(())
+    }
+
     /// Forget everything (new turn / cancelled epoch).
     pub fn reset(&mut self) {
         self.k = None;

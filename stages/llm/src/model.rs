@@ -252,6 +252,19 @@ impl Llama {
         blocks + self.norm.size_bytes() + self.lm_head.size_bytes()
     }
 
+    /// Keep the first `len` cached tokens (a conversation rolled back to a
+    /// shared prefix); no-op when `len` is not shorter than what is cached.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if len >= self.pos {
+            return Ok(());
+        }
+        for b in &mut self.blocks {
+            b.cache.truncate(&self.dev, len)?;
+        }
+        self.pos = len;
+        Ok(())
+    }
+
     /// Forget the KV cache (new conversation or cancelled turn).
     pub fn reset(&mut self) {
         for b in &mut self.blocks {

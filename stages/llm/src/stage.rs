@@ -2,10 +2,14 @@
 //! pieces, then an [`Event::Flush`] on the `done` port.
 //!
 //! The conversation is kept across turns (unless `history: false`) and the
-//! KV cache is reused when the new prompt extends what is cached, so a
-//! follow-up question prefills only its own tokens. Cancelling an epoch
-//! stops the decode loop at the next token, and `reset` drops that turn
-//! from the conversation and clears the KV cache.
+//! KV cache keeps the longest prefix the new prompt shares with what is
+//! cached, so a follow-up question prefills only its own tokens, and so
+//! does the turn after a cancelled one. At start the stage prefills the
+//! part of the chat template every prompt begins with (system prompt and
+//! the user header), so the first turn does not pay for it. Cancelling an
+//! epoch stops the decode loop at the next token, and `reset` drops that
+//! turn from the conversation (its tokens leave the cache at the next
+//! turn, which shares only the earlier prefix).
 
 use crate::model::Llama;
 use crate::sampling::{Sampler, SamplingParams};
@@ -226,12 +230,11 @@ impl Thinker {
         self.messages.push((epoch, ChatMessage::new("user", text)));
         let ids = self.prompt()?;
         let t0 = Instant::now();
-        // Reuse the KV cache when the prompt extends what it holds.
-        let reuse = self.cached.len() < ids.len() && ids.starts_with(&self.cached);
-        if !reuse {
-            self.model.reset();
-            self.cached.clear();
-        }
+        // Keep the cached prefix the prompt shares; at least the last
+        // prompt token is run again (its logits start the answer).
+        let shared = common_prefix(&self.cached, &ids).min(ids.len() - 1);
+        self.model.truncate(shared)?;
+        self.cached.truncate(shared);
         let new = &ids[self.cached.len()..];
         let n_new = new.len();
         let mut logits = self.model.forward(new)?;
@@ -288,9 +291,47 @@ impl Thinker {
     }
 }
 
+impl Thinker {
+    /// The tokens every prompt of this stage begins with: what two chats
+    /// with different first user messages share (system prompt and the
+    /// user header of the chat template).
+    fn fixed_prefix(&self) -> Result<Vec<u32>, Error> {
+        let render = |text: &str| -> Result<Vec<u32>, Error> {
+            let mut chat = self.chat();
+            chat.push(ChatMessage::new("user", text));
+            self.tok.encode(&self.tok.render_chat(&chat, true)?)
+        };
+        let (a, b) = (render("a")?, render("z")?);
+        Ok(a[..common_prefix(&a, &b)].to_vec())
+    }
+
+    /// Prefill [`Thinker::fixed_prefix`] into an empty cache.
+    pub fn warm_up(&mut self) -> Result<(), Error> {
+        if !self.cached.is_empty() || !self.messages.is_empty() {
+            return Ok(());
+        }
+        let ids = self.fixed_prefix()?;
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.model.reset();
+        self.model.forward(&ids)?;
+        self.cached = ids;
+        Ok(())
+    }
+}
+
+/// Length of the longest common prefix of `a` and `b`.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
 impl Stage for Thinker {
     fn start(&mut self, ctx: &mut StageCtx) -> StageResult {
         ctx.attach_device(self.model.device().stats().clone());
+        let t0 = Instant::now();
+        self.warm_up()?;
+        ctx.record("warm_up_ms", t0.elapsed().as_secs_f64() * 1e3);
         Ok(())
     }
 
@@ -309,9 +350,9 @@ impl Stage for Thinker {
     }
 
     fn reset(&mut self, epoch: Epoch, _ctx: &mut StageCtx) -> StageResult {
+        // The cancelled turn's tokens stay cached until the next turn,
+        // which keeps only the prefix its prompt shares (the earlier turns).
         self.messages.retain(|(e, _)| *e != epoch);
-        self.model.reset();
-        self.cached.clear();
         self.sampler.reseed();
         Ok(())
     }
