@@ -283,6 +283,115 @@ fn onnx_raw_data_shorter_than_dims_names_tensor() {
     assert_weights_err(f.load("short").unwrap_err(), &path, "`short`");
 }
 
+/// A graph with one `Constant` node `out` = `vals` (f32 raw data).
+fn const_graph(out: &str, vals: &[f32], inner: Option<Vec<u8>>) -> Vec<u8> {
+    let raw_vals: Vec<u8> = vals.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut raw = Vec::new();
+    field_bytes(9, &raw_vals, &mut raw);
+    let mut attr = Vec::new();
+    field_bytes(1, b"value", &mut attr);
+    field_bytes(
+        5,
+        &tensor_proto("", &[vals.len() as u64], 1, &raw),
+        &mut attr,
+    );
+    let mut node = Vec::new();
+    field_bytes(2, out.as_bytes(), &mut node);
+    field_bytes(4, b"Constant", &mut node);
+    field_bytes(5, &attr, &mut node);
+    let mut graph = Vec::new();
+    field_bytes(1, &node, &mut graph);
+    if let Some(g) = inner {
+        // A nested If inside this branch.
+        let mut a = Vec::new();
+        field_bytes(1, b"else_branch", &mut a);
+        field_bytes(6, &g, &mut a);
+        let mut n = Vec::new();
+        field_bytes(4, b"If", &mut n);
+        field_bytes(5, &a, &mut n);
+        field_bytes(1, &n, &mut graph);
+    }
+    graph
+}
+
+/// Constants inside `If` branches (silero-vad keeps its weights there) load
+/// as `<attribute>/<output>`, nested branches as a path; top-level nodes
+/// stay the graph's own.
+#[test]
+fn onnx_subgraph_constants_by_branch_path() {
+    let then_g = const_graph("w", &[1.0, 2.0], Some(const_graph("deep", &[9.0], None)));
+    let else_g = const_graph("w", &[3.0, 4.0, 5.0], None);
+    let mut node = Vec::new();
+    field_bytes(4, b"If", &mut node);
+    for (name, g) in [("then_branch", &then_g), ("else_branch", &else_g)] {
+        let mut a = Vec::new();
+        field_bytes(1, name.as_bytes(), &mut a);
+        field_bytes(6, g, &mut a);
+        field_bytes(5, &a, &mut node);
+    }
+    let mut graph = const_graph("top", &[0.5], None);
+    field_bytes(1, &node, &mut graph);
+    let mut model = Vec::new();
+    field_bytes(7, &graph, &mut model);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("if.onnx");
+    std::fs::write(&path, model).unwrap();
+    let f = OnnxFile::open(&path).unwrap();
+    assert_eq!(
+        f.names(),
+        vec![
+            "else_branch/w",
+            "then_branch/else_branch/deep",
+            "then_branch/w",
+            "top"
+        ]
+    );
+    let v = |n: &str| f.load(n).unwrap().to_vec_f32().unwrap();
+    assert_eq!(v("then_branch/w"), vec![1.0, 2.0]);
+    assert_eq!(v("else_branch/w"), vec![3.0, 4.0, 5.0]);
+    assert_eq!(v("then_branch/else_branch/deep"), vec![9.0]);
+    assert_eq!(f.nodes().len(), 2, "only the top-level nodes");
+}
+
+#[test]
+fn write_safetensors_round_trips_and_replaces_atomically() {
+    use edgeflow_runtime::{weights::write_safetensors, Tensor};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.safetensors");
+    let mut m = std::collections::BTreeMap::new();
+    m.insert(
+        "b".to_string(),
+        Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, -6.5], &[2, 3]).unwrap(),
+    );
+    m.insert("a".to_string(), Tensor::from_vec(vec![0.25], &[1]).unwrap());
+    let mut meta = std::collections::HashMap::new();
+    meta.insert("source".to_string(), "test".to_string());
+    write_safetensors(&path, &m, Some(meta)).unwrap();
+    let f = SafetensorsFile::open(&path).unwrap();
+    assert_eq!(f.names(), vec!["a".to_string(), "b".to_string()]);
+    assert_eq!(f.load("b").unwrap().dims(), &[2, 3]);
+    assert_eq!(
+        f.load("b").unwrap().to_vec_f32().unwrap(),
+        vec![1.0, 2.0, 3.0, 4.0, 5.0, -6.5]
+    );
+    assert_eq!(
+        f.metadata()
+            .and_then(|m| m.get("source"))
+            .map(String::as_str),
+        Some("test")
+    );
+    assert!(!dir.path().join("out.safetensors.partial").exists());
+    // Non-f32 tensors are refused with the tensor named, and the file
+    // written before stays as it was.
+    m.insert(
+        "ids".to_string(),
+        Tensor::from_i64(vec![1, 2], &[2]).unwrap(),
+    );
+    let e = write_safetensors(&path, &m, None).unwrap_err();
+    assert!(e.to_string().contains("`ids`"), "{e}");
+    assert_eq!(SafetensorsFile::open(&path).unwrap().names().len(), 2);
+}
+
 // --- a hand-written CTranslate2 model.bin -----------------------------------
 
 fn ct2_string(s: &str, out: &mut Vec<u8>) {

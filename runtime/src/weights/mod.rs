@@ -22,7 +22,7 @@ mod store;
 pub use ct2::Ct2File;
 pub use gguf::GgufFile;
 pub use onnx::{OnnxFile, OnnxNode};
-pub use safetensors_file::SafetensorsFile;
+pub use safetensors_file::{write_safetensors, SafetensorsFile};
 pub use store::WeightStore;
 
 use crate::{DType, Error, Result, Tensor};

@@ -3,8 +3,12 @@
 //! Only the path to the weights is decoded: `ModelProto.graph` (field 7) ->
 //! `GraphProto.initializer` (field 5, `TensorProto`) and `GraphProto.node`
 //! (field 1) `Constant` nodes, whose `value` attribute holds a tensor (many
-//! exporters put small weights there). Subgraphs are not searched and
-//! external data is not supported.
+//! exporters put small weights there). Subgraphs (`If` / `Loop` / `Scan`
+//! bodies: `AttributeProto.g`, field 6, and `graphs`, field 11) are searched
+//! too; their tensors are named `<attribute>/<name>`, nested as deep as the
+//! subgraphs (`then_branch/else_branch/w`) — silero-vad keeps each sample
+//! rate's weights as constants in one branch of an `If`. External data is
+//! not supported.
 //!
 //! The top-level nodes themselves (name, op type, inputs, outputs) are kept
 //! too, see [`OnnxFile::nodes`]: model conversions use them to recover the
@@ -245,24 +249,82 @@ impl OnnxFile {
             }
         }
         let g = graph.ok_or("no graph (ModelProto field 7)")?;
+        Self::walk_graph(file, g, "", &mut out, Some(&mut nodes), 0)?;
+        Ok((out, nodes))
+    }
+
+    /// Index the initializers and `Constant` values of the graph at `g`
+    /// under `prefix`, recursing into subgraph attributes; top-level nodes
+    /// go to `nodes`.
+    fn walk_graph(
+        file: &[u8],
+        g: Range<usize>,
+        prefix: &str,
+        out: &mut BTreeMap<String, Entry>,
+        mut nodes: Option<&mut Vec<OnnxNode>>,
+        depth: usize,
+    ) -> std::result::Result<(), String> {
+        if depth > 32 {
+            return Err("subgraphs nested more than 32 deep".into());
+        }
         let mut w = Wire::new(&file[g.clone()]);
         while let Some((f, v)) = w.next()? {
             match (f, v) {
                 (5, Val::Bytes(r)) => {
                     let (name, e) = parse_tensor_header(file, shift(&r, g.start))?;
-                    out.insert(name, e);
+                    out.insert(format!("{prefix}{name}"), e);
                 }
                 (1, Val::Bytes(r)) => {
                     let node = shift(&r, g.start);
-                    nodes.push(Self::node(file, node.clone())?);
-                    if let Some((name, e)) = Self::constant_node(file, node)? {
-                        out.entry(name).or_insert(e);
+                    if let Some(nodes) = nodes.as_deref_mut() {
+                        nodes.push(Self::node(file, node.clone())?);
+                    }
+                    if let Some((name, e)) = Self::constant_node(file, node.clone())? {
+                        out.entry(format!("{prefix}{name}")).or_insert(e);
+                    }
+                    for (attr, sub) in Self::subgraphs(file, node)? {
+                        let p = format!("{prefix}{attr}/");
+                        Self::walk_graph(file, sub, &p, out, None, depth + 1)?;
                     }
                 }
                 _ => {}
             }
         }
-        Ok((out, nodes))
+        Ok(())
+    }
+
+    /// `(attribute name, graph)` of each subgraph attribute of a node.
+    fn subgraphs(
+        file: &[u8],
+        node: Range<usize>,
+    ) -> std::result::Result<Vec<(String, Range<usize>)>, String> {
+        let mut found = Vec::new();
+        let mut w = Wire::new(&file[node.clone()]);
+        while let Some((f, v)) = w.next()? {
+            let (5, Val::Bytes(r)) = (f, v) else { continue };
+            let attr = shift(&r, node.start);
+            let mut a = Wire::new(&file[attr.clone()]);
+            let (mut name, mut graphs) = (String::new(), Vec::new());
+            while let Some((af, av)) = a.next()? {
+                match (af, av) {
+                    (1, Val::Bytes(n)) => {
+                        name = String::from_utf8_lossy(&file[shift(&n, attr.start)]).into_owned()
+                    }
+                    (6 | 11, Val::Bytes(gr)) => graphs.push(shift(&gr, attr.start)),
+                    _ => {}
+                }
+            }
+            let many = graphs.len() > 1;
+            for (i, g) in graphs.into_iter().enumerate() {
+                let n = if many {
+                    format!("{name}.{i}")
+                } else {
+                    name.clone()
+                };
+                found.push((n, g));
+            }
+        }
+        Ok(found)
     }
 
     fn node(file: &[u8], node: Range<usize>) -> std::result::Result<OnnxNode, String> {

@@ -51,6 +51,65 @@ impl SafetensorsFile {
     }
 }
 
+/// Write f32 tensors (any device; read back to the host) to a safetensors
+/// file at `path`, with optional `__metadata__`. The data goes to
+/// `<path>.partial` first and is renamed over `path` only when complete, so
+/// an interrupted write never leaves a half-written file under that name.
+pub fn write_safetensors(
+    path: &Path,
+    tensors: &std::collections::BTreeMap<String, Tensor>,
+    metadata: Option<std::collections::HashMap<String, String>>,
+) -> Result<()> {
+    struct F32Bytes {
+        shape: Vec<usize>,
+        bytes: Vec<u8>,
+    }
+    impl safetensors::View for &F32Bytes {
+        fn dtype(&self) -> Dtype {
+            Dtype::F32
+        }
+        fn shape(&self) -> &[usize] {
+            &self.shape
+        }
+        fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+            std::borrow::Cow::Borrowed(&self.bytes)
+        }
+        fn data_len(&self) -> usize {
+            self.bytes.len()
+        }
+    }
+    let mut views = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        if t.dtype() != DType::F32 {
+            return Err(tensor_err(
+                path,
+                name,
+                format!("only f32 tensors are written, this one is {}", t.dtype()),
+            ));
+        }
+        let bytes = t
+            .to_vec_f32()?
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        views.push((
+            name.clone(),
+            F32Bytes {
+                shape: t.dims().to_vec(),
+                bytes,
+            },
+        ));
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = PathBuf::from(tmp);
+    let refs = views.iter().map(|(n, v)| (n.clone(), v));
+    safetensors::tensor::serialize_to_file(refs, metadata, &tmp)
+        .map_err(|e| weights_err(&tmp, format!("writing safetensors: {e}")))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| weights_err(path, format!("renaming {} into place: {e}", tmp.display())))
+}
+
 impl WeightReader for SafetensorsFile {
     fn path(&self) -> &Path {
         &self.path

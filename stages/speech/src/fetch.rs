@@ -211,28 +211,32 @@ const SILERO_NAMES: &[(&str, &str)] = &[
 /// [`crate::silero::SileroVad`] loads. The 16 kHz branch is the one whose STFT
 /// basis is `[258, 1, 256]`.
 pub fn convert_silero_onnx(onnx: &Path, out: &Path) -> Result<()> {
-    let bytes = std::fs::read(onnx).map_err(|e| Error::io(onnx, e))?;
-    let consts = crate::onnx_consts::constants(&bytes)
-        .map_err(|e| Error::bad_model(onnx, format!("not a readable ONNX model: {e}")))?;
-    let branch = consts
-        .iter()
-        .find(|(k, t)| k.ends_with("__stft.forward_basis_buffer") && t.dims == [258, 1, 256])
-        .and_then(|(k, _)| k.rsplit_once("__").map(|(p, _)| p.to_string()))
+    use edgeflow_runtime::weights::{write_safetensors, OnnxFile, WeightReader};
+    let file = OnnxFile::open(onnx)?;
+    let branch = file
+        .names()
+        .into_iter()
+        .find(|k| {
+            k.ends_with("__stft.forward_basis_buffer")
+                && file.info(k).is_some_and(|i| i.dims == [258, 1, 256])
+        })
+        .and_then(|k| k.rsplit_once("__").map(|(p, _)| p.to_string()))
         .ok_or_else(|| {
             Error::bad_model(onnx, "no 16 kHz STFT basis ([258, 1, 256]) among its constants: not a silero-vad v5/v6 export")
         })?;
     let mut tensors = std::collections::BTreeMap::new();
     for (onnx_name, name) in SILERO_NAMES {
         let key = format!("{branch}__{onnx_name}");
-        let t = consts
-            .get(&key)
-            .ok_or_else(|| Error::bad_model(onnx, format!("constant `{key}` is missing")))?;
-        tensors.insert(name.to_string(), t.clone());
+        if !file.contains(&key) {
+            return Err(Error::bad_model(
+                onnx,
+                format!("constant `{key}` is missing"),
+            ));
+        }
+        tensors.insert(name.to_string(), file.load(&key)?);
     }
-    let tmp = out.with_extension("partial");
-    std::fs::write(&tmp, crate::onnx_consts::safetensors_bytes(&tensors))
-        .map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))
+    write_safetensors(out, &tensors, None)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -15,7 +15,6 @@ pub mod asr;
 pub mod bench;
 mod error;
 pub mod fetch;
-mod onnx_consts;
 pub mod silero;
 pub mod vad;
 pub mod whisper;

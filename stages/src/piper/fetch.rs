@@ -23,8 +23,7 @@ use crate::{Error, Result};
 pub use edgeflow_runtime::models::models_dir;
 use edgeflow_runtime::models::{self, PinnedWheel};
 use edgeflow_runtime::weights::{OnnxFile, WeightReader};
-use edgeflow_runtime::DType;
-use std::borrow::Cow;
+use edgeflow_runtime::{DType, Tensor};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -225,7 +224,7 @@ pub fn convert_onnx_to_safetensors(onnx: &Path, out: &Path) -> Result<usize> {
             ));
         }
     }
-    let mut tensors: BTreeMap<String, F32View> = BTreeMap::new();
+    let mut tensors: BTreeMap<String, Tensor> = BTreeMap::new();
     for onnx_name in file.initializer_names() {
         let folded_logs = onnx_name == "/dp/flows.0/Exp_output_0";
         let name = if folded_logs {
@@ -249,7 +248,7 @@ pub fn convert_onnx_to_safetensors(onnx: &Path, out: &Path) -> Result<usize> {
             data.iter_mut().for_each(|v| *v = -v.ln());
         }
         if tensors
-            .insert(name.clone(), F32View::new(info.dims, &data))
+            .insert(name.clone(), Tensor::from_vec(data, &info.dims)?)
             .is_some()
         {
             return Err(Error::bad_file(
@@ -265,7 +264,6 @@ pub fn convert_onnx_to_safetensors(onnx: &Path, out: &Path) -> Result<usize> {
         ));
     }
     let n = tensors.len();
-    let tmp = out.with_extension("part");
     let mut meta = HashMap::new();
     meta.insert(
         "source".to_string(),
@@ -273,39 +271,8 @@ pub fn convert_onnx_to_safetensors(onnx: &Path, out: &Path) -> Result<usize> {
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default(),
     );
-    safetensors::tensor::serialize_to_file(tensors, Some(meta), &tmp)
-        .map_err(|e| Error::bad_file(&tmp, format!("writing safetensors: {e}")))?;
-    std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))?;
+    edgeflow_runtime::weights::write_safetensors(out, &tensors, Some(meta))?;
     Ok(n)
-}
-
-struct F32View {
-    shape: Vec<usize>,
-    bytes: Vec<u8>,
-}
-
-impl F32View {
-    fn new(shape: Vec<usize>, data: &[f32]) -> Self {
-        F32View {
-            shape,
-            bytes: data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        }
-    }
-}
-
-impl safetensors::View for F32View {
-    fn dtype(&self) -> safetensors::Dtype {
-        safetensors::Dtype::F32
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.bytes)
-    }
-    fn data_len(&self) -> usize {
-        self.bytes.len()
-    }
 }
 
 /// A voice as found in the cache, for `edgeflow models list`.
