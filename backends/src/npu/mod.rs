@@ -16,7 +16,8 @@
 //!   Each op the simulator supports is compiled lazily per op site (see
 //!   [`SimNpu`] for site identity, calibration and the recompile budget);
 //!   the others run on the CPU through the dispatcher's counted fallback.
-//! - **Ahead of time** ([`NpuDelegate`]): partition a captured [`Subgraph`],
+//! - **Ahead of time** ([`NpuDelegate`]): [`capture`] the ops of unchanged
+//!   model code into a [`Subgraph`] (or build one by hand), partition it,
 //!   compile it with calibration inputs for its static shapes, execute the
 //!   [`CompiledSubgraph`]; [`PartitionedGraph`] does all three for a graph
 //!   with unsupported nodes, running those on a CPU backend.
@@ -57,6 +58,7 @@
 //! suite (`cargo test -p edgeflow-backends --test conformance`) bounds every
 //! native NPU case at 5% of range; its worst is softmax at 1.7%.
 
+mod capture;
 mod delegate;
 mod kernels;
 mod partition;
@@ -64,6 +66,7 @@ mod quant;
 mod report;
 mod sim;
 
+pub use capture::capture;
 pub use delegate::{CompiledSubgraph, Node, NpuDelegate, Partition, Subgraph, ValueRef};
 pub use partition::PartitionedGraph;
 pub use quant::{ActivationScheme, Multiplier, QParams, QWeight, RangeObserver};

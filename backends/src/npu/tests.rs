@@ -673,3 +673,77 @@ fn live_reports_reach_simulators_held_as_dyn_backend() {
         "dropped simulators leave the registry"
     );
 }
+
+/// A model block written once against the Device API (the way stages are),
+/// captured by running it, then deployed ahead of time: the captured graph
+/// replays the eager result exactly on the CPU, and partitioned onto the
+/// simulator it stays within the int8 tolerance of the other graph tests.
+#[test]
+fn captured_eager_code_partitions_and_matches_eager_results() {
+    let mut rng = Rng(21);
+    let (d, h) = (24, 48);
+    let (w1, b1, w2) = (
+        rng.tensor(&[h, d], 0.2),
+        rng.tensor(&[h], 0.1),
+        rng.tensor(&[d, h], 0.2),
+    );
+    let (gamma, beta) = (rng.tensor(&[d], 1.0), rng.tensor(&[d], 0.1));
+    // x + W2 gelu(W1 x + b1), layer-normed: W1 / b1 / W2 / gamma / beta are
+    // host weights the code closes over.
+    let block = |dev: &Device, x: &Tensor| -> edgeflow_runtime::Result<Tensor> {
+        let y = dev.gelu(&dev.linear(x, &w1, Some(&b1))?)?;
+        let y = dev.add(x, &dev.linear(&y, &w2, None)?)?;
+        dev.layer_norm(&y, &gamma, Some(&beta), 1e-5)
+    };
+    let x0 = rng.tensor(&[5, d], 1.0);
+    let g = capture(std::slice::from_ref(&x0), |dev, xs| {
+        Ok(vec![block(dev, &xs[0])?])
+    })
+    .expect("capture");
+    assert_eq!(g.input_shapes, vec![vec![5, d]]);
+    assert_eq!(g.nodes.len(), 5, "linear, gelu, linear, add, layer_norm");
+    assert_eq!(g.constants.len(), 5, "each weight once");
+    assert_eq!(g.outputs, vec![ValueRef::Node(4)]);
+    assert!(matches!(g.nodes[0].inputs[0], ValueRef::Input(0)));
+
+    // The captured graph on the CPU is the eager computation, bit for bit.
+    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+    let host = Device::new(cpu.clone(), cpu.clone());
+    let x = rng.tensor(&[5, d], 1.0);
+    let want = block(&host, &x).expect("eager").to_vec_f32().expect("f32");
+    let mut vals: Vec<Tensor> = Vec::new();
+    for n in &g.nodes {
+        let args: Vec<Tensor> = n
+            .inputs
+            .iter()
+            .map(|r| match r {
+                ValueRef::Input(_) => x.clone(),
+                ValueRef::Const(i) => g.constants[*i].clone(),
+                ValueRef::Node(j) => vals[*j].clone(),
+            })
+            .collect();
+        let refs: Vec<&Tensor> = args.iter().collect();
+        vals.push(cpu.execute(&n.op, &refs).expect("replay"));
+    }
+    assert_eq!(vals[4].to_vec_f32().expect("f32"), want);
+
+    // Ahead of time on the simulator: linear/gelu/linear/add compile as one
+    // int8 partition, the layer norm (not in the NPU op set) runs on the CPU.
+    let npu = SimNpu::new(0).expect("npu");
+    let calib: Vec<Vec<Tensor>> = (0..32).map(|_| vec![rng.tensor(&[5, d], 1.0)]).collect();
+    let pg = PartitionedGraph::build(&g, &npu, cpu, &calib).expect("build");
+    assert_eq!((pg.npu_nodes(), pg.cpu_nodes()), (4, 1));
+    let got = pg.execute(&[&x]).expect("execute");
+    let (sqnr, _) = compare(&got[0].to_vec_f32().expect("f32"), &want);
+    eprintln!("captured block on the NPU simulator: SQNR {sqnr:.1} dB");
+    // As the hand-built graph above: > 25 dB.
+    assert!(sqnr > 25.0, "SQNR {sqnr:.1} dB");
+
+    // A weight on another device cannot be captured: a clear error.
+    let other = SimNpu::new(1).expect("npu").upload(&x).expect("upload");
+    let e = capture(std::slice::from_ref(&x0), |dev, xs| {
+        Ok(vec![dev.add(&xs[0], &other)?])
+    })
+    .expect_err("a tensor of another device");
+    assert!(e.to_string().contains("another device"), "{e}");
+}
