@@ -74,6 +74,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
+    /// Called by [`crate::Device::place`] for a tensor this backend already
+    /// holds (weights placed at load time): a chance to lay it out for the
+    /// repeated reads weights get. The CPU backend asks the OS to back large
+    /// weights with huge pages. The default does nothing.
+    fn make_resident(&self, _t: &Tensor) {}
     /// Run `f`, which issues many ops in a row (a model's forward pass),
     /// where this backend issues them cheapest. The CPU backend runs it on
     /// one of its worker threads, so each op's parallel split joins on a

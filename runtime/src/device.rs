@@ -209,6 +209,7 @@ impl Device {
     /// Use it for weights at load time; they then count as resident.
     pub fn place(&self, t: &Tensor) -> Result<Tensor> {
         if self.primary.holds(t) {
+            self.primary.make_resident(t);
             return Ok(t.clone());
         }
         let host = self.to_host(t)?;
