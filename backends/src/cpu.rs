@@ -851,7 +851,7 @@ impl Backend for CpuBackend {
 /// `MADV_COLLAPSE` (Linux 6.1+) rebuilds their pages in place; with
 /// `MADV_HUGEPAGE` set first, khugepaged does it later where collapse is
 /// unavailable. Best effort: errors are ignored.
-mod huge_pages {
+pub(crate) mod huge_pages {
     use edgeflow_runtime::{Storage, Tensor};
 
     /// Weights smaller than this are not worth a system call (the 2 MB
@@ -890,9 +890,13 @@ mod huge_pages {
         let Some((start, len)) = byte_range(t) else {
             return;
         };
-        if len < MIN_BYTES {
-            return;
+        if len >= MIN_BYTES {
+            advise_range(start, len);
         }
+    }
+
+    /// [`advise`] for the bytes `start..start + len` of a live allocation.
+    pub(crate) fn advise_range(start: usize, len: usize) {
         #[cfg(target_os = "linux")]
         {
             const HUGE: usize = 2 << 20;

@@ -166,6 +166,9 @@ fn ab(
 pub fn bandwidth_gbs(mb: usize, threads: usize) -> f64 {
     let n = mb * (1 << 20) / 4;
     let buf: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    // On the pages weights get (Device::place): the ceiling is what the
+    // machine streams at its best.
+    crate::cpu::huge_pages::advise_range(buf.as_ptr() as usize, 4 * n);
     let threads = threads.max(1);
     let chunk = n.div_ceil(threads);
     let mut best = f64::INFINITY;
@@ -235,11 +238,14 @@ fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result
     let mut ws = Vec::with_capacity(copies);
     for i in 0..copies {
         let w = randn(&[n, k], 100 + i as u64)?;
-        ws.push(if dt == DType::F32 {
+        let w = if dt == DType::F32 {
             w
         } else {
             dev.cast(&w, dt)?
-        });
+        };
+        // Placed as a stage places its weights at load (huge pages on the
+        // CPU); raw candle below reads the same memory.
+        ws.push(dev.place(&w)?);
     }
     // The raw candle calls: what candle_nn::Linear / QMatMul do.
     enum Raw {
