@@ -254,6 +254,7 @@ fn conv1d_direct(
         let fused = cpu_conv::Fused {
             pre_slope: pre_slope.map(|a| a as f32),
             residual: rs,
+            phases: 1,
         };
         cpu_conv::conv1d(shape, xs, ws, b.as_deref(), fused)
     };

@@ -9,25 +9,27 @@
 //! GEMM whose one small dimension (the output channels) starves the
 //! micro-kernel: about 8 GFLOP/s on the build machine. Convolving directly
 //! reads each input sample from cache `k` times instead: the output is
-//! tiled into blocks of 4 output channels x 24 time steps held in 12 AVX2
-//! registers, and each (input channel, tap) step costs 3 input loads and 4
-//! weight broadcasts for 12 fused multiply-adds, so the kernel is bound by
-//! FMA throughput, not memory.
+//! tiled into blocks of 8 output channels x 48 time steps held in 24
+//! AVX-512 registers (4 x 48 in 12 AVX2 registers, as two halves), and each
+//! (input channel, tap) step costs 3 input loads and 8 weight broadcasts
+//! for 24 fused multiply-adds, so the kernel is bound by FMA throughput,
+//! not memory.
 //!
-//! Weights are repacked once per call as `[c_out / 4][c_in][k][4]` (zero
-//! rows pad `c_out` to a multiple of 4), the input is zero-padded once, and
-//! the bias seeds the accumulators. A task owns one output-channel block
-//! over a span of 192 steps and sweeps the input channels in groups whose
-//! rows fit in L1, so each input sample is read from L1 by every tap and
-//! every output block that needs it. Tasks run on rayon's pool.
+//! Weights are repacked once per call as `[c_out / N][c_in][k][N]` (zero
+//! rows pad `c_out` to a multiple of the block `N`), the input is
+//! zero-padded once, and the bias seeds the accumulators. A task owns one
+//! output-channel block over a span of 384 steps and sweeps the input
+//! channels in groups whose rows fit in L1, so each input sample is read
+//! from L1 by every tap; the tasks of one span are neighbours, so its
+//! input rows stay in L2 for every output block. Tasks run on rayon's pool.
+//! The output is written once, without a zero fill first, optionally
+//! interleaved as the phases of a transposed convolution.
 //!
-//! AVX2 + FMA code is chosen at run time; other machines run the same
+//! AVX-512F or AVX2 + FMA code is chosen at run time; other machines run the same
 //! blocking in portable code.
 
 use rayon::prelude::*;
 
-/// Output channels per register block.
-const CO: usize = 4;
 /// Time steps per output tile: 3 AVX-512 vectors, or two halves of 3 AVX2 vectors.
 const TT: usize = 48;
 /// Time steps per task (a multiple of `TT`).
@@ -108,15 +110,20 @@ impl OutPtr {
 pub(crate) struct Fused<'a> {
     /// Leaky-ReLU slope applied to the input first.
     pub pre_slope: Option<f32>,
-    /// `[batch, c_out, t_out]` added to the output.
+    /// Added to the output, laid out as the output is.
     pub residual: Option<&'a [f32]>,
+    /// Polyphase interleave (0 or 1: none): output channel `p * c + o`
+    /// (`c = c_out / phases`) at time `t` is written to `[batch, c, t_out *
+    /// phases]` at `[o, t * phases + p]` — the output of a transposed
+    /// convolution computed as `phases` ordinary ones, without a copy.
+    pub phases: usize,
 }
 
 /// `y[b, o, t] = bias[o] + sum_{c, j} w[o, c, j] * x[b, c, t + j*d - p]`,
 /// with `x` as `[batch, c_in, t_in]`, `w` as `[c_out, c_in, k]` and the
 /// result as `[batch, c_out, t_out]`, all row-major; `fused` adds a leaky
-/// ReLU on `x` and a residual on `y`. Returns None when the shape is
-/// degenerate or the slices do not match it.
+/// ReLU on `x`, a residual on `y` and an interleaved output layout. Returns
+/// None when the shape is degenerate or the slices do not match it.
 pub(crate) fn conv1d(
     s: Conv1dShape,
     x: &[f32],
@@ -129,7 +136,7 @@ pub(crate) fn conv1d(
 
 /// [`conv1d`] on a given instruction set (which the caller checked).
 fn conv1d_on(
-    avx: Isa,
+    isa: Isa,
     s: Conv1dShape,
     x: &[f32],
     w: &[f32],
@@ -137,10 +144,12 @@ fn conv1d_on(
     fused: Fused<'_>,
 ) -> Option<Vec<f32>> {
     let t_out = s.t_out()?;
+    let phases = fused.phases.max(1);
     if s.c_in == 0
         || s.c_out == 0
         || s.k == 0
         || s.dilation == 0
+        || !s.c_out.is_multiple_of(phases)
         || x.len() != s.batch * s.c_in * s.t_in
         || w.len() != s.c_out * s.c_in * s.k
         || bias.is_some_and(|b| b.len() != s.c_out)
@@ -150,15 +159,34 @@ fn conv1d_on(
     {
         return None;
     }
-    let blocks = s.c_out.div_ceil(CO);
-    // Packed weights [block][c][j][CO].
-    let per_block = s.c_in * s.k * CO;
+    // AVX-512's 32 registers hold 8 output channels x 3 vectors; the other
+    // paths (16 registers) take 4.
+    Some(if isa == Isa::Avx512 && s.c_out > 4 {
+        blocked::<8>(isa, s, t_out, x, w, bias, fused)
+    } else {
+        blocked::<4>(isa, s, t_out, x, w, bias, fused)
+    })
+}
+
+/// The convolution with output blocks of `N` channels (shape checked).
+fn blocked<const N: usize>(
+    isa: Isa,
+    s: Conv1dShape,
+    t_out: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    fused: Fused<'_>,
+) -> Vec<f32> {
+    let blocks = s.c_out.div_ceil(N);
+    // Packed weights [block][c][j][N].
+    let per_block = s.c_in * s.k * N;
     let mut wp = vec![0f32; blocks * per_block];
     let pack = |blk: usize, dst: &mut [f32]| {
-        for r in 0..CO.min(s.c_out - blk * CO) {
-            let src = &w[(blk * CO + r) * s.c_in * s.k..][..s.c_in * s.k];
+        for r in 0..N.min(s.c_out - blk * N) {
+            let src = &w[(blk * N + r) * s.c_in * s.k..][..s.c_in * s.k];
             for (i, &v) in src.iter().enumerate() {
-                dst[i * CO + r] = v;
+                dst[i * N + r] = v;
             }
         }
     };
@@ -171,51 +199,53 @@ fn conv1d_on(
             pack(blk, dst);
         }
     }
-    let mut bp = vec![0f32; blocks * CO];
+    let mut bp = vec![0f32; blocks * N];
     if let Some(b) = bias {
         bp[..s.c_out].copy_from_slice(b);
     }
+    let phases = fused.phases.max(1);
+    let c_phase = s.c_out / phases;
     // Padded input rows long enough for whole tiles: every tile reads
     // [t0, t0 + TT + span - 1) of a row.
     let span = s.dilation * (s.k - 1);
     let t_tiles = t_out.div_ceil(TT) * TT;
     let row = t_tiles + span;
-    let mut y = vec![0f32; s.batch * s.c_out * t_out];
-    let mut xp = vec![0f32; s.c_in * row];
+    let len = s.batch * s.c_out * t_out;
+    // Every element is written exactly once below (no zero fill first).
+    let mut y: Vec<f32> = Vec::with_capacity(len);
+    let mut xp: Vec<f32> = Vec::with_capacity(s.c_in * row);
     for bi in 0..s.batch {
+        // Padding stays zero (leaky_relu(0) = 0); only the margins are filled.
+        xp.clear();
         for c in 0..s.c_in {
             let src = &x[(bi * s.c_in + c) * s.t_in..][..s.t_in];
-            let dst = &mut xp[c * row..][..row];
             let n = s.t_in.min(row - s.padding);
-            let dst = &mut dst[s.padding..s.padding + n];
+            xp.resize(xp.len() + s.padding, 0.0);
             match fused.pre_slope {
-                // Padding stays zero: leaky_relu(0) = 0.
-                Some(a) => {
-                    for (d, &v) in dst.iter_mut().zip(&src[..n]) {
-                        *d = if v >= 0.0 { v } else { a * v };
-                    }
-                }
-                None => dst.copy_from_slice(&src[..n]),
+                Some(a) => xp.extend(src[..n].iter().map(|&v| if v >= 0.0 { v } else { a * v })),
+                None => xp.extend_from_slice(&src[..n]),
             }
+            xp.resize((c + 1) * row, 0.0);
         }
-        let out = OutPtr(y[bi * s.c_out * t_out..].as_mut_ptr());
-        let residual = fused
-            .residual
-            .map(|r| &r[bi * s.c_out * t_out..][..s.c_out * t_out]);
+        let out = OutPtr(y.as_mut_ptr());
+        let item = bi * s.c_out * t_out;
+        let residual = fused.residual.map(|r| &r[item..][..s.c_out * t_out]);
         let spans = t_out.div_ceil(T_TASK);
         let tasks = blocks * spans;
         // Input channels per sweep: the rows of x a task reads in one sweep
         // (T_TASK + span floats each) stay within about 24 KB of L1.
         let c_step = (6144 / (T_TASK + span)).clamp(1, s.c_in);
         let work = |task: usize| {
-            let (blk, sp) = (task / spans, task % spans);
+            // Span-major: the tasks of one span (neighbours in rayon's
+            // split) share its input rows, which stay in L2 between them.
+            let (blk, sp) = (task % blocks, task / blocks);
             let t_lo = sp * T_TASK;
             let t_hi = (t_lo + T_TASK).min(t_out);
-            let wb = &wp[blk * s.c_in * s.k * CO..][..s.c_in * s.k * CO];
-            let bb = &bp[blk * CO..][..CO];
+            let wb = &wp[blk * per_block..][..per_block];
+            let bb = &bp[blk * N..][..N];
             // Accumulators of this task's tiles, seeded with the bias.
             let n_tiles = (t_hi - t_lo).div_ceil(TT);
-            let mut acc = vec![[[0f32; TT]; CO]; n_tiles];
+            let mut acc = vec![[[0f32; TT]; N]; n_tiles];
             for a in acc.iter_mut() {
                 for (row, &b) in a.iter_mut().zip(bb) {
                     row.fill(b);
@@ -232,27 +262,46 @@ fn conv1d_on(
                     row,
                 };
                 for (i, a) in acc.iter_mut().enumerate() {
-                    tile(avx, &geo, &xp, wb, t_lo + i * TT, a);
+                    tile(isa, &geo, &xp, wb, t_lo + i * TT, a);
                 }
                 c_lo = c_hi;
             }
-            let rows = (s.c_out - blk * CO).min(CO);
+            let rows = (s.c_out - blk * N).min(N);
             for (i, a) in acc.iter().enumerate() {
                 let t0 = t_lo + i * TT;
                 let n = TT.min(t_out - t0);
                 for (r, v) in a.iter().enumerate().take(rows) {
-                    let at = (blk * CO + r) * t_out + t0;
-                    // SAFETY: row blk*CO + r < c_out and times t0 .. t0 + n <=
-                    // t_out lie inside this batch item's output, and no other
-                    // task writes them.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(out.at(at), n) };
-                    match residual {
-                        Some(res) => {
-                            for ((d, &a), &b) in dst.iter_mut().zip(v).zip(&res[at..at + n]) {
-                                *d = a + b;
+                    let ch = blk * N + r;
+                    // Where time t0 of this channel goes, and the step per time.
+                    let (at, step) = if phases == 1 {
+                        (ch * t_out + t0, 1)
+                    } else {
+                        let (p, o) = (ch / c_phase, ch % c_phase);
+                        (o * t_out * phases + t0 * phases + p, phases)
+                    };
+                    if step == 1 {
+                        // SAFETY: row ch < c_out and times t0 .. t0 + n <=
+                        // t_out lie inside this batch item's output, and no
+                        // other task writes them.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(out.at(item + at), n) };
+                        match residual {
+                            Some(res) => {
+                                for ((d, &a), &b) in dst.iter_mut().zip(v).zip(&res[at..at + n]) {
+                                    *d = a + b;
+                                }
                             }
+                            None => dst.copy_from_slice(&v[..n]),
                         }
-                        None => dst.copy_from_slice(&v[..n]),
+                    } else {
+                        for (i, &a) in v[..n].iter().enumerate() {
+                            let e = at + i * step;
+                            let val = residual.map_or(a, |res| a + res[e]);
+                            // SAFETY: o < c_phase, t < t_out and p < phases
+                            // address a distinct element of this batch item's
+                            // output (the map (p, o, t) -> element is one to
+                            // one), written by this task only.
+                            unsafe { *out.at(item + e) = val };
+                        }
                     }
                 }
             }
@@ -268,7 +317,10 @@ fn conv1d_on(
             (0..tasks).for_each(work);
         }
     }
-    Some(y)
+    // SAFETY: the tasks of every batch item wrote each of its c_out * t_out
+    // elements (see the store above), and f32 has no invalid bit patterns.
+    unsafe { y.set_len(len) };
+    y
 }
 
 /// Geometry a tile needs.
@@ -282,11 +334,18 @@ struct Geo {
     row: usize,
 }
 
-/// Add input channels `c_lo..c_hi` to one 4 x 24 output tile starting at
+/// Add input channels `c_lo..c_hi` to one `N` x 48 output tile starting at
 /// time `t0`.
-fn tile(isa: Isa, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; TT]; CO]) {
+fn tile<const N: usize>(
+    isa: Isa,
+    g: &Geo,
+    xp: &[f32],
+    wb: &[f32],
+    t0: usize,
+    acc: &mut [[f32; TT]; N],
+) {
     // Every index either kernel reads.
-    assert!(g.c_lo < g.c_hi && g.c_hi * g.k * CO <= wb.len());
+    assert!(g.c_lo < g.c_hi && g.c_hi * g.k * N <= wb.len());
     assert!((g.c_hi - 1) * g.row + t0 + (g.k - 1) * g.dilation + TT <= xp.len());
     #[cfg(target_arch = "x86_64")]
     match isa {
@@ -311,7 +370,7 @@ fn tile(isa: Isa, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; T
     for c in g.c_lo..g.c_hi {
         for j in 0..g.k {
             let xs = &xp[c * g.row + t0 + j * g.dilation..][..TT];
-            let ws = &wb[(c * g.k + j) * CO..][..CO];
+            let ws = &wb[(c * g.k + j) * N..][..N];
             for (a, &wv) in acc.iter_mut().zip(ws) {
                 for (av, &xv) in a.iter_mut().zip(xs) {
                     *av += wv * xv;
@@ -321,20 +380,20 @@ fn tile(isa: Isa, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; T
     }
 }
 
-/// One register-blocked kernel body per instruction set: 4 output
+/// One register-blocked kernel body per instruction set: `N` output
 /// channels x 3 vectors of `$w` lanes starting at column `col` of the tile,
-/// accumulating input channels `c_lo..c_hi` (3 loads and 4 broadcasts per
-/// 12 FMAs).
+/// accumulating input channels `c_lo..c_hi` (3 loads and `N` broadcasts per
+/// `3 N` FMAs).
 macro_rules! tile_kernel {
     ($name:ident, $feat:literal, $w:literal, $vec:ty, $load:ident, $store:ident, $set1:ident, $fma:ident) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $feat)]
-        unsafe fn $name(
+        unsafe fn $name<const N: usize>(
             g: &Geo,
             xp: &[f32],
             wb: &[f32],
             t0: usize,
-            acc: &mut [[f32; TT]; CO],
+            acc: &mut [[f32; TT]; N],
             col: usize,
         ) {
             use std::arch::x86_64::*;
@@ -342,14 +401,14 @@ macro_rules! tile_kernel {
             // inside `xp` / `wb` (see the assertions in `tile`) and `acc` is a
             // local array with `col + 3 * $w <= TT`.
             unsafe {
-                let mut a: [[$vec; 3]; CO] = [[$set1(0.0); 3]; CO];
+                let mut a: [[$vec; 3]; N] = [[$set1(0.0); 3]; N];
                 for (r, row) in a.iter_mut().enumerate() {
                     for (v, reg) in row.iter_mut().enumerate() {
                         *reg = $load(acc[r].as_ptr().add(col + v * $w));
                     }
                 }
                 let xb = xp.as_ptr();
-                let mut wq = wb.as_ptr().add(g.c_lo * g.k * CO);
+                let mut wq = wb.as_ptr().add(g.c_lo * g.k * N);
                 for c in g.c_lo..g.c_hi {
                     let mut xr = xb.add(c * g.row + t0 + col);
                     for _ in 0..g.k {
@@ -361,7 +420,7 @@ macro_rules! tile_kernel {
                             }
                         }
                         xr = xr.add(g.dilation);
-                        wq = wq.add(CO);
+                        wq = wq.add(N);
                     }
                 }
                 for (r, row) in a.iter().enumerate() {
@@ -526,6 +585,7 @@ mod tests {
         let fused = Fused {
             pre_slope: Some(0.1),
             residual: Some(&r),
+            phases: 1,
         };
         let want: Vec<f64> = want
             .iter()
@@ -545,6 +605,62 @@ mod tests {
             conv1d(s, &x, &w, Some(&b), bad).is_none(),
             "residual of the wrong size"
         );
+    }
+
+    #[test]
+    fn interleaves_phases() {
+        // 3 phases of 4 channels: output channel p * 4 + o at time t lands
+        // at [o, t * 3 + p]; the residual is laid out like the output.
+        for &(c_out, phases, k, pre) in &[(12, 3, 3, true), (16, 8, 3, false), (6, 2, 1, true)] {
+            let s = Conv1dShape {
+                batch: 2,
+                c_in: 9,
+                t_in: 101,
+                c_out,
+                k,
+                padding: k / 2,
+                dilation: 1,
+            };
+            let x = data(s.batch * s.c_in * s.t_in, 8);
+            let w = data(s.c_out * s.c_in * s.k, 9);
+            let b = data(s.c_out, 10);
+            let t_out = s.t_out().expect("fits");
+            let r = data(s.batch * s.c_out * t_out, 11);
+            let slope = pre.then_some(0.2f32);
+            let xa: Vec<f32> = x
+                .iter()
+                .map(|&v| match slope {
+                    Some(a) if v < 0.0 => a * v,
+                    _ => v,
+                })
+                .collect();
+            let plain = reference(s, &xa, &w, Some(&b));
+            let c = c_out / phases;
+            let mut want = vec![0f64; plain.len()];
+            for bi in 0..s.batch {
+                for ch in 0..c_out {
+                    let (p, o) = (ch / c, ch % c);
+                    for t in 0..t_out {
+                        let at = (bi * c + o) * t_out * phases + t * phases + p;
+                        want[at] = plain[(bi * c_out + ch) * t_out + t] + f64::from(r[at]);
+                    }
+                }
+            }
+            let fused = Fused {
+                pre_slope: slope,
+                residual: Some(&r),
+                phases,
+            };
+            for isa in available() {
+                let got = conv1d_on(isa, s, &x, &w, Some(&b), fused).expect("valid shape");
+                compare(s, &got, &want, isa);
+            }
+            let bad = Fused { phases: 5, ..fused };
+            assert!(
+                conv1d(s, &x, &w, Some(&b), bad).is_none(),
+                "phases must divide c_out"
+            );
+        }
     }
 
     #[test]
