@@ -249,29 +249,87 @@ fn conv1d_direct(
         Some(_) => return Ok(None),
         None => None,
     };
-    let (x, w) = (x.contiguous()?, w.contiguous()?);
-    let run = |xs: &[f32], ws: &[f32], rs: Option<&[f32]>| {
+    let Some(pw) = packed_weights(w, c_out, c_in, k)? else {
+        return Ok(None);
+    };
+    let x = x.contiguous()?;
+    let run = |xs: &[f32], rs: Option<&[f32]>| {
         let fused = cpu_conv::Fused {
             pre_slope: pre_slope.map(|a| a as f32),
             residual: rs,
             phases: 1,
         };
-        cpu_conv::conv1d(shape, xs, ws, b.as_deref(), fused)
+        cpu_conv::conv1d_packed(shape, xs, &pw, b.as_deref(), fused)
     };
     // Each layer: Result<Option<inner>> -> Option<Vec<f32>>.
     let y = with_f32_slice(&x, |xs| -> Result<Option<Vec<f32>>> {
-        let inner = with_f32_slice(&w, |ws| -> Result<Option<Vec<f32>>> {
-            Ok(match &r {
-                Some(r) => with_f32_slice(r, |rs| run(xs, ws, Some(rs)))?.flatten(),
-                None => run(xs, ws, None),
-            })
-        })?;
-        Ok(inner.transpose()?.flatten())
+        Ok(match &r {
+            Some(r) => with_f32_slice(r, |rs| run(xs, Some(rs)))?.flatten(),
+            None => run(xs, None),
+        })
     })?;
     let Some(y) = y.transpose()?.flatten() else {
         return Ok(None);
     };
     Ok(Some(CTensor::from_vec(y, (batch, c_out, t_out), &cdev())?))
+}
+
+/// Convolution weights packed for [`cpu_conv`], by candle tensor id: a
+/// model convolves with the same weight tensors on every call, and
+/// repacking them each time was ~7% of `bench tts`. Candle never reuses a
+/// tensor id and the runtime never mutates a tensor in place, so an id
+/// always names the same values. Entries of dropped tensors are not
+/// noticed; the cache empties itself when it would exceed
+/// [`PACK_CACHE_BYTES`] (weights used once then cost one extra pack).
+static PACK_CACHE: std::sync::Mutex<Option<PackCache>> = std::sync::Mutex::new(None);
+
+/// Most bytes of packed weights kept (a Piper medium voice needs ~60 MB).
+const PACK_CACHE_BYTES: usize = 256 << 20;
+
+#[derive(Debug, Default)]
+struct PackCache {
+    map: std::collections::HashMap<candle_core::TensorId, Arc<cpu_conv::PackedWeights>>,
+    bytes: usize,
+}
+
+/// `w` [c_out, c_in, k] packed for the direct kernel, from the cache when
+/// it was packed before; None when it is not a contiguous f32 host tensor.
+fn packed_weights(
+    w: &CTensor,
+    c_out: usize,
+    c_in: usize,
+    k: usize,
+) -> Result<Option<Arc<cpu_conv::PackedWeights>>> {
+    let id = w.id();
+    if let Some(pw) = PACK_CACHE
+        .lock()
+        .ok()
+        .and_then(|c| c.as_ref().and_then(|c| c.map.get(&id).cloned()))
+    {
+        return Ok(Some(pw));
+    }
+    let w = w.contiguous()?;
+    let Some(pw) =
+        with_f32_slice(&w, |ws| cpu_conv::PackedWeights::new(c_out, c_in, k, ws))?.flatten()
+    else {
+        return Ok(None);
+    };
+    let pw = Arc::new(pw);
+    if let Ok(mut guard) = PACK_CACHE.lock() {
+        let cache = guard.get_or_insert_with(PackCache::default);
+        if cache.bytes + pw.size_bytes() > PACK_CACHE_BYTES {
+            cache.map.clear();
+            cache.bytes = 0;
+        }
+        if pw.size_bytes() <= PACK_CACHE_BYTES {
+            cache.bytes += pw.size_bytes();
+            if let Some(old) = cache.map.insert(id, Arc::clone(&pw)) {
+                // Another thread packed the same tensor meanwhile.
+                cache.bytes -= old.size_bytes();
+            }
+        }
+    }
+    Ok(Some(pw))
 }
 
 /// f32 activations through this crate's kernels ([`crate::cpu_gemv`]):

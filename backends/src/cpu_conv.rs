@@ -119,11 +119,80 @@ pub(crate) struct Fused<'a> {
     pub phases: usize,
 }
 
+/// Weights `[c_out, c_in, k]` repacked for the kernel of one instruction
+/// set: `[c_out / n][c_in][k][n]` in output-channel blocks of `n` (zero
+/// rows pad `c_out` to a multiple of `n`). Packing costs a pass over the
+/// weights, so callers that convolve with the same weights again keep it.
+#[derive(Debug)]
+pub(crate) struct PackedWeights {
+    isa: Isa,
+    n: usize,
+    c_out: usize,
+    c_in: usize,
+    k: usize,
+    data: Vec<f32>,
+}
+
+impl PackedWeights {
+    /// Pack `w` as `[c_out, c_in, k]` for this machine; None when a size
+    /// is zero or `w` does not match.
+    pub fn new(c_out: usize, c_in: usize, k: usize, w: &[f32]) -> Option<Self> {
+        Self::on(isa(), c_out, c_in, k, w)
+    }
+
+    fn on(isa: Isa, c_out: usize, c_in: usize, k: usize, w: &[f32]) -> Option<Self> {
+        if c_out == 0 || c_in == 0 || k == 0 || w.len() != c_out * c_in * k {
+            return None;
+        }
+        // AVX-512's 32 registers hold 8 output channels x 3 vectors; the
+        // other paths (16 registers) take 4.
+        let n = if isa == Isa::Avx512 && c_out > 4 {
+            8
+        } else {
+            4
+        };
+        let blocks = c_out.div_ceil(n);
+        let per_block = c_in * k * n;
+        let mut data = vec![0f32; blocks * per_block];
+        let pack = |blk: usize, dst: &mut [f32]| {
+            for r in 0..n.min(c_out - blk * n) {
+                let src = &w[(blk * n + r) * c_in * k..][..c_in * k];
+                for (i, &v) in src.iter().enumerate() {
+                    dst[i * n + r] = v;
+                }
+            }
+        };
+        if data.len() * 4 > 1 << 20 {
+            data.par_chunks_mut(per_block)
+                .enumerate()
+                .for_each(|(blk, dst)| pack(blk, dst));
+        } else {
+            for (blk, dst) in data.chunks_mut(per_block).enumerate() {
+                pack(blk, dst);
+            }
+        }
+        Some(PackedWeights {
+            isa,
+            n,
+            c_out,
+            c_in,
+            k,
+            data,
+        })
+    }
+
+    /// Bytes held.
+    pub fn size_bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<f32>()
+    }
+}
+
 /// `y[b, o, t] = bias[o] + sum_{c, j} w[o, c, j] * x[b, c, t + j*d - p]`,
 /// with `x` as `[batch, c_in, t_in]`, `w` as `[c_out, c_in, k]` and the
 /// result as `[batch, c_out, t_out]`, all row-major; `fused` adds a leaky
 /// ReLU on `x`, a residual on `y` and an interleaved output layout. Returns
 /// None when the shape is degenerate or the slices do not match it.
+#[cfg(test)]
 pub(crate) fn conv1d(
     s: Conv1dShape,
     x: &[f32],
@@ -135,6 +204,7 @@ pub(crate) fn conv1d(
 }
 
 /// [`conv1d`] on a given instruction set (which the caller checked).
+#[cfg(test)]
 fn conv1d_on(
     isa: Isa,
     s: Conv1dShape,
@@ -143,15 +213,25 @@ fn conv1d_on(
     bias: Option<&[f32]>,
     fused: Fused<'_>,
 ) -> Option<Vec<f32>> {
+    let pw = PackedWeights::on(isa, s.c_out, s.c_in, s.k, w)?;
+    conv1d_packed(s, x, &pw, bias, fused)
+}
+
+/// [`conv1d`] with weights packed by [`PackedWeights::new`] (which must
+/// match the shape's `c_out`, `c_in` and `k`).
+pub(crate) fn conv1d_packed(
+    s: Conv1dShape,
+    x: &[f32],
+    w: &PackedWeights,
+    bias: Option<&[f32]>,
+    fused: Fused<'_>,
+) -> Option<Vec<f32>> {
     let t_out = s.t_out()?;
     let phases = fused.phases.max(1);
-    if s.c_in == 0
-        || s.c_out == 0
-        || s.k == 0
-        || s.dilation == 0
+    if s.dilation == 0
+        || (w.c_out, w.c_in, w.k) != (s.c_out, s.c_in, s.k)
         || !s.c_out.is_multiple_of(phases)
         || x.len() != s.batch * s.c_in * s.t_in
-        || w.len() != s.c_out * s.c_in * s.k
         || bias.is_some_and(|b| b.len() != s.c_out)
         || fused
             .residual
@@ -159,46 +239,25 @@ fn conv1d_on(
     {
         return None;
     }
-    // AVX-512's 32 registers hold 8 output channels x 3 vectors; the other
-    // paths (16 registers) take 4.
-    Some(if isa == Isa::Avx512 && s.c_out > 4 {
-        blocked::<8>(isa, s, t_out, x, w, bias, fused)
-    } else {
-        blocked::<4>(isa, s, t_out, x, w, bias, fused)
+    Some(match w.n {
+        8 => blocked::<8>(w.isa, s, t_out, x, &w.data, bias, fused),
+        _ => blocked::<4>(w.isa, s, t_out, x, &w.data, bias, fused),
     })
 }
 
-/// The convolution with output blocks of `N` channels (shape checked).
+/// The convolution with output blocks of `N` channels (shape checked,
+/// weights `wp` packed in blocks of `N`).
 fn blocked<const N: usize>(
     isa: Isa,
     s: Conv1dShape,
     t_out: usize,
     x: &[f32],
-    w: &[f32],
+    wp: &[f32],
     bias: Option<&[f32]>,
     fused: Fused<'_>,
 ) -> Vec<f32> {
     let blocks = s.c_out.div_ceil(N);
-    // Packed weights [block][c][j][N].
     let per_block = s.c_in * s.k * N;
-    let mut wp = vec![0f32; blocks * per_block];
-    let pack = |blk: usize, dst: &mut [f32]| {
-        for r in 0..N.min(s.c_out - blk * N) {
-            let src = &w[(blk * N + r) * s.c_in * s.k..][..s.c_in * s.k];
-            for (i, &v) in src.iter().enumerate() {
-                dst[i * N + r] = v;
-            }
-        }
-    };
-    if wp.len() * 4 > 1 << 20 {
-        wp.par_chunks_mut(per_block)
-            .enumerate()
-            .for_each(|(blk, dst)| pack(blk, dst));
-    } else {
-        for (blk, dst) in wp.chunks_mut(per_block).enumerate() {
-            pack(blk, dst);
-        }
-    }
     let mut bp = vec![0f32; blocks * N];
     if let Some(b) = bias {
         bp[..s.c_out].copy_from_slice(b);
