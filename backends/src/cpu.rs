@@ -369,6 +369,105 @@ fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> 
     })
 }
 
+/// Element-wise work on contiguous f32 host tensors with this crate's
+/// loops and rayon's pool instead of candle's. Candle splits every
+/// element-wise op over 64K elements across its spinning barrier pool; on
+/// a loaded machine the caller then spins while a descheduled worker holds
+/// its share (perf: up to 19% of `bench tts` samples at load 6). Rayon's
+/// idle workers sleep, and busy ones take a straggler's remaining chunks.
+/// Same arithmetic per element as candle's kernels.
+mod ew {
+    use super::{cdev, with_f32_slice, CTensor, Result};
+    use rayon::prelude::*;
+    use std::mem::MaybeUninit;
+
+    /// Below this many elements one thread does it all (as candle does).
+    const PAR_MIN: usize = 1 << 16;
+    /// Elements per parallel chunk.
+    const CHUNK: usize = 1 << 14;
+
+    fn run<S: Sync>(
+        n: usize,
+        src: S,
+        f: impl Fn(&S, usize, &mut [MaybeUninit<f32>]) + Sync,
+    ) -> Vec<f32> {
+        let mut y: Vec<f32> = Vec::with_capacity(n);
+        let dst = &mut y.spare_capacity_mut()[..n];
+        if n >= PAR_MIN {
+            dst.par_chunks_mut(CHUNK)
+                .enumerate()
+                .for_each(|(i, d)| f(&src, i * CHUNK, d));
+        } else {
+            f(&src, 0, dst);
+        }
+        // SAFETY: `f` wrote every element of `dst` (each chunk in full).
+        unsafe { y.set_len(n) };
+        y
+    }
+
+    /// `f(x)` per element; None unless `x` is a contiguous f32 host tensor.
+    pub(super) fn map(x: &CTensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Option<CTensor>> {
+        let y = with_f32_slice(x, |xs| {
+            run(xs.len(), xs, |xs, at, d| {
+                for (d, &v) in d.iter_mut().zip(&xs[at..]) {
+                    d.write(f(v));
+                }
+            })
+        })?;
+        Ok(match y {
+            Some(y) => Some(CTensor::from_vec(y, x.shape(), &cdev())?),
+            None => None,
+        })
+    }
+
+    /// `f(a, b)` per element of two same-shape tensors; None unless both are
+    /// contiguous f32 host tensors of one shape.
+    pub(super) fn zip(
+        a: &CTensor,
+        b: &CTensor,
+        f: impl Fn(f32, f32) -> f32 + Sync,
+    ) -> Result<Option<CTensor>> {
+        if a.dims() != b.dims() {
+            return Ok(None);
+        }
+        let y = with_f32_slice(a, |xa| {
+            with_f32_slice(b, |xb| {
+                run(xa.len(), (xa, xb), |(xa, xb), at, d| {
+                    for ((d, &u), &v) in d.iter_mut().zip(&xa[at..]).zip(&xb[at..]) {
+                        d.write(f(u, v));
+                    }
+                })
+            })
+        })?;
+        Ok(match y.transpose()?.flatten() {
+            Some(y) => Some(CTensor::from_vec(y, a.shape(), &cdev())?),
+            None => None,
+        })
+    }
+}
+
+/// [`unary`] on [`ew`] for the ops of vocoders and flows.
+fn unary_own(u: UnaryOp, x: &CTensor) -> Result<Option<CTensor>> {
+    match u {
+        UnaryOp::Tanh => ew::map(x, f32::tanh),
+        UnaryOp::Sigmoid => ew::map(x, |v| 1.0 / (1.0 + (-v).exp())),
+        UnaryOp::Exp => ew::map(x, f32::exp),
+        UnaryOp::Neg => ew::map(x, |v| -v),
+        _ => Ok(None),
+    }
+}
+
+/// [`binary`] on [`ew`] for same-shape operands.
+fn binary_own(b: BinaryOp, x: &CTensor, y: &CTensor) -> Result<Option<CTensor>> {
+    match b {
+        BinaryOp::Add => ew::zip(x, y, |a, b| a + b),
+        BinaryOp::Sub => ew::zip(x, y, |a, b| a - b),
+        BinaryOp::Mul => ew::zip(x, y, |a, b| a * b),
+        BinaryOp::Div => ew::zip(x, y, |a, b| a / b),
+        _ => Ok(None),
+    }
+}
+
 fn unary(u: UnaryOp, x: &CTensor) -> Result<CTensor> {
     Ok(match u {
         UnaryOp::Neg => x.neg()?,
@@ -722,11 +821,19 @@ impl CpuBackend {
             }
             Op::Unary(u) => {
                 arity(op, inputs, 1, 1)?;
-                wrap(unary(*u, &p(0)?)?)
+                let x = p(0)?;
+                if let Some(y) = unary_own(*u, &x)? {
+                    return wrap(y);
+                }
+                wrap(unary(*u, &x)?)
             }
             Op::LeakyRelu { slope } => {
                 arity(op, inputs, 1, 1)?;
                 let x = p(0)?;
+                let a = *slope as f32;
+                if let Some(y) = ew::map(&x, |v| v.max(v * a))? {
+                    return wrap(y);
+                }
                 wrap(x.maximum(&(&x * *slope)?)?)
             }
             Op::Snake => {
@@ -746,11 +853,20 @@ impl CpuBackend {
             }
             Op::Binary(b) => {
                 arity(op, inputs, 2, 2)?;
-                wrap(binary(*b, &p(0)?, &p(1)?)?)
+                let (x, y) = (p(0)?, p(1)?);
+                if let Some(z) = binary_own(*b, &x, &y)? {
+                    return wrap(z);
+                }
+                wrap(binary(*b, &x, &y)?)
             }
             Op::Affine { mul, add } => {
                 arity(op, inputs, 1, 1)?;
-                wrap(p(0)?.affine(*mul, *add)?)
+                let x = p(0)?;
+                let (m, a) = (*mul as f32, *add as f32);
+                if let Some(y) = ew::map(&x, |v| v * m + a)? {
+                    return wrap(y);
+                }
+                wrap(x.affine(*mul, *add)?)
             }
             Op::Reduce {
                 op: r,
