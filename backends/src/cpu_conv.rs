@@ -131,6 +131,10 @@ pub(crate) struct PackedWeights {
     c_in: usize,
     k: usize,
     data: Vec<f32>,
+    /// Per block, the taps `lo..hi` outside which all its weights are
+    /// zero (a transposed convolution's phases use 2 of 3): the kernel
+    /// skips the rest.
+    taps: Vec<(usize, usize)>,
 }
 
 impl PackedWeights {
@@ -171,6 +175,17 @@ impl PackedWeights {
                 pack(blk, dst);
             }
         }
+        let taps = data
+            .chunks(per_block)
+            .map(|blk| {
+                let used = |j: &usize| {
+                    (0..c_in).any(|c| blk[(c * k + j) * n..][..n].iter().any(|&v| v != 0.0))
+                };
+                let lo = (0..k).find(used).unwrap_or(0);
+                let hi = (lo..k).rev().find(used).map_or(lo, |j| j + 1);
+                (lo, hi)
+            })
+            .collect();
         Some(PackedWeights {
             isa,
             n,
@@ -178,6 +193,7 @@ impl PackedWeights {
             c_in,
             k,
             data,
+            taps,
         })
     }
 
@@ -240,19 +256,19 @@ pub(crate) fn conv1d_packed(
         return None;
     }
     Some(match w.n {
-        8 => blocked::<8>(w.isa, s, t_out, x, &w.data, bias, fused),
-        _ => blocked::<4>(w.isa, s, t_out, x, &w.data, bias, fused),
+        8 => blocked::<8>(w.isa, s, t_out, x, (&w.data, &w.taps), bias, fused),
+        _ => blocked::<4>(w.isa, s, t_out, x, (&w.data, &w.taps), bias, fused),
     })
 }
 
 /// The convolution with output blocks of `N` channels (shape checked,
-/// weights `wp` packed in blocks of `N`).
+/// weights `wp` packed in blocks of `N`, with each block's used taps).
 fn blocked<const N: usize>(
     isa: Isa,
     s: Conv1dShape,
     t_out: usize,
     x: &[f32],
-    wp: &[f32],
+    (wp, taps): (&[f32], &[(usize, usize)]),
     bias: Option<&[f32]>,
     fused: Fused<'_>,
 ) -> Vec<f32> {
@@ -317,6 +333,7 @@ fn blocked<const N: usize>(
                     c_lo,
                     c_hi,
                     k: s.k,
+                    taps: taps[blk],
                     dilation: s.dilation,
                     row,
                 };
@@ -388,6 +405,8 @@ struct Geo {
     c_lo: usize,
     c_hi: usize,
     k: usize,
+    /// Taps `lo..hi` of `0..k` to run (the others' weights are zero).
+    taps: (usize, usize),
     dilation: usize,
     /// Length of one padded input row.
     row: usize,
@@ -405,6 +424,7 @@ fn tile<const N: usize>(
 ) {
     // Every index either kernel reads.
     assert!(g.c_lo < g.c_hi && g.c_hi * g.k * N <= wb.len());
+    assert!(g.taps.0 <= g.taps.1 && g.taps.1 <= g.k);
     assert!((g.c_hi - 1) * g.row + t0 + (g.k - 1) * g.dilation + TT <= xp.len());
     #[cfg(target_arch = "x86_64")]
     match isa {
@@ -427,7 +447,7 @@ fn tile<const N: usize>(
     }
     let _ = isa;
     for c in g.c_lo..g.c_hi {
-        for j in 0..g.k {
+        for j in g.taps.0..g.taps.1 {
             let xs = &xp[c * g.row + t0 + j * g.dilation..][..TT];
             let ws = &wb[(c * g.k + j) * N..][..N];
             for (a, &wv) in acc.iter_mut().zip(ws) {
@@ -467,10 +487,11 @@ macro_rules! tile_kernel {
                     }
                 }
                 let xb = xp.as_ptr();
-                let mut wq = wb.as_ptr().add(g.c_lo * g.k * N);
+                let (j_lo, j_hi) = g.taps;
                 for c in g.c_lo..g.c_hi {
-                    let mut xr = xb.add(c * g.row + t0 + col);
-                    for _ in 0..g.k {
+                    let mut xr = xb.add(c * g.row + t0 + col + j_lo * g.dilation);
+                    let mut wq = wb.as_ptr().add((c * g.k + j_lo) * N);
+                    for _ in j_lo..j_hi {
                         let x = [$load(xr), $load(xr.add($w)), $load(xr.add(2 * $w))];
                         for (r, row) in a.iter_mut().enumerate() {
                             let wv = $set1(*wq.add(r));
@@ -719,6 +740,44 @@ mod tests {
                 conv1d(s, &x, &w, Some(&b), bad).is_none(),
                 "phases must divide c_out"
             );
+        }
+    }
+
+    #[test]
+    fn skips_zero_taps() {
+        // Blocks whose leading / trailing taps are all zero (as in the
+        // phases of a transposed convolution), and an all-zero block.
+        let s = Conv1dShape {
+            batch: 1,
+            c_in: 6,
+            t_in: 77,
+            c_out: 24,
+            k: 5,
+            padding: 4,
+            dilation: 2,
+        };
+        let mut w = data(s.c_out * s.c_in * s.k, 12);
+        for o in 0..s.c_out {
+            for c in 0..s.c_in {
+                for j in 0..s.k {
+                    let zero = match o {
+                        0..4 => j == 0 || j == 4,
+                        4..8 => j < 3,
+                        8..16 => j == 4,
+                        _ => true,
+                    };
+                    if zero {
+                        w[(o * s.c_in + c) * s.k + j] = 0.0;
+                    }
+                }
+            }
+        }
+        let x = data(s.batch * s.c_in * s.t_in, 13);
+        let b = data(s.c_out, 14);
+        let want = reference(s, &x, &w, Some(&b));
+        for isa in available() {
+            let got = conv1d_on(isa, s, &x, &w, Some(&b), Fused::default()).expect("valid shape");
+            compare(s, &got, &want, isa);
         }
     }
 
