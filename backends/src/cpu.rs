@@ -204,8 +204,11 @@ fn with_f32_slice<R>(t: &CTensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<
 }
 
 /// Stride-1, single-group f32 `conv1d` on the direct kernel
-/// ([`cpu_conv`]), optionally with a leaky ReLU on `x` and a residual added;
-/// None for shapes it does not take (candle runs those).
+/// ([`cpu_conv`]), optionally with a leaky ReLU on `x`, a residual added
+/// and the output written as `phases` interleaved phases
+/// ([`Op::Conv1dFused`]); None for shapes it does not take (candle runs
+/// those).
+#[allow(clippy::too_many_arguments)]
 fn conv1d_direct(
     x: &CTensor,
     w: &CTensor,
@@ -214,11 +217,13 @@ fn conv1d_direct(
     dilation: usize,
     pre_slope: Option<f64>,
     residual: Option<&CTensor>,
+    phases: usize,
 ) -> Result<Option<CTensor>> {
     let (&[batch, c_in, t_in], &[c_out, wc, k]) = (x.dims(), w.dims()) else {
         return Ok(None);
     };
-    if wc != c_in || x.dtype() != CDType::F32 {
+    let phases = phases.max(1);
+    if wc != c_in || x.dtype() != CDType::F32 || !c_out.is_multiple_of(phases) {
         return Ok(None);
     }
     let shape = cpu_conv::Conv1dShape {
@@ -242,14 +247,14 @@ fn conv1d_direct(
         ),
         None => None,
     };
+    // [batch, c_out, t_out], or interleaved [batch, c_out / phases, t_out * phases].
+    let out_dims = [batch, c_out / phases, t_out * phases];
     let r = match residual {
-        Some(r) if r.dims() == [batch, c_out, t_out] && r.dtype() == CDType::F32 => {
-            Some(r.contiguous()?)
-        }
+        Some(r) if r.dims() == out_dims && r.dtype() == CDType::F32 => Some(r.contiguous()?),
         Some(_) => return Ok(None),
         None => None,
     };
-    let Some(pw) = packed_weights(w, c_out, c_in, k)? else {
+    let Some(pw) = packed_weights(w, (c_out, c_in, k), phases)? else {
         return Ok(None);
     };
     let x = x.contiguous()?;
@@ -257,7 +262,7 @@ fn conv1d_direct(
         let fused = cpu_conv::Fused {
             pre_slope: pre_slope.map(|a| a as f32),
             residual: rs,
-            phases: 1,
+            phases,
         };
         cpu_conv::conv1d_packed(shape, xs, &pw, b.as_deref(), fused)
     };
@@ -271,7 +276,7 @@ fn conv1d_direct(
     let Some(y) = y.transpose()?.flatten() else {
         return Ok(None);
     };
-    Ok(Some(CTensor::from_vec(y, (batch, c_out, t_out), &cdev())?))
+    Ok(Some(CTensor::from_vec(y, &out_dims[..], &cdev())?))
 }
 
 /// Convolution weights packed for [`cpu_conv`], by candle tensor id: a
@@ -288,19 +293,20 @@ const PACK_CACHE_BYTES: usize = 256 << 20;
 
 #[derive(Debug, Default)]
 struct PackCache {
-    map: std::collections::HashMap<candle_core::TensorId, Arc<cpu_conv::PackedWeights>>,
+    /// By tensor id and output phases (which order the packed rows).
+    map: std::collections::HashMap<(candle_core::TensorId, usize), Arc<cpu_conv::PackedWeights>>,
     bytes: usize,
 }
 
-/// `w` [c_out, c_in, k] packed for the direct kernel, from the cache when
-/// it was packed before; None when it is not a contiguous f32 host tensor.
+/// `w` [c_out, c_in, k] packed for the direct kernel with `phases` output
+/// phases, from the cache when it was packed before; None when it is not a
+/// contiguous f32 host tensor.
 fn packed_weights(
     w: &CTensor,
-    c_out: usize,
-    c_in: usize,
-    k: usize,
+    (c_out, c_in, k): (usize, usize, usize),
+    phases: usize,
 ) -> Result<Option<Arc<cpu_conv::PackedWeights>>> {
-    let id = w.id();
+    let id = (w.id(), phases);
     if let Some(pw) = PACK_CACHE
         .lock()
         .ok()
@@ -309,9 +315,10 @@ fn packed_weights(
         return Ok(Some(pw));
     }
     let w = w.contiguous()?;
-    let Some(pw) =
-        with_f32_slice(&w, |ws| cpu_conv::PackedWeights::new(c_out, c_in, k, ws))?.flatten()
-    else {
+    let Some(pw) = with_f32_slice(&w, |ws| {
+        cpu_conv::PackedWeights::new(c_out, c_in, k, ws, phases)
+    })?
+    .flatten() else {
         return Ok(None);
     };
     let pw = Arc::new(pw);
@@ -691,6 +698,7 @@ impl CpuBackend {
                         *dilation,
                         None,
                         None,
+                        1,
                     )?;
                     if let Some(y) = direct {
                         return wrap(y);
@@ -706,6 +714,7 @@ impl CpuBackend {
                 groups,
                 pre_slope,
                 residual,
+                phases,
             } => {
                 let n = if *residual { 4 } else { 3 };
                 arity(op, inputs, n, n)?;
@@ -721,6 +730,7 @@ impl CpuBackend {
                         *dilation,
                         *pre_slope,
                         res.as_ref(),
+                        *phases,
                     )?;
                     if let Some(y) = direct {
                         return wrap(y);
@@ -736,6 +746,21 @@ impl CpuBackend {
                 };
                 let y = xa.conv1d(&w, *padding, *stride, *dilation, *groups)?;
                 let y = add_channel_bias(y, Some(inputs[2]), name)?;
+                let ph = (*phases).max(1);
+                let y = if ph > 1 {
+                    let (b, c, l) = y.dims3()?;
+                    if !c.is_multiple_of(ph) {
+                        return Err(Error::bad_input(
+                            name,
+                            format!("{ph} phases do not divide {c} output channels"),
+                        ));
+                    }
+                    y.reshape((b, ph, c / ph, l))?
+                        .permute((0, 2, 3, 1))?
+                        .reshape((b, c / ph, l * ph))?
+                } else {
+                    y
+                };
                 wrap(match res {
                     Some(r) => y.broadcast_add(&r.to_dtype(y.dtype())?)?,
                     None => y,

@@ -130,6 +130,8 @@ pub(crate) struct PackedWeights {
     c_out: usize,
     c_in: usize,
     k: usize,
+    /// Output phases the rows are ordered for (see [`Fused::phases`]).
+    phases: usize,
     data: Vec<f32>,
     /// Per block, the taps `lo..hi` outside which all its weights are
     /// zero (a transposed convolution's phases use 2 of 3): the kernel
@@ -138,14 +140,21 @@ pub(crate) struct PackedWeights {
 }
 
 impl PackedWeights {
-    /// Pack `w` as `[c_out, c_in, k]` for this machine; None when a size
-    /// is zero or `w` does not match.
-    pub fn new(c_out: usize, c_in: usize, k: usize, w: &[f32]) -> Option<Self> {
-        Self::on(isa(), c_out, c_in, k, w)
+    /// Pack `w` as `[c_out, c_in, k]` for this machine and an output of
+    /// `phases` interleaved phases (1: none); None when a size is zero,
+    /// `phases` does not divide `c_out` or `w` does not match.
+    pub fn new(c_out: usize, c_in: usize, k: usize, w: &[f32], phases: usize) -> Option<Self> {
+        Self::on(isa(), c_out, c_in, k, w, phases)
     }
 
-    fn on(isa: Isa, c_out: usize, c_in: usize, k: usize, w: &[f32]) -> Option<Self> {
-        if c_out == 0 || c_in == 0 || k == 0 || w.len() != c_out * c_in * k {
+    fn on(isa: Isa, c_out: usize, c_in: usize, k: usize, w: &[f32], phases: usize) -> Option<Self> {
+        let phases = phases.max(1);
+        if c_out == 0
+            || c_in == 0
+            || k == 0
+            || w.len() != c_out * c_in * k
+            || !c_out.is_multiple_of(phases)
+        {
             return None;
         }
         // AVX-512's 32 registers hold 8 output channels x 3 vectors; the
@@ -160,7 +169,8 @@ impl PackedWeights {
         let mut data = vec![0f32; blocks * per_block];
         let pack = |blk: usize, dst: &mut [f32]| {
             for r in 0..n.min(c_out - blk * n) {
-                let src = &w[(blk * n + r) * c_in * k..][..c_in * k];
+                let ch = source_channel(blk * n + r, c_out, phases);
+                let src = &w[ch * c_in * k..][..c_in * k];
                 for (i, &v) in src.iter().enumerate() {
                     dst[i * n + r] = v;
                 }
@@ -192,6 +202,7 @@ impl PackedWeights {
             c_out,
             c_in,
             k,
+            phases,
             data,
             taps,
         })
@@ -200,6 +211,17 @@ impl PackedWeights {
     /// Bytes held.
     pub fn size_bytes(&self) -> usize {
         self.data.len() * std::mem::size_of::<f32>()
+    }
+}
+
+/// The weight row (output channel `p * c + o`, `c = c_out / phases`) that
+/// packed row `q` holds: with phases the rows are ordered `q = o * phases +
+/// p`, so a block's rows land next to each other in the interleaved output.
+fn source_channel(q: usize, c_out: usize, phases: usize) -> usize {
+    if phases > 1 {
+        (q % phases) * (c_out / phases) + q / phases
+    } else {
+        q
     }
 }
 
@@ -229,7 +251,7 @@ fn conv1d_on(
     bias: Option<&[f32]>,
     fused: Fused<'_>,
 ) -> Option<Vec<f32>> {
-    let pw = PackedWeights::on(isa, s.c_out, s.c_in, s.k, w)?;
+    let pw = PackedWeights::on(isa, s.c_out, s.c_in, s.k, w, fused.phases)?;
     conv1d_packed(s, x, &pw, bias, fused)
 }
 
@@ -245,8 +267,7 @@ pub(crate) fn conv1d_packed(
     let t_out = s.t_out()?;
     let phases = fused.phases.max(1);
     if s.dilation == 0
-        || (w.c_out, w.c_in, w.k) != (s.c_out, s.c_in, s.k)
-        || !s.c_out.is_multiple_of(phases)
+        || (w.c_out, w.c_in, w.k, w.phases) != (s.c_out, s.c_in, s.k, phases)
         || x.len() != s.batch * s.c_in * s.t_in
         || bias.is_some_and(|b| b.len() != s.c_out)
         || fused
@@ -275,11 +296,12 @@ fn blocked<const N: usize>(
     let blocks = s.c_out.div_ceil(N);
     let per_block = s.c_in * s.k * N;
     let mut bp = vec![0f32; blocks * N];
-    if let Some(b) = bias {
-        bp[..s.c_out].copy_from_slice(b);
-    }
     let phases = fused.phases.max(1);
-    let c_phase = s.c_out / phases;
+    if let Some(b) = bias {
+        for (q, v) in bp[..s.c_out].iter_mut().enumerate() {
+            *v = b[source_channel(q, s.c_out, phases)];
+        }
+    }
     // Padded input rows long enough for whole tiles: every tile reads
     // [t0, t0 + TT + span - 1) of a row.
     let span = s.dilation * (s.k - 1);
@@ -346,19 +368,12 @@ fn blocked<const N: usize>(
             for (i, a) in acc.iter().enumerate() {
                 let t0 = t_lo + i * TT;
                 let n = TT.min(t_out - t0);
-                for (r, v) in a.iter().enumerate().take(rows) {
-                    let ch = blk * N + r;
-                    // Where time t0 of this channel goes, and the step per time.
-                    let (at, step) = if phases == 1 {
-                        (ch * t_out + t0, 1)
-                    } else {
-                        let (p, o) = (ch / c_phase, ch % c_phase);
-                        (o * t_out * phases + t0 * phases + p, phases)
-                    };
-                    if step == 1 {
-                        // SAFETY: row ch < c_out and times t0 .. t0 + n <=
-                        // t_out lie inside this batch item's output, and no
-                        // other task writes them.
+                if phases == 1 {
+                    for (r, v) in a.iter().enumerate().take(rows) {
+                        let at = (blk * N + r) * t_out + t0;
+                        // SAFETY: row blk*N + r < c_out and times t0 .. t0 + n
+                        // <= t_out lie inside this batch item's output, and
+                        // no other task writes them.
                         let dst = unsafe { std::slice::from_raw_parts_mut(out.at(item + at), n) };
                         match residual {
                             Some(res) => {
@@ -368,14 +383,27 @@ fn blocked<const N: usize>(
                             }
                             None => dst.copy_from_slice(&v[..n]),
                         }
-                    } else {
-                        for (i, &a) in v[..n].iter().enumerate() {
-                            let e = at + i * step;
-                            let val = residual.map_or(a, |res| a + res[e]);
-                            // SAFETY: o < c_phase, t < t_out and p < phases
-                            // address a distinct element of this batch item's
-                            // output (the map (p, o, t) -> element is one to
-                            // one), written by this task only.
+                    }
+                } else {
+                    // Row q = o * phases + p goes to [o, t * phases + p]:
+                    // consecutive rows are consecutive elements.
+                    let mut base = [0usize; N];
+                    for (r, b) in base.iter_mut().enumerate().take(rows) {
+                        let q = blk * N + r;
+                        *b = (q / phases) * t_out * phases + q % phases;
+                    }
+                    // A transpose: time outer, rows inner, both index `a`.
+                    #[allow(clippy::needless_range_loop)]
+                    for ti in 0..n {
+                        let t = (t0 + ti) * phases;
+                        for (r, &b) in base.iter().enumerate().take(rows) {
+                            let e = b + t;
+                            let v = a[r][ti];
+                            let val = residual.map_or(v, |res| v + res[e]);
+                            // SAFETY: (o, p, t) -> o * t_out * phases + t *
+                            // phases + p is one to one onto this batch item's
+                            // output (p < phases, t < t_out, o < c_out /
+                            // phases), and row q, time t is this task's only.
                             unsafe { *out.at(item + e) = val };
                         }
                     }
