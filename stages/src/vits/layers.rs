@@ -123,6 +123,13 @@ impl Conv1d {
         Ok(dev.conv1d(x, &self.w, self.b.as_ref(), self.cfg)?)
     }
 
+    /// Multiply the weights (not the bias) by `s`: the convolution then
+    /// computes `conv(s * x)`, which folds a scale of its input into it.
+    pub fn scale_weights(&mut self, dev: &Device, s: f64) -> Result<()> {
+        self.w = dev.scale(&self.w, s)?;
+        Ok(())
+    }
+
     /// `conv(leaky_relu(x, pre_slope)) + residual`, as one fused op where
     /// the device has it (the HiFi-GAN residual unit).
     pub fn forward_fused(
@@ -255,6 +262,13 @@ impl ConvTranspose1d {
     /// x[1, c_in, t] -> [1, c_out, t * u].
     pub fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
         self.forward_pre(dev, x, None)
+    }
+
+    /// Multiply the weights (not the bias) by `s`, as
+    /// [`Conv1d::scale_weights`].
+    pub fn scale_weights(&mut self, dev: &Device, s: f64) -> Result<()> {
+        self.w = dev.scale(&self.w, s)?;
+        Ok(())
     }
 
     /// [`Self::forward`] of `leaky_relu(x, pre_slope)`, the activation
