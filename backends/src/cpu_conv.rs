@@ -15,15 +15,18 @@
 //! for 24 fused multiply-adds, so the kernel is bound by FMA throughput,
 //! not memory.
 //!
-//! Weights are repacked once per call as `[c_out / N][c_in][k][N]` (zero
-//! rows pad `c_out` to a multiple of the block `N`), the input is
-//! zero-padded once, and the bias seeds the accumulators. A task owns one
-//! output-channel block over a span of 384 steps and sweeps the input
-//! channels in groups whose rows fit in L1, so each input sample is read
-//! from L1 by every tap; the tasks of one span are neighbours, so its
-//! input rows stay in L2 for every output block. Tasks run on rayon's pool.
-//! The output is written once, without a zero fill first, optionally
-//! interleaved as the phases of a transposed convolution.
+//! Weights are packed as `[c_out / N][c_in][k][N]` (zero rows pad `c_out`
+//! to a multiple of the block `N`; [`PackedWeights`], kept by the caller
+//! across calls), output blocks skip taps whose weights are all zero, and
+//! the bias seeds the accumulators. A task owns one output-channel block
+//! over a span of 384 steps and sweeps the input channels in groups whose
+//! rows fit in L1, so each input sample is read from L1 by every tap. The
+//! input is zero-padded (and leaky-ReLU'd) once: for long inputs span by
+//! span inside the task that then runs every output block of that span
+//! while its rows sit in L2; for short ones as a whole, with the tasks of
+//! one span as neighbours. Tasks run on rayon's pool. The output is
+//! written once, without a zero fill first, optionally interleaved as the
+//! phases of a transposed convolution.
 //!
 //! AVX-512F or AVX2 + FMA code is chosen at run time; other machines run the same
 //! blocking in portable code.
@@ -310,20 +313,17 @@ fn blocked<const N: usize>(
     let len = s.batch * s.c_out * t_out;
     // Every element is written exactly once below (no zero fill first).
     let mut y: Vec<f32> = Vec::with_capacity(len);
-    let mut xp: Vec<f32> = Vec::with_capacity(s.c_in * row);
+    let mut xp: Vec<f32> = Vec::new();
     for bi in 0..s.batch {
-        // Padding stays zero (leaky_relu(0) = 0); only the margins are filled.
-        xp.clear();
-        for c in 0..s.c_in {
-            let src = &x[(bi * s.c_in + c) * s.t_in..][..s.t_in];
-            let n = s.t_in.min(row - s.padding);
-            xp.resize(xp.len() + s.padding, 0.0);
-            match fused.pre_slope {
-                Some(a) => xp.extend(src[..n].iter().map(|&v| if v >= 0.0 { v } else { a * v })),
-                None => xp.extend_from_slice(&src[..n]),
+        let xb = &x[bi * s.c_in * s.t_in..][..s.c_in * s.t_in];
+        // Padded positions q0 .. q0 + len of every input row, appended to
+        // `dst` (padding stays zero: leaky_relu(0) = 0).
+        let fill = |dst: &mut Vec<f32>, q0: usize, len: usize| {
+            for c in 0..s.c_in {
+                let src = &xb[c * s.t_in..][..s.t_in];
+                fill_row(dst, src, q0, len, s.padding, fused.pre_slope);
             }
-            xp.resize((c + 1) * row, 0.0);
-        }
+        };
         let out = OutPtr(y.as_mut_ptr());
         let item = bi * s.c_out * t_out;
         let residual = fused.residual.map(|r| &r[item..][..s.c_out * t_out]);
@@ -332,12 +332,9 @@ fn blocked<const N: usize>(
         // Input channels per sweep: the rows of x a task reads in one sweep
         // (T_TASK + span floats each) stay within about 24 KB of L1.
         let c_step = (6144 / (T_TASK + span)).clamp(1, s.c_in);
-        let work = |task: usize| {
-            // Span-major: the tasks of one span (neighbours in rayon's
-            // split) share its input rows, which stay in L2 between them.
-            let (blk, sp) = (task % blocks, task / blocks);
-            let t_lo = sp * T_TASK;
-            let t_hi = (t_lo + T_TASK).min(t_out);
+        // Output block `blk` over times t_lo..t_hi, from padded rows `xs` of
+        // length `row` whose first column is padded position `q0`.
+        let block = |blk: usize, t_lo: usize, t_hi: usize, xs: &[f32], row: usize, q0: usize| {
             let wb = &wp[blk * per_block..][..per_block];
             let bb = &bp[blk * N..][..N];
             // Accumulators of this task's tiles, seeded with the bias.
@@ -360,7 +357,7 @@ fn blocked<const N: usize>(
                     row,
                 };
                 for (i, a) in acc.iter_mut().enumerate() {
-                    tile(isa, &geo, &xp, wb, t_lo + i * TT, a);
+                    tile(isa, &geo, xs, wb, t_lo - q0 + i * TT, a);
                 }
                 c_lo = c_hi;
             }
@@ -410,21 +407,79 @@ fn blocked<const N: usize>(
                 }
             }
         };
-        if tasks > 1 && tasks * s.c_in * s.k * T_TASK > 1 << 16 {
-            // rayon's pool (also gemm's), not candle's spinning barrier pool:
-            // its idle threads sleep, which matters on a loaded 2-core
-            // machine, where a thread spinning at a barrier takes the core
-            // the straggler it waits for needs (measured with perf: 25% of
-            // all samples spinning at load 6, against under 12% with rayon).
-            (0..tasks).into_par_iter().for_each(work);
+        // All on rayon's pool (also gemm's), not candle's spinning barrier
+        // pool: its idle threads sleep, which matters on a loaded 2-core
+        // machine, where a thread spinning at a barrier takes the core the
+        // straggler it waits for needs (measured with perf: 25% of all
+        // samples spinning at load 6, against under 12% with rayon).
+        if spans >= LOCAL_SPANS {
+            // A long input: each task pads the rows of its own span, which
+            // then stay in L2 for every output block, instead of one pass
+            // writing a padded copy of the whole input out to memory and
+            // the tasks reading it back.
+            (0..spans).into_par_iter().for_each(|sp| {
+                let t_lo = sp * T_TASK;
+                let t_hi = (t_lo + T_TASK).min(t_out);
+                let row = (t_hi - t_lo).div_ceil(TT) * TT + span;
+                let mut xs = Vec::with_capacity(s.c_in * row);
+                fill(&mut xs, t_lo, row);
+                for blk in 0..blocks {
+                    block(blk, t_lo, t_hi, &xs, row, t_lo);
+                }
+            });
         } else {
-            (0..tasks).for_each(work);
+            xp.clear();
+            fill(&mut xp, 0, row);
+            let work = |task: usize| {
+                // Span-major: the tasks of one span (neighbours in rayon's
+                // split) share its input rows, which stay in L2 between them.
+                let (blk, sp) = (task % blocks, task / blocks);
+                let t_lo = sp * T_TASK;
+                block(blk, t_lo, (t_lo + T_TASK).min(t_out), &xp, row, 0);
+            };
+            if tasks > 1 && tasks * s.c_in * s.k * T_TASK > 1 << 16 {
+                (0..tasks).into_par_iter().for_each(work);
+            } else {
+                (0..tasks).for_each(work);
+            }
         }
     }
     // SAFETY: the tasks of every batch item wrote each of its c_out * t_out
     // elements (see the store above), and f32 has no invalid bit patterns.
     unsafe { y.set_len(len) };
     y
+}
+
+/// Spans from which a convolution pads its input span by span, inside the
+/// tasks (enough tasks to keep every thread of a small machine busy).
+const LOCAL_SPANS: usize = 8;
+
+/// Append padded positions `q0 .. q0 + len` of one input row — `padding`
+/// zeros, `src` (through leaky ReLU with `slope`), then zeros — to `dst`.
+fn fill_row(
+    dst: &mut Vec<f32>,
+    src: &[f32],
+    q0: usize,
+    len: usize,
+    padding: usize,
+    slope: Option<f32>,
+) {
+    let end = q0 + len;
+    // The part of q0..end that holds src, as padded positions.
+    let lo = padding.clamp(q0, end);
+    let hi = (padding + src.len()).clamp(q0, end);
+    dst.resize(dst.len() + (lo - q0), 0.0);
+    // (lo < padding only when the range ends before src starts: empty.)
+    let part: &[f32] = if hi > lo {
+        &src[lo - padding..hi - padding]
+    } else {
+        &[]
+    };
+    match slope {
+        Some(a) => dst.extend(part.iter().map(|&v| if v >= 0.0 { v } else { a * v })),
+        None => dst.extend_from_slice(part),
+    }
+    dst.resize(dst.len() + (end - hi), 0.0);
 }
 
 /// Geometry a tile needs.
@@ -806,6 +861,54 @@ mod tests {
         for isa in available() {
             let got = conv1d_on(isa, s, &x, &w, Some(&b), Fused::default()).expect("valid shape");
             compare(s, &got, &want, isa);
+        }
+    }
+
+    #[test]
+    fn pads_span_by_span_on_long_inputs() {
+        // Long enough for the per-span padding path, with a padding longer
+        // than a span on each side, phases, leaky ReLU and a residual.
+        for &(padding, phases) in &[(3, 1), (500, 1), (2, 4)] {
+            let s = Conv1dShape {
+                batch: 2,
+                c_in: 5,
+                t_in: T_TASK * LOCAL_SPANS + 37,
+                c_out: 12,
+                k: 5,
+                padding,
+                dilation: 2,
+            };
+            let x = data(s.batch * s.c_in * s.t_in, 15);
+            let w = data(s.c_out * s.c_in * s.k, 16);
+            let b = data(s.c_out, 17);
+            let t_out = s.t_out().expect("fits");
+            assert!(t_out.div_ceil(T_TASK) >= LOCAL_SPANS);
+            let r = data(s.batch * s.c_out * t_out, 18);
+            let xa: Vec<f32> = x
+                .iter()
+                .map(|&v| if v >= 0.0 { v } else { 0.3 * v })
+                .collect();
+            let plain = reference(s, &xa, &w, Some(&b));
+            let c = s.c_out / phases;
+            let mut want = vec![0f64; plain.len()];
+            for bi in 0..s.batch {
+                for ch in 0..s.c_out {
+                    let (p, o) = (ch / c, ch % c);
+                    for t in 0..t_out {
+                        let at = (bi * c + o) * t_out * phases + t * phases + p;
+                        want[at] = plain[(bi * s.c_out + ch) * t_out + t] + f64::from(r[at]);
+                    }
+                }
+            }
+            let fused = Fused {
+                pre_slope: Some(0.3),
+                residual: Some(&r),
+                phases,
+            };
+            for isa in available() {
+                let got = conv1d_on(isa, s, &x, &w, Some(&b), fused).expect("valid shape");
+                compare(s, &got, &want, isa);
+            }
         }
     }
 
