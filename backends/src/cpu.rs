@@ -382,7 +382,8 @@ fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> 
 /// a loaded machine the caller then spins while a descheduled worker holds
 /// its share (perf: up to 19% of `bench tts` samples at load 6). Rayon's
 /// idle workers sleep, and busy ones take a straggler's remaining chunks.
-/// Same arithmetic per element as candle's kernels.
+/// Same arithmetic per element as candle's kernels, except tanh and
+/// sigmoid ([`crate::cpu_math`]: vectorized, within 1e-6 relative).
 mod ew {
     use super::{cdev, with_f32_slice, CTensor, Result};
     use rayon::prelude::*;
@@ -427,6 +428,22 @@ mod ew {
         })
     }
 
+    /// [`map`] with `f` applied by [`crate::cpu_math::map`] (vectorized).
+    pub(super) fn map_vec(
+        x: &CTensor,
+        f: impl Fn(f32) -> f32 + Copy + Sync,
+    ) -> Result<Option<CTensor>> {
+        let y = with_f32_slice(x, |xs| {
+            run(xs.len(), xs, |xs, at, d| {
+                crate::cpu_math::map(&xs[at..], d, f);
+            })
+        })?;
+        Ok(match y {
+            Some(y) => Some(CTensor::from_vec(y, x.shape(), &cdev())?),
+            None => None,
+        })
+    }
+
     /// `f(a, b)` per element of two same-shape tensors; None unless both are
     /// contiguous f32 host tensors of one shape.
     pub(super) fn zip(
@@ -456,8 +473,9 @@ mod ew {
 /// [`unary`] on [`ew`] for the ops of vocoders and flows.
 fn unary_own(u: UnaryOp, x: &CTensor) -> Result<Option<CTensor>> {
     match u {
-        UnaryOp::Tanh => ew::map(x, f32::tanh),
-        UnaryOp::Sigmoid => ew::map(x, |v| 1.0 / (1.0 + (-v).exp())),
+        // Vectorized, within 1e-6 relative of libm's (crate::cpu_math).
+        UnaryOp::Tanh => ew::map_vec(x, crate::cpu_math::tanh),
+        UnaryOp::Sigmoid => ew::map_vec(x, crate::cpu_math::sigmoid),
         UnaryOp::Exp => ew::map(x, f32::exp),
         UnaryOp::Neg => ew::map(x, |v| -v),
         _ => Ok(None),
