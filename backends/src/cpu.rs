@@ -1,7 +1,11 @@
 //! CPU backend: every [`Op`] on candle-core / candle-nn kernels, except
 //! [`Op::Linear`] with f32 activations and Q8_0 / Q4_0 / Q4_1 weights (any
 //! number of rows) or f32 weights (one row), which runs this crate's
-//! AVX2 / portable kernels ([`crate::cpu_gemv`]).
+//! AVX2 / portable kernels ([`crate::cpu_gemv`]); stride-1 single-group f32
+//! [`Op::Conv1d`] / [`Op::Conv1dFused`], which run the direct convolution
+//! kernel (weights packed once per weight tensor); and element-wise f32 ops
+//! on contiguous same-shape tensors (add/sub/mul/div, affine, leaky ReLU,
+//! tanh, sigmoid, exp, neg), which run plain loops on rayon's pool.
 //!
 //! ## Design
 //! The host representation of a [`Tensor`] *is* a candle tensor, so this
