@@ -1,7 +1,11 @@
 //! CPU backend: every [`Op`] on candle-core / candle-nn kernels, except
 //! [`Op::Linear`] with f32 activations and Q8_0 / Q4_0 / Q4_1 weights (any
 //! number of rows) or f32 weights (one row), which runs this crate's
-//! AVX2 / portable kernels ([`crate::cpu_gemv`]).
+//! AVX2 / portable kernels ([`crate::cpu_gemv`]); stride-1 single-group f32
+//! [`Op::Conv1d`] / [`Op::Conv1dFused`], which run the direct convolution
+//! kernel (weights packed once per weight tensor); and element-wise f32 ops
+//! on contiguous same-shape tensors (add/sub/mul/div, affine, leaky ReLU,
+//! tanh, sigmoid, exp, neg), which run plain loops on rayon's pool.
 //!
 //! ## Design
 //! The host representation of a [`Tensor`] *is* a candle tensor, so this
@@ -204,8 +208,11 @@ fn with_f32_slice<R>(t: &CTensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<
 }
 
 /// Stride-1, single-group f32 `conv1d` on the direct kernel
-/// ([`cpu_conv`]), optionally with a leaky ReLU on `x` and a residual added;
-/// None for shapes it does not take (candle runs those).
+/// ([`cpu_conv`]), optionally with a leaky ReLU on `x`, a residual added
+/// and the output written as `phases` interleaved phases
+/// ([`Op::Conv1dFused`]); None for shapes it does not take (candle runs
+/// those).
+#[allow(clippy::too_many_arguments)]
 fn conv1d_direct(
     x: &CTensor,
     w: &CTensor,
@@ -214,11 +221,13 @@ fn conv1d_direct(
     dilation: usize,
     pre_slope: Option<f64>,
     residual: Option<&CTensor>,
+    phases: usize,
 ) -> Result<Option<CTensor>> {
     let (&[batch, c_in, t_in], &[c_out, wc, k]) = (x.dims(), w.dims()) else {
         return Ok(None);
     };
-    if wc != c_in || x.dtype() != CDType::F32 {
+    let phases = phases.max(1);
+    if wc != c_in || x.dtype() != CDType::F32 || !c_out.is_multiple_of(phases) {
         return Ok(None);
     }
     let shape = cpu_conv::Conv1dShape {
@@ -242,35 +251,96 @@ fn conv1d_direct(
         ),
         None => None,
     };
+    // [batch, c_out, t_out], or interleaved [batch, c_out / phases, t_out * phases].
+    let out_dims = [batch, c_out / phases, t_out * phases];
     let r = match residual {
-        Some(r) if r.dims() == [batch, c_out, t_out] && r.dtype() == CDType::F32 => {
-            Some(r.contiguous()?)
-        }
+        Some(r) if r.dims() == out_dims && r.dtype() == CDType::F32 => Some(r.contiguous()?),
         Some(_) => return Ok(None),
         None => None,
     };
-    let (x, w) = (x.contiguous()?, w.contiguous()?);
-    let run = |xs: &[f32], ws: &[f32], rs: Option<&[f32]>| {
+    let Some(pw) = packed_weights(w, (c_out, c_in, k), phases)? else {
+        return Ok(None);
+    };
+    let x = x.contiguous()?;
+    let run = |xs: &[f32], rs: Option<&[f32]>| {
         let fused = cpu_conv::Fused {
             pre_slope: pre_slope.map(|a| a as f32),
             residual: rs,
+            phases,
         };
-        cpu_conv::conv1d(shape, xs, ws, b.as_deref(), fused)
+        cpu_conv::conv1d_packed(shape, xs, &pw, b.as_deref(), fused)
     };
     // Each layer: Result<Option<inner>> -> Option<Vec<f32>>.
     let y = with_f32_slice(&x, |xs| -> Result<Option<Vec<f32>>> {
-        let inner = with_f32_slice(&w, |ws| -> Result<Option<Vec<f32>>> {
-            Ok(match &r {
-                Some(r) => with_f32_slice(r, |rs| run(xs, ws, Some(rs)))?.flatten(),
-                None => run(xs, ws, None),
-            })
-        })?;
-        Ok(inner.transpose()?.flatten())
+        Ok(match &r {
+            Some(r) => with_f32_slice(r, |rs| run(xs, Some(rs)))?.flatten(),
+            None => run(xs, None),
+        })
     })?;
     let Some(y) = y.transpose()?.flatten() else {
         return Ok(None);
     };
-    Ok(Some(CTensor::from_vec(y, (batch, c_out, t_out), &cdev())?))
+    Ok(Some(CTensor::from_vec(y, &out_dims[..], &cdev())?))
+}
+
+/// Convolution weights packed for [`cpu_conv`], by candle tensor id: a
+/// model convolves with the same weight tensors on every call, and
+/// repacking them each time was ~7% of `bench tts`. Candle never reuses a
+/// tensor id and the runtime never mutates a tensor in place, so an id
+/// always names the same values. Entries of dropped tensors are not
+/// noticed; the cache empties itself when it would exceed
+/// [`PACK_CACHE_BYTES`] (weights used once then cost one extra pack).
+static PACK_CACHE: std::sync::Mutex<Option<PackCache>> = std::sync::Mutex::new(None);
+
+/// Most bytes of packed weights kept (a Piper medium voice needs ~60 MB).
+const PACK_CACHE_BYTES: usize = 256 << 20;
+
+#[derive(Debug, Default)]
+struct PackCache {
+    /// By tensor id and output phases (which order the packed rows).
+    map: std::collections::HashMap<(candle_core::TensorId, usize), Arc<cpu_conv::PackedWeights>>,
+    bytes: usize,
+}
+
+/// `w` [c_out, c_in, k] packed for the direct kernel with `phases` output
+/// phases, from the cache when it was packed before; None when it is not a
+/// contiguous f32 host tensor.
+fn packed_weights(
+    w: &CTensor,
+    (c_out, c_in, k): (usize, usize, usize),
+    phases: usize,
+) -> Result<Option<Arc<cpu_conv::PackedWeights>>> {
+    let id = (w.id(), phases);
+    if let Some(pw) = PACK_CACHE
+        .lock()
+        .ok()
+        .and_then(|c| c.as_ref().and_then(|c| c.map.get(&id).cloned()))
+    {
+        return Ok(Some(pw));
+    }
+    let w = w.contiguous()?;
+    let Some(pw) = with_f32_slice(&w, |ws| {
+        cpu_conv::PackedWeights::new(c_out, c_in, k, ws, phases)
+    })?
+    .flatten() else {
+        return Ok(None);
+    };
+    let pw = Arc::new(pw);
+    if let Ok(mut guard) = PACK_CACHE.lock() {
+        let cache = guard.get_or_insert_with(PackCache::default);
+        if cache.bytes + pw.size_bytes() > PACK_CACHE_BYTES {
+            cache.map.clear();
+            cache.bytes = 0;
+        }
+        if pw.size_bytes() <= PACK_CACHE_BYTES {
+            cache.bytes += pw.size_bytes();
+            if let Some(old) = cache.map.insert(id, Arc::clone(&pw)) {
+                // Another thread packed the same tensor meanwhile.
+                cache.bytes -= old.size_bytes();
+            }
+        }
+    }
+    Ok(Some(pw))
 }
 
 /// f32 activations through this crate's kernels ([`crate::cpu_gemv`]):
@@ -308,6 +378,123 @@ fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> 
         Some(y) => Some(CTensor::from_vec(y, (rows, n), &cdev())?),
         None => None,
     })
+}
+
+/// Element-wise work on contiguous f32 host tensors with this crate's
+/// loops and rayon's pool instead of candle's. Candle splits every
+/// element-wise op over 64K elements across its spinning barrier pool; on
+/// a loaded machine the caller then spins while a descheduled worker holds
+/// its share (perf: up to 19% of `bench tts` samples at load 6). Rayon's
+/// idle workers sleep, and busy ones take a straggler's remaining chunks.
+/// Same arithmetic per element as candle's kernels, except tanh and
+/// sigmoid ([`crate::cpu_math`]: vectorized, within 1e-6 relative).
+mod ew {
+    use super::{cdev, with_f32_slice, CTensor, Result};
+    use rayon::prelude::*;
+    use std::mem::MaybeUninit;
+
+    /// Below this many elements one thread does it all (as candle does).
+    const PAR_MIN: usize = 1 << 16;
+    /// Elements per parallel chunk.
+    const CHUNK: usize = 1 << 14;
+
+    fn run<S: Sync>(
+        n: usize,
+        src: S,
+        f: impl Fn(&S, usize, &mut [MaybeUninit<f32>]) + Sync,
+    ) -> Vec<f32> {
+        let mut y: Vec<f32> = Vec::with_capacity(n);
+        let dst = &mut y.spare_capacity_mut()[..n];
+        if n >= PAR_MIN {
+            dst.par_chunks_mut(CHUNK)
+                .enumerate()
+                .for_each(|(i, d)| f(&src, i * CHUNK, d));
+        } else {
+            f(&src, 0, dst);
+        }
+        // SAFETY: `f` wrote every element of `dst` (each chunk in full).
+        unsafe { y.set_len(n) };
+        y
+    }
+
+    /// `f(x)` per element; None unless `x` is a contiguous f32 host tensor.
+    pub(super) fn map(x: &CTensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Option<CTensor>> {
+        let y = with_f32_slice(x, |xs| {
+            run(xs.len(), xs, |xs, at, d| {
+                for (d, &v) in d.iter_mut().zip(&xs[at..]) {
+                    d.write(f(v));
+                }
+            })
+        })?;
+        Ok(match y {
+            Some(y) => Some(CTensor::from_vec(y, x.shape(), &cdev())?),
+            None => None,
+        })
+    }
+
+    /// [`map`] with `f` applied by [`crate::cpu_math::map`] (vectorized).
+    pub(super) fn map_vec(
+        x: &CTensor,
+        f: impl Fn(f32) -> f32 + Copy + Sync,
+    ) -> Result<Option<CTensor>> {
+        let y = with_f32_slice(x, |xs| {
+            run(xs.len(), xs, |xs, at, d| {
+                crate::cpu_math::map(&xs[at..], d, f);
+            })
+        })?;
+        Ok(match y {
+            Some(y) => Some(CTensor::from_vec(y, x.shape(), &cdev())?),
+            None => None,
+        })
+    }
+
+    /// `f(a, b)` per element of two same-shape tensors; None unless both are
+    /// contiguous f32 host tensors of one shape.
+    pub(super) fn zip(
+        a: &CTensor,
+        b: &CTensor,
+        f: impl Fn(f32, f32) -> f32 + Sync,
+    ) -> Result<Option<CTensor>> {
+        if a.dims() != b.dims() {
+            return Ok(None);
+        }
+        let y = with_f32_slice(a, |xa| {
+            with_f32_slice(b, |xb| {
+                run(xa.len(), (xa, xb), |(xa, xb), at, d| {
+                    for ((d, &u), &v) in d.iter_mut().zip(&xa[at..]).zip(&xb[at..]) {
+                        d.write(f(u, v));
+                    }
+                })
+            })
+        })?;
+        Ok(match y.transpose()?.flatten() {
+            Some(y) => Some(CTensor::from_vec(y, a.shape(), &cdev())?),
+            None => None,
+        })
+    }
+}
+
+/// [`unary`] on [`ew`] for the ops of vocoders and flows.
+fn unary_own(u: UnaryOp, x: &CTensor) -> Result<Option<CTensor>> {
+    match u {
+        // Vectorized, within 1e-6 relative of libm's (crate::cpu_math).
+        UnaryOp::Tanh => ew::map_vec(x, crate::cpu_math::tanh),
+        UnaryOp::Sigmoid => ew::map_vec(x, crate::cpu_math::sigmoid),
+        UnaryOp::Exp => ew::map(x, f32::exp),
+        UnaryOp::Neg => ew::map(x, |v| -v),
+        _ => Ok(None),
+    }
+}
+
+/// [`binary`] on [`ew`] for same-shape operands.
+fn binary_own(b: BinaryOp, x: &CTensor, y: &CTensor) -> Result<Option<CTensor>> {
+    match b {
+        BinaryOp::Add => ew::zip(x, y, |a, b| a + b),
+        BinaryOp::Sub => ew::zip(x, y, |a, b| a - b),
+        BinaryOp::Mul => ew::zip(x, y, |a, b| a * b),
+        BinaryOp::Div => ew::zip(x, y, |a, b| a / b),
+        _ => Ok(None),
+    }
 }
 
 fn unary(u: UnaryOp, x: &CTensor) -> Result<CTensor> {
@@ -533,6 +720,7 @@ impl CpuBackend {
                         *dilation,
                         None,
                         None,
+                        1,
                     )?;
                     if let Some(y) = direct {
                         return wrap(y);
@@ -548,6 +736,7 @@ impl CpuBackend {
                 groups,
                 pre_slope,
                 residual,
+                phases,
             } => {
                 let n = if *residual { 4 } else { 3 };
                 arity(op, inputs, n, n)?;
@@ -563,6 +752,7 @@ impl CpuBackend {
                         *dilation,
                         *pre_slope,
                         res.as_ref(),
+                        *phases,
                     )?;
                     if let Some(y) = direct {
                         return wrap(y);
@@ -578,6 +768,21 @@ impl CpuBackend {
                 };
                 let y = xa.conv1d(&w, *padding, *stride, *dilation, *groups)?;
                 let y = add_channel_bias(y, Some(inputs[2]), name)?;
+                let ph = (*phases).max(1);
+                let y = if ph > 1 {
+                    let (b, c, l) = y.dims3()?;
+                    if !c.is_multiple_of(ph) {
+                        return Err(Error::bad_input(
+                            name,
+                            format!("{ph} phases do not divide {c} output channels"),
+                        ));
+                    }
+                    y.reshape((b, ph, c / ph, l))?
+                        .permute((0, 2, 3, 1))?
+                        .reshape((b, c / ph, l * ph))?
+                } else {
+                    y
+                };
                 wrap(match res {
                     Some(r) => y.broadcast_add(&r.to_dtype(y.dtype())?)?,
                     None => y,
@@ -663,11 +868,19 @@ impl CpuBackend {
             }
             Op::Unary(u) => {
                 arity(op, inputs, 1, 1)?;
-                wrap(unary(*u, &p(0)?)?)
+                let x = p(0)?;
+                if let Some(y) = unary_own(*u, &x)? {
+                    return wrap(y);
+                }
+                wrap(unary(*u, &x)?)
             }
             Op::LeakyRelu { slope } => {
                 arity(op, inputs, 1, 1)?;
                 let x = p(0)?;
+                let a = *slope as f32;
+                if let Some(y) = ew::map(&x, |v| v.max(v * a))? {
+                    return wrap(y);
+                }
                 wrap(x.maximum(&(&x * *slope)?)?)
             }
             Op::Snake => {
@@ -687,11 +900,20 @@ impl CpuBackend {
             }
             Op::Binary(b) => {
                 arity(op, inputs, 2, 2)?;
-                wrap(binary(*b, &p(0)?, &p(1)?)?)
+                let (x, y) = (p(0)?, p(1)?);
+                if let Some(z) = binary_own(*b, &x, &y)? {
+                    return wrap(z);
+                }
+                wrap(binary(*b, &x, &y)?)
             }
             Op::Affine { mul, add } => {
                 arity(op, inputs, 1, 1)?;
-                wrap(p(0)?.affine(*mul, *add)?)
+                let x = p(0)?;
+                let (m, a) = (*mul as f32, *add as f32);
+                if let Some(y) = ew::map(&x, |v| v * m + a)? {
+                    return wrap(y);
+                }
+                wrap(x.affine(*mul, *add)?)
             }
             Op::Reduce {
                 op: r,

@@ -9,25 +9,30 @@
 //! GEMM whose one small dimension (the output channels) starves the
 //! micro-kernel: about 8 GFLOP/s on the build machine. Convolving directly
 //! reads each input sample from cache `k` times instead: the output is
-//! tiled into blocks of 4 output channels x 24 time steps held in 12 AVX2
-//! registers, and each (input channel, tap) step costs 3 input loads and 4
-//! weight broadcasts for 12 fused multiply-adds, so the kernel is bound by
-//! FMA throughput, not memory.
+//! tiled into blocks of 8 output channels x 48 time steps held in 24
+//! AVX-512 registers (4 x 48 in 12 AVX2 registers, as two halves), and each
+//! (input channel, tap) step costs 3 input loads and 8 weight broadcasts
+//! for 24 fused multiply-adds, so the kernel is bound by FMA throughput,
+//! not memory.
 //!
-//! Weights are repacked once per call as `[c_out / 4][c_in][k][4]` (zero
-//! rows pad `c_out` to a multiple of 4), the input is zero-padded once, and
+//! Weights are packed as `[c_out / N][c_in][k][N]` (zero rows pad `c_out`
+//! to a multiple of the block `N`; [`PackedWeights`], kept by the caller
+//! across calls), output blocks skip taps whose weights are all zero, and
 //! the bias seeds the accumulators. A task owns one output-channel block
-//! over a span of 192 steps and sweeps the input channels in groups whose
-//! rows fit in L1, so each input sample is read from L1 by every tap and
-//! every output block that needs it. Tasks run on rayon's pool.
+//! over a span of 384 steps and sweeps the input channels in groups whose
+//! rows fit in L1, so each input sample is read from L1 by every tap. The
+//! input is zero-padded (and leaky-ReLU'd) once: for long inputs span by
+//! span inside the task that then runs every output block of that span
+//! while its rows sit in L2; for short ones as a whole, with the tasks of
+//! one span as neighbours. Tasks run on rayon's pool. The output is
+//! written once, without a zero fill first, optionally interleaved as the
+//! phases of a transposed convolution.
 //!
-//! AVX2 + FMA code is chosen at run time; other machines run the same
+//! AVX-512F or AVX2 + FMA code is chosen at run time; other machines run the same
 //! blocking in portable code.
 
 use rayon::prelude::*;
 
-/// Output channels per register block.
-const CO: usize = 4;
 /// Time steps per output tile: 3 AVX-512 vectors, or two halves of 3 AVX2 vectors.
 const TT: usize = 48;
 /// Time steps per task (a multiple of `TT`).
@@ -108,15 +113,127 @@ impl OutPtr {
 pub(crate) struct Fused<'a> {
     /// Leaky-ReLU slope applied to the input first.
     pub pre_slope: Option<f32>,
-    /// `[batch, c_out, t_out]` added to the output.
+    /// Added to the output, laid out as the output is.
     pub residual: Option<&'a [f32]>,
+    /// Polyphase interleave (0 or 1: none): output channel `p * c + o`
+    /// (`c = c_out / phases`) at time `t` is written to `[batch, c, t_out *
+    /// phases]` at `[o, t * phases + p]` — the output of a transposed
+    /// convolution computed as `phases` ordinary ones, without a copy.
+    pub phases: usize,
+}
+
+/// Weights `[c_out, c_in, k]` repacked for the kernel of one instruction
+/// set: `[c_out / n][c_in][k][n]` in output-channel blocks of `n` (zero
+/// rows pad `c_out` to a multiple of `n`). Packing costs a pass over the
+/// weights, so callers that convolve with the same weights again keep it.
+#[derive(Debug)]
+pub(crate) struct PackedWeights {
+    isa: Isa,
+    n: usize,
+    c_out: usize,
+    c_in: usize,
+    k: usize,
+    /// Output phases the rows are ordered for (see [`Fused::phases`]).
+    phases: usize,
+    data: Vec<f32>,
+    /// Per block, the taps `lo..hi` outside which all its weights are
+    /// zero (a transposed convolution's phases use 2 of 3): the kernel
+    /// skips the rest.
+    taps: Vec<(usize, usize)>,
+}
+
+impl PackedWeights {
+    /// Pack `w` as `[c_out, c_in, k]` for this machine and an output of
+    /// `phases` interleaved phases (1: none); None when a size is zero,
+    /// `phases` does not divide `c_out` or `w` does not match.
+    pub fn new(c_out: usize, c_in: usize, k: usize, w: &[f32], phases: usize) -> Option<Self> {
+        Self::on(isa(), c_out, c_in, k, w, phases)
+    }
+
+    fn on(isa: Isa, c_out: usize, c_in: usize, k: usize, w: &[f32], phases: usize) -> Option<Self> {
+        let phases = phases.max(1);
+        if c_out == 0
+            || c_in == 0
+            || k == 0
+            || w.len() != c_out * c_in * k
+            || !c_out.is_multiple_of(phases)
+        {
+            return None;
+        }
+        // AVX-512's 32 registers hold 8 output channels x 3 vectors; the
+        // other paths (16 registers) take 4.
+        let n = if isa == Isa::Avx512 && c_out > 4 {
+            8
+        } else {
+            4
+        };
+        let blocks = c_out.div_ceil(n);
+        let per_block = c_in * k * n;
+        let mut data = vec![0f32; blocks * per_block];
+        let pack = |blk: usize, dst: &mut [f32]| {
+            for r in 0..n.min(c_out - blk * n) {
+                let ch = source_channel(blk * n + r, c_out, phases);
+                let src = &w[ch * c_in * k..][..c_in * k];
+                for (i, &v) in src.iter().enumerate() {
+                    dst[i * n + r] = v;
+                }
+            }
+        };
+        if data.len() * 4 > 1 << 20 {
+            data.par_chunks_mut(per_block)
+                .enumerate()
+                .for_each(|(blk, dst)| pack(blk, dst));
+        } else {
+            for (blk, dst) in data.chunks_mut(per_block).enumerate() {
+                pack(blk, dst);
+            }
+        }
+        let taps = data
+            .chunks(per_block)
+            .map(|blk| {
+                let used = |j: &usize| {
+                    (0..c_in).any(|c| blk[(c * k + j) * n..][..n].iter().any(|&v| v != 0.0))
+                };
+                let lo = (0..k).find(used).unwrap_or(0);
+                let hi = (lo..k).rev().find(used).map_or(lo, |j| j + 1);
+                (lo, hi)
+            })
+            .collect();
+        Some(PackedWeights {
+            isa,
+            n,
+            c_out,
+            c_in,
+            k,
+            phases,
+            data,
+            taps,
+        })
+    }
+
+    /// Bytes held.
+    pub fn size_bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<f32>()
+    }
+}
+
+/// The weight row (output channel `p * c + o`, `c = c_out / phases`) that
+/// packed row `q` holds: with phases the rows are ordered `q = o * phases +
+/// p`, so a block's rows land next to each other in the interleaved output.
+fn source_channel(q: usize, c_out: usize, phases: usize) -> usize {
+    if phases > 1 {
+        (q % phases) * (c_out / phases) + q / phases
+    } else {
+        q
+    }
 }
 
 /// `y[b, o, t] = bias[o] + sum_{c, j} w[o, c, j] * x[b, c, t + j*d - p]`,
 /// with `x` as `[batch, c_in, t_in]`, `w` as `[c_out, c_in, k]` and the
 /// result as `[batch, c_out, t_out]`, all row-major; `fused` adds a leaky
-/// ReLU on `x` and a residual on `y`. Returns None when the shape is
-/// degenerate or the slices do not match it.
+/// ReLU on `x`, a residual on `y` and an interleaved output layout. Returns
+/// None when the shape is degenerate or the slices do not match it.
+#[cfg(test)]
 pub(crate) fn conv1d(
     s: Conv1dShape,
     x: &[f32],
@@ -128,21 +245,33 @@ pub(crate) fn conv1d(
 }
 
 /// [`conv1d`] on a given instruction set (which the caller checked).
+#[cfg(test)]
 fn conv1d_on(
-    avx: Isa,
+    isa: Isa,
     s: Conv1dShape,
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
     fused: Fused<'_>,
 ) -> Option<Vec<f32>> {
+    let pw = PackedWeights::on(isa, s.c_out, s.c_in, s.k, w, fused.phases)?;
+    conv1d_packed(s, x, &pw, bias, fused)
+}
+
+/// [`conv1d`] with weights packed by [`PackedWeights::new`] (which must
+/// match the shape's `c_out`, `c_in` and `k`).
+pub(crate) fn conv1d_packed(
+    s: Conv1dShape,
+    x: &[f32],
+    w: &PackedWeights,
+    bias: Option<&[f32]>,
+    fused: Fused<'_>,
+) -> Option<Vec<f32>> {
     let t_out = s.t_out()?;
-    if s.c_in == 0
-        || s.c_out == 0
-        || s.k == 0
-        || s.dilation == 0
+    let phases = fused.phases.max(1);
+    if s.dilation == 0
+        || (w.c_out, w.c_in, w.k, w.phases) != (s.c_out, s.c_in, s.k, phases)
         || x.len() != s.batch * s.c_in * s.t_in
-        || w.len() != s.c_out * s.c_in * s.k
         || bias.is_some_and(|b| b.len() != s.c_out)
         || fused
             .residual
@@ -150,72 +279,67 @@ fn conv1d_on(
     {
         return None;
     }
-    let blocks = s.c_out.div_ceil(CO);
-    // Packed weights [block][c][j][CO].
-    let per_block = s.c_in * s.k * CO;
-    let mut wp = vec![0f32; blocks * per_block];
-    let pack = |blk: usize, dst: &mut [f32]| {
-        for r in 0..CO.min(s.c_out - blk * CO) {
-            let src = &w[(blk * CO + r) * s.c_in * s.k..][..s.c_in * s.k];
-            for (i, &v) in src.iter().enumerate() {
-                dst[i * CO + r] = v;
-            }
-        }
-    };
-    if wp.len() * 4 > 1 << 20 {
-        wp.par_chunks_mut(per_block)
-            .enumerate()
-            .for_each(|(blk, dst)| pack(blk, dst));
-    } else {
-        for (blk, dst) in wp.chunks_mut(per_block).enumerate() {
-            pack(blk, dst);
-        }
-    }
-    let mut bp = vec![0f32; blocks * CO];
+    Some(match w.n {
+        8 => blocked::<8>(w.isa, s, t_out, x, (&w.data, &w.taps), bias, fused),
+        _ => blocked::<4>(w.isa, s, t_out, x, (&w.data, &w.taps), bias, fused),
+    })
+}
+
+/// The convolution with output blocks of `N` channels (shape checked,
+/// weights `wp` packed in blocks of `N`, with each block's used taps).
+fn blocked<const N: usize>(
+    isa: Isa,
+    s: Conv1dShape,
+    t_out: usize,
+    x: &[f32],
+    (wp, taps): (&[f32], &[(usize, usize)]),
+    bias: Option<&[f32]>,
+    fused: Fused<'_>,
+) -> Vec<f32> {
+    let blocks = s.c_out.div_ceil(N);
+    let per_block = s.c_in * s.k * N;
+    let mut bp = vec![0f32; blocks * N];
+    let phases = fused.phases.max(1);
     if let Some(b) = bias {
-        bp[..s.c_out].copy_from_slice(b);
+        for (q, v) in bp[..s.c_out].iter_mut().enumerate() {
+            *v = b[source_channel(q, s.c_out, phases)];
+        }
     }
     // Padded input rows long enough for whole tiles: every tile reads
     // [t0, t0 + TT + span - 1) of a row.
     let span = s.dilation * (s.k - 1);
     let t_tiles = t_out.div_ceil(TT) * TT;
     let row = t_tiles + span;
-    let mut y = vec![0f32; s.batch * s.c_out * t_out];
-    let mut xp = vec![0f32; s.c_in * row];
+    let len = s.batch * s.c_out * t_out;
+    // Every element is written exactly once below (no zero fill first).
+    let mut y: Vec<f32> = Vec::with_capacity(len);
+    let mut xp: Vec<f32> = Vec::new();
     for bi in 0..s.batch {
-        for c in 0..s.c_in {
-            let src = &x[(bi * s.c_in + c) * s.t_in..][..s.t_in];
-            let dst = &mut xp[c * row..][..row];
-            let n = s.t_in.min(row - s.padding);
-            let dst = &mut dst[s.padding..s.padding + n];
-            match fused.pre_slope {
-                // Padding stays zero: leaky_relu(0) = 0.
-                Some(a) => {
-                    for (d, &v) in dst.iter_mut().zip(&src[..n]) {
-                        *d = if v >= 0.0 { v } else { a * v };
-                    }
-                }
-                None => dst.copy_from_slice(&src[..n]),
+        let xb = &x[bi * s.c_in * s.t_in..][..s.c_in * s.t_in];
+        // Padded positions q0 .. q0 + len of every input row, appended to
+        // `dst` (padding stays zero: leaky_relu(0) = 0).
+        let fill = |dst: &mut Vec<f32>, q0: usize, len: usize| {
+            for c in 0..s.c_in {
+                let src = &xb[c * s.t_in..][..s.t_in];
+                fill_row(dst, src, q0, len, s.padding, fused.pre_slope);
             }
-        }
-        let out = OutPtr(y[bi * s.c_out * t_out..].as_mut_ptr());
-        let residual = fused
-            .residual
-            .map(|r| &r[bi * s.c_out * t_out..][..s.c_out * t_out]);
+        };
+        let out = OutPtr(y.as_mut_ptr());
+        let item = bi * s.c_out * t_out;
+        let residual = fused.residual.map(|r| &r[item..][..s.c_out * t_out]);
         let spans = t_out.div_ceil(T_TASK);
         let tasks = blocks * spans;
         // Input channels per sweep: the rows of x a task reads in one sweep
         // (T_TASK + span floats each) stay within about 24 KB of L1.
         let c_step = (6144 / (T_TASK + span)).clamp(1, s.c_in);
-        let work = |task: usize| {
-            let (blk, sp) = (task / spans, task % spans);
-            let t_lo = sp * T_TASK;
-            let t_hi = (t_lo + T_TASK).min(t_out);
-            let wb = &wp[blk * s.c_in * s.k * CO..][..s.c_in * s.k * CO];
-            let bb = &bp[blk * CO..][..CO];
+        // Output block `blk` over times t_lo..t_hi, from padded rows `xs` of
+        // length `row` whose first column is padded position `q0`.
+        let block = |blk: usize, t_lo: usize, t_hi: usize, xs: &[f32], row: usize, q0: usize| {
+            let wb = &wp[blk * per_block..][..per_block];
+            let bb = &bp[blk * N..][..N];
             // Accumulators of this task's tiles, seeded with the bias.
             let n_tiles = (t_hi - t_lo).div_ceil(TT);
-            let mut acc = vec![[[0f32; TT]; CO]; n_tiles];
+            let mut acc = vec![[[0f32; TT]; N]; n_tiles];
             for a in acc.iter_mut() {
                 for (row, &b) in a.iter_mut().zip(bb) {
                     row.fill(b);
@@ -228,47 +352,134 @@ fn conv1d_on(
                     c_lo,
                     c_hi,
                     k: s.k,
+                    taps: taps[blk],
                     dilation: s.dilation,
                     row,
                 };
                 for (i, a) in acc.iter_mut().enumerate() {
-                    tile(avx, &geo, &xp, wb, t_lo + i * TT, a);
+                    tile(isa, &geo, xs, wb, t_lo - q0 + i * TT, a);
                 }
                 c_lo = c_hi;
             }
-            let rows = (s.c_out - blk * CO).min(CO);
+            let rows = (s.c_out - blk * N).min(N);
             for (i, a) in acc.iter().enumerate() {
                 let t0 = t_lo + i * TT;
                 let n = TT.min(t_out - t0);
-                for (r, v) in a.iter().enumerate().take(rows) {
-                    let at = (blk * CO + r) * t_out + t0;
-                    // SAFETY: row blk*CO + r < c_out and times t0 .. t0 + n <=
-                    // t_out lie inside this batch item's output, and no other
-                    // task writes them.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(out.at(at), n) };
-                    match residual {
-                        Some(res) => {
-                            for ((d, &a), &b) in dst.iter_mut().zip(v).zip(&res[at..at + n]) {
-                                *d = a + b;
+                if phases == 1 {
+                    for (r, v) in a.iter().enumerate().take(rows) {
+                        let at = (blk * N + r) * t_out + t0;
+                        // SAFETY: row blk*N + r < c_out and times t0 .. t0 + n
+                        // <= t_out lie inside this batch item's output, and
+                        // no other task writes them.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(out.at(item + at), n) };
+                        match residual {
+                            Some(res) => {
+                                for ((d, &a), &b) in dst.iter_mut().zip(v).zip(&res[at..at + n]) {
+                                    *d = a + b;
+                                }
                             }
+                            None => dst.copy_from_slice(&v[..n]),
                         }
-                        None => dst.copy_from_slice(&v[..n]),
+                    }
+                } else {
+                    // Row q = o * phases + p goes to [o, t * phases + p]:
+                    // consecutive rows are consecutive elements.
+                    let mut base = [0usize; N];
+                    for (r, b) in base.iter_mut().enumerate().take(rows) {
+                        let q = blk * N + r;
+                        *b = (q / phases) * t_out * phases + q % phases;
+                    }
+                    // A transpose: time outer, rows inner, both index `a`.
+                    #[allow(clippy::needless_range_loop)]
+                    for ti in 0..n {
+                        let t = (t0 + ti) * phases;
+                        for (r, &b) in base.iter().enumerate().take(rows) {
+                            let e = b + t;
+                            let v = a[r][ti];
+                            let val = residual.map_or(v, |res| v + res[e]);
+                            // SAFETY: (o, p, t) -> o * t_out * phases + t *
+                            // phases + p is one to one onto this batch item's
+                            // output (p < phases, t < t_out, o < c_out /
+                            // phases), and row q, time t is this task's only.
+                            unsafe { *out.at(item + e) = val };
+                        }
                     }
                 }
             }
         };
-        if tasks > 1 && tasks * s.c_in * s.k * T_TASK > 1 << 16 {
-            // rayon's pool (also gemm's), not candle's spinning barrier pool:
-            // its idle threads sleep, which matters on a loaded 2-core
-            // machine, where a thread spinning at a barrier takes the core
-            // the straggler it waits for needs (measured with perf: 25% of
-            // all samples spinning at load 6, against under 12% with rayon).
-            (0..tasks).into_par_iter().for_each(work);
+        // All on rayon's pool (also gemm's), not candle's spinning barrier
+        // pool: its idle threads sleep, which matters on a loaded 2-core
+        // machine, where a thread spinning at a barrier takes the core the
+        // straggler it waits for needs (measured with perf: 25% of all
+        // samples spinning at load 6, against under 12% with rayon).
+        if spans >= LOCAL_SPANS {
+            // A long input: each task pads the rows of its own span, which
+            // then stay in L2 for every output block, instead of one pass
+            // writing a padded copy of the whole input out to memory and
+            // the tasks reading it back.
+            (0..spans).into_par_iter().for_each(|sp| {
+                let t_lo = sp * T_TASK;
+                let t_hi = (t_lo + T_TASK).min(t_out);
+                let row = (t_hi - t_lo).div_ceil(TT) * TT + span;
+                let mut xs = Vec::with_capacity(s.c_in * row);
+                fill(&mut xs, t_lo, row);
+                for blk in 0..blocks {
+                    block(blk, t_lo, t_hi, &xs, row, t_lo);
+                }
+            });
         } else {
-            (0..tasks).for_each(work);
+            xp.clear();
+            fill(&mut xp, 0, row);
+            let work = |task: usize| {
+                // Span-major: the tasks of one span (neighbours in rayon's
+                // split) share its input rows, which stay in L2 between them.
+                let (blk, sp) = (task % blocks, task / blocks);
+                let t_lo = sp * T_TASK;
+                block(blk, t_lo, (t_lo + T_TASK).min(t_out), &xp, row, 0);
+            };
+            if tasks > 1 && tasks * s.c_in * s.k * T_TASK > 1 << 16 {
+                (0..tasks).into_par_iter().for_each(work);
+            } else {
+                (0..tasks).for_each(work);
+            }
         }
     }
-    Some(y)
+    // SAFETY: the tasks of every batch item wrote each of its c_out * t_out
+    // elements (see the store above), and f32 has no invalid bit patterns.
+    unsafe { y.set_len(len) };
+    y
+}
+
+/// Spans from which a convolution pads its input span by span, inside the
+/// tasks (enough tasks to keep every thread of a small machine busy).
+const LOCAL_SPANS: usize = 8;
+
+/// Append padded positions `q0 .. q0 + len` of one input row — `padding`
+/// zeros, `src` (through leaky ReLU with `slope`), then zeros — to `dst`.
+fn fill_row(
+    dst: &mut Vec<f32>,
+    src: &[f32],
+    q0: usize,
+    len: usize,
+    padding: usize,
+    slope: Option<f32>,
+) {
+    let end = q0 + len;
+    // The part of q0..end that holds src, as padded positions.
+    let lo = padding.clamp(q0, end);
+    let hi = (padding + src.len()).clamp(q0, end);
+    dst.resize(dst.len() + (lo - q0), 0.0);
+    // (lo < padding only when the range ends before src starts: empty.)
+    let part: &[f32] = if hi > lo {
+        &src[lo - padding..hi - padding]
+    } else {
+        &[]
+    };
+    match slope {
+        Some(a) => dst.extend(part.iter().map(|&v| if v >= 0.0 { v } else { a * v })),
+        None => dst.extend_from_slice(part),
+    }
+    dst.resize(dst.len() + (end - hi), 0.0);
 }
 
 /// Geometry a tile needs.
@@ -277,16 +488,26 @@ struct Geo {
     c_lo: usize,
     c_hi: usize,
     k: usize,
+    /// Taps `lo..hi` of `0..k` to run (the others' weights are zero).
+    taps: (usize, usize),
     dilation: usize,
     /// Length of one padded input row.
     row: usize,
 }
 
-/// Add input channels `c_lo..c_hi` to one 4 x 24 output tile starting at
+/// Add input channels `c_lo..c_hi` to one `N` x 48 output tile starting at
 /// time `t0`.
-fn tile(isa: Isa, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; TT]; CO]) {
+fn tile<const N: usize>(
+    isa: Isa,
+    g: &Geo,
+    xp: &[f32],
+    wb: &[f32],
+    t0: usize,
+    acc: &mut [[f32; TT]; N],
+) {
     // Every index either kernel reads.
-    assert!(g.c_lo < g.c_hi && g.c_hi * g.k * CO <= wb.len());
+    assert!(g.c_lo < g.c_hi && g.c_hi * g.k * N <= wb.len());
+    assert!(g.taps.0 <= g.taps.1 && g.taps.1 <= g.k);
     assert!((g.c_hi - 1) * g.row + t0 + (g.k - 1) * g.dilation + TT <= xp.len());
     #[cfg(target_arch = "x86_64")]
     match isa {
@@ -309,9 +530,9 @@ fn tile(isa: Isa, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; T
     }
     let _ = isa;
     for c in g.c_lo..g.c_hi {
-        for j in 0..g.k {
+        for j in g.taps.0..g.taps.1 {
             let xs = &xp[c * g.row + t0 + j * g.dilation..][..TT];
-            let ws = &wb[(c * g.k + j) * CO..][..CO];
+            let ws = &wb[(c * g.k + j) * N..][..N];
             for (a, &wv) in acc.iter_mut().zip(ws) {
                 for (av, &xv) in a.iter_mut().zip(xs) {
                     *av += wv * xv;
@@ -321,20 +542,20 @@ fn tile(isa: Isa, g: &Geo, xp: &[f32], wb: &[f32], t0: usize, acc: &mut [[f32; T
     }
 }
 
-/// One register-blocked kernel body per instruction set: 4 output
+/// One register-blocked kernel body per instruction set: `N` output
 /// channels x 3 vectors of `$w` lanes starting at column `col` of the tile,
-/// accumulating input channels `c_lo..c_hi` (3 loads and 4 broadcasts per
-/// 12 FMAs).
+/// accumulating input channels `c_lo..c_hi` (3 loads and `N` broadcasts per
+/// `3 N` FMAs).
 macro_rules! tile_kernel {
     ($name:ident, $feat:literal, $w:literal, $vec:ty, $load:ident, $store:ident, $set1:ident, $fma:ident) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $feat)]
-        unsafe fn $name(
+        unsafe fn $name<const N: usize>(
             g: &Geo,
             xp: &[f32],
             wb: &[f32],
             t0: usize,
-            acc: &mut [[f32; TT]; CO],
+            acc: &mut [[f32; TT]; N],
             col: usize,
         ) {
             use std::arch::x86_64::*;
@@ -342,17 +563,18 @@ macro_rules! tile_kernel {
             // inside `xp` / `wb` (see the assertions in `tile`) and `acc` is a
             // local array with `col + 3 * $w <= TT`.
             unsafe {
-                let mut a: [[$vec; 3]; CO] = [[$set1(0.0); 3]; CO];
+                let mut a: [[$vec; 3]; N] = [[$set1(0.0); 3]; N];
                 for (r, row) in a.iter_mut().enumerate() {
                     for (v, reg) in row.iter_mut().enumerate() {
                         *reg = $load(acc[r].as_ptr().add(col + v * $w));
                     }
                 }
                 let xb = xp.as_ptr();
-                let mut wq = wb.as_ptr().add(g.c_lo * g.k * CO);
+                let (j_lo, j_hi) = g.taps;
                 for c in g.c_lo..g.c_hi {
-                    let mut xr = xb.add(c * g.row + t0 + col);
-                    for _ in 0..g.k {
+                    let mut xr = xb.add(c * g.row + t0 + col + j_lo * g.dilation);
+                    let mut wq = wb.as_ptr().add((c * g.k + j_lo) * N);
+                    for _ in j_lo..j_hi {
                         let x = [$load(xr), $load(xr.add($w)), $load(xr.add(2 * $w))];
                         for (r, row) in a.iter_mut().enumerate() {
                             let wv = $set1(*wq.add(r));
@@ -361,7 +583,7 @@ macro_rules! tile_kernel {
                             }
                         }
                         xr = xr.add(g.dilation);
-                        wq = wq.add(CO);
+                        wq = wq.add(N);
                     }
                 }
                 for (r, row) in a.iter().enumerate() {
@@ -526,6 +748,7 @@ mod tests {
         let fused = Fused {
             pre_slope: Some(0.1),
             residual: Some(&r),
+            phases: 1,
         };
         let want: Vec<f64> = want
             .iter()
@@ -545,6 +768,148 @@ mod tests {
             conv1d(s, &x, &w, Some(&b), bad).is_none(),
             "residual of the wrong size"
         );
+    }
+
+    #[test]
+    fn interleaves_phases() {
+        // 3 phases of 4 channels: output channel p * 4 + o at time t lands
+        // at [o, t * 3 + p]; the residual is laid out like the output.
+        for &(c_out, phases, k, pre) in &[(12, 3, 3, true), (16, 8, 3, false), (6, 2, 1, true)] {
+            let s = Conv1dShape {
+                batch: 2,
+                c_in: 9,
+                t_in: 101,
+                c_out,
+                k,
+                padding: k / 2,
+                dilation: 1,
+            };
+            let x = data(s.batch * s.c_in * s.t_in, 8);
+            let w = data(s.c_out * s.c_in * s.k, 9);
+            let b = data(s.c_out, 10);
+            let t_out = s.t_out().expect("fits");
+            let r = data(s.batch * s.c_out * t_out, 11);
+            let slope = pre.then_some(0.2f32);
+            let xa: Vec<f32> = x
+                .iter()
+                .map(|&v| match slope {
+                    Some(a) if v < 0.0 => a * v,
+                    _ => v,
+                })
+                .collect();
+            let plain = reference(s, &xa, &w, Some(&b));
+            let c = c_out / phases;
+            let mut want = vec![0f64; plain.len()];
+            for bi in 0..s.batch {
+                for ch in 0..c_out {
+                    let (p, o) = (ch / c, ch % c);
+                    for t in 0..t_out {
+                        let at = (bi * c + o) * t_out * phases + t * phases + p;
+                        want[at] = plain[(bi * c_out + ch) * t_out + t] + f64::from(r[at]);
+                    }
+                }
+            }
+            let fused = Fused {
+                pre_slope: slope,
+                residual: Some(&r),
+                phases,
+            };
+            for isa in available() {
+                let got = conv1d_on(isa, s, &x, &w, Some(&b), fused).expect("valid shape");
+                compare(s, &got, &want, isa);
+            }
+            let bad = Fused { phases: 5, ..fused };
+            assert!(
+                conv1d(s, &x, &w, Some(&b), bad).is_none(),
+                "phases must divide c_out"
+            );
+        }
+    }
+
+    #[test]
+    fn skips_zero_taps() {
+        // Blocks whose leading / trailing taps are all zero (as in the
+        // phases of a transposed convolution), and an all-zero block.
+        let s = Conv1dShape {
+            batch: 1,
+            c_in: 6,
+            t_in: 77,
+            c_out: 24,
+            k: 5,
+            padding: 4,
+            dilation: 2,
+        };
+        let mut w = data(s.c_out * s.c_in * s.k, 12);
+        for o in 0..s.c_out {
+            for c in 0..s.c_in {
+                for j in 0..s.k {
+                    let zero = match o {
+                        0..4 => j == 0 || j == 4,
+                        4..8 => j < 3,
+                        8..16 => j == 4,
+                        _ => true,
+                    };
+                    if zero {
+                        w[(o * s.c_in + c) * s.k + j] = 0.0;
+                    }
+                }
+            }
+        }
+        let x = data(s.batch * s.c_in * s.t_in, 13);
+        let b = data(s.c_out, 14);
+        let want = reference(s, &x, &w, Some(&b));
+        for isa in available() {
+            let got = conv1d_on(isa, s, &x, &w, Some(&b), Fused::default()).expect("valid shape");
+            compare(s, &got, &want, isa);
+        }
+    }
+
+    #[test]
+    fn pads_span_by_span_on_long_inputs() {
+        // Long enough for the per-span padding path, with a padding longer
+        // than a span on each side, phases, leaky ReLU and a residual.
+        for &(padding, phases) in &[(3, 1), (500, 1), (2, 4)] {
+            let s = Conv1dShape {
+                batch: 2,
+                c_in: 5,
+                t_in: T_TASK * LOCAL_SPANS + 37,
+                c_out: 12,
+                k: 5,
+                padding,
+                dilation: 2,
+            };
+            let x = data(s.batch * s.c_in * s.t_in, 15);
+            let w = data(s.c_out * s.c_in * s.k, 16);
+            let b = data(s.c_out, 17);
+            let t_out = s.t_out().expect("fits");
+            assert!(t_out.div_ceil(T_TASK) >= LOCAL_SPANS);
+            let r = data(s.batch * s.c_out * t_out, 18);
+            let xa: Vec<f32> = x
+                .iter()
+                .map(|&v| if v >= 0.0 { v } else { 0.3 * v })
+                .collect();
+            let plain = reference(s, &xa, &w, Some(&b));
+            let c = s.c_out / phases;
+            let mut want = vec![0f64; plain.len()];
+            for bi in 0..s.batch {
+                for ch in 0..s.c_out {
+                    let (p, o) = (ch / c, ch % c);
+                    for t in 0..t_out {
+                        let at = (bi * c + o) * t_out * phases + t * phases + p;
+                        want[at] = plain[(bi * s.c_out + ch) * t_out + t] + f64::from(r[at]);
+                    }
+                }
+            }
+            let fused = Fused {
+                pre_slope: Some(0.3),
+                residual: Some(&r),
+                phases,
+            };
+            for isa in available() {
+                let got = conv1d_on(isa, s, &x, &w, Some(&b), fused).expect("valid shape");
+                compare(s, &got, &want, isa);
+            }
+        }
     }
 
     #[test]

@@ -797,11 +797,16 @@ fn cases() -> Vec<Case> {
         ));
     }
     // conv1d with a leaky ReLU before it and a residual after it (the
-    // HiFi-GAN unit); the strided/grouped shape takes the composed path.
-    for &(cin, cout, l, k, stride, pad, dil, groups, res) in &[
-        (7, 7, 33, 3, 1, 1, 1, 1, true),
-        (9, 5, 61, 5, 1, 6, 3, 1, false),
-        (6, 9, 129, 5, 2, 2, 2, 3, false),
+    // HiFi-GAN unit), some with the output channels interleaved as the
+    // phases of a transposed convolution; the strided/grouped shapes take
+    // the composed path.
+    for &(cin, cout, l, k, stride, pad, dil, groups, res, phases) in &[
+        (7, 7, 33, 3, 1, 1, 1, 1, true, 1),
+        (9, 5, 61, 5, 1, 6, 3, 1, false, 1),
+        (6, 9, 129, 5, 2, 2, 2, 3, false, 1),
+        (5, 12, 40, 3, 1, 1, 1, 1, true, 3),
+        (4, 16, 23, 3, 1, 1, 1, 1, false, 8),
+        (6, 9, 129, 5, 2, 2, 2, 3, true, 3),
     ] {
         let x = randn(&[2, cin, l], next());
         let w = scaled(&[cout, cin / groups, k], next(), 0.3);
@@ -813,6 +818,21 @@ fn cases() -> Vec<Case> {
             }
         }
         let mut want = r_conv1d(&xa, &a(&w), Some(&a(&b)), stride, pad, dil, groups);
+        if phases > 1 {
+            // [n, p * c + o, t] -> [n, o, t * phases + p].
+            let (n, l_out, c) = (want.d[0], want.d[2], cout / phases);
+            let mut v = vec![0.0; want.v.len()];
+            for bi in 0..n {
+                for ch in 0..cout {
+                    let (p, o) = (ch / c, ch % c);
+                    for t in 0..l_out {
+                        v[(bi * c + o) * l_out * phases + t * phases + p] =
+                            want.v[(bi * cout + ch) * l_out + t];
+                    }
+                }
+            }
+            want = A::new(&[n, c, l_out * phases], v);
+        }
         let mut inputs = vec![x, w, b];
         if res {
             let r = randn(&want.d, next());
@@ -828,9 +848,12 @@ fn cases() -> Vec<Case> {
             groups,
             pre_slope: Some(0.2),
             residual: res,
+            phases,
         };
         cs.push(case(
-            format!("conv1d_fused c{cin}->{cout} l{l} k{k} s{stride} d{dil} g{groups} res={res}"),
+            format!(
+                "conv1d_fused c{cin}->{cout} l{l} k{k} s{stride} d{dil} g{groups} res={res} phases={phases}"
+            ),
             op,
             inputs,
             want,
@@ -1590,5 +1613,51 @@ fn fallback_is_counted_and_correct() {
             );
         }
         let _ = x;
+    }
+}
+
+#[test]
+fn conv1d_fused_is_composed_where_not_native() {
+    // Device::conv1d_fused_phases on every backend, whether it runs
+    // Op::Conv1dFused itself or composes it from its parts.
+    for r in available() {
+        let dev = open(spec_of(&r)).unwrap();
+        for c in cases()
+            .into_iter()
+            .filter(|c| c.label.starts_with("conv1d_fused"))
+        {
+            let Op::Conv1dFused {
+                stride,
+                padding,
+                dilation,
+                groups,
+                pre_slope,
+                residual,
+                phases,
+            } = c.op
+            else {
+                unreachable!("filtered on the label")
+            };
+            let ins: Vec<Tensor> = c.inputs.iter().map(|t| dev.place(t).unwrap()).collect();
+            let cfg = edgeflow_runtime::ConvCfg {
+                stride,
+                padding,
+                dilation,
+                groups,
+            };
+            let res = residual.then(|| &ins[3]);
+            let y = dev
+                .conv1d_fused_phases(&ins[0], &ins[1], &ins[2], cfg, pre_slope, res, phases)
+                .unwrap();
+            let got = A::from_t(&dev.to_host(&y).unwrap());
+            assert_eq!(got.d, c.want.d, "{} on {:?}", c.label, r.kind);
+            let tol = if r.kind == DeviceKind::Npu {
+                NPU_RANGE_TOL
+            } else {
+                c.tol
+            };
+            let (abs, _) = errors(&got, &c.want);
+            assert!(abs < tol, "{} on {:?}: error {abs}", c.label, r.kind);
+        }
     }
 }

@@ -90,7 +90,15 @@ pub enum Op {
     /// `y = conv1d(pre(x), w, bias) (+ residual)`, where `pre` is
     /// `LeakyRelu { slope: pre_slope }` when given. One pass over memory
     /// instead of three. Inputs: x[b, c_in, l], w[c_out, c_in/groups, k],
-    /// bias[c_out], then residual[b, c_out, l_out] when `residual`.
+    /// bias[c_out], then residual[b, c_out, l_out] when `residual` (laid out
+    /// as the output is).
+    ///
+    /// `phases > 1` writes the output interleaved, as the phases of a
+    /// transposed convolution in its polyphase form: with
+    /// `c = c_out / phases`, output channel `p * c + o` at time `t` goes to
+    /// `[b, c, l_out * phases]` at `[o, t * phases + p]` (what a reshape to
+    /// `[b, phases, c, l_out]`, a permute to `[b, c, l_out, phases]` and a
+    /// reshape give, without the copy).
     /// Backends without it get it composed from [`Op::LeakyRelu`],
     /// [`Op::Conv1d`] and [`Op::Binary`] on the same device by
     /// `Device::conv1d_fused`, never through a CPU fallback.
@@ -107,6 +115,8 @@ pub enum Op {
         pre_slope: Option<f64>,
         /// Whether a residual input is added to the output.
         residual: bool,
+        /// Output phases interleaved in time (1: none); divides `c_out`.
+        phases: usize,
     },
     /// Inputs: x[b, c_in, h, w], w[c_out, c_in/groups, kh, kw], `[bias]`.
     Conv2d {

@@ -113,6 +113,26 @@ impl Device {
         pre_slope: Option<f64>,
         residual: Option<&Tensor>,
     ) -> Result<Tensor> {
+        self.conv1d_fused_phases(x, w, bias, cfg, pre_slope, residual, 1)
+    }
+
+    /// [`Self::conv1d_fused`] with its `c_out = phases * c` output channels
+    /// interleaved in time, as the phases of a transposed convolution in
+    /// its polyphase form: x[b, c_in, l] -> [b, c, l_out * phases], channel
+    /// `p * c + o` at time `t` landing at `[o, t * phases + p]`; `residual`
+    /// is laid out as the output. One [`Op::Conv1dFused`] where the placed
+    /// backend has it, else composed (a reshape / permute copy after it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv1d_fused_phases(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        bias: &Tensor,
+        cfg: ConvCfg,
+        pre_slope: Option<f64>,
+        residual: Option<&Tensor>,
+        phases: usize,
+    ) -> Result<Tensor> {
         let op = Op::Conv1dFused {
             stride: cfg.stride,
             padding: cfg.padding,
@@ -120,10 +140,37 @@ impl Device {
             groups: cfg.groups,
             pre_slope,
             residual: residual.is_some(),
+            phases,
         };
         let inputs = with_opt(&[x, w, bias], residual);
         if self.runs_natively(&op, &inputs) {
             return self.run(op, &inputs);
+        }
+        let phases = phases.max(1);
+        let c_out = w.dims().first().copied().unwrap_or(0);
+        if phases > 1 {
+            if !c_out.is_multiple_of(phases) || x.rank() != 3 {
+                return Err(crate::Error::bad_input(
+                    "conv1d_fused",
+                    format!(
+                        "{phases} phases do not divide {c_out} output channels of x {:?}",
+                        x.dims()
+                    ),
+                ));
+            }
+            let xa = match pre_slope {
+                Some(slope) => self.leaky_relu(x, slope)?,
+                None => x.clone(),
+            };
+            let y = self.conv1d(&xa, w, Some(bias), cfg)?;
+            let (b, l) = (y.dims()[0], y.dims()[2]);
+            let y = self.reshape(&y, &[b, phases, c_out / phases, l])?;
+            let y = self.permute(&y, &[0, 2, 3, 1])?;
+            let y = self.reshape(&y, &[b, c_out / phases, l * phases])?;
+            return match residual {
+                Some(r) => self.add(&y, r),
+                None => Ok(y),
+            };
         }
         let xa = match pre_slope {
             Some(slope) => self.leaky_relu(x, slope)?,

@@ -99,12 +99,26 @@ impl Generator {
             }
             ch = out;
         }
+        let mut conv_post = Conv1d::load(ws, "dec.conv_post", ch, 1, 7, 1, 1, false)?;
+        // Each stage ends with the mean of its residual blocks, and whatever
+        // reads it (the next upsampling, or conv_post) takes leaky_relu of
+        // it first. leaky_relu(x / n) = leaky_relu(x) / n, so the 1 / n goes
+        // into those layers' weights once instead of a pass over the
+        // largest activations per stage.
+        let kernels = cfg.resblock_kernel_sizes.len();
+        if kernels > 1 {
+            let s = 1.0 / kernels as f64;
+            for up in ups.iter_mut().skip(1) {
+                up.scale_weights(ws.device(), s)?;
+            }
+            conv_post.scale_weights(ws.device(), s)?;
+        }
         Ok(Generator {
             conv_pre,
             ups,
             blocks,
-            kernels: cfg.resblock_kernel_sizes.len(),
-            conv_post: Conv1d::load(ws, "dec.conv_post", ch, 1, 7, 1, 1, false)?,
+            kernels,
+            conv_post,
         })
     }
 
@@ -146,8 +160,9 @@ impl Generator {
                     None => y,
                 });
             }
+            // The sum, not the mean: the next layer's weights carry the 1 / n.
             if let Some(a) = acc {
-                x = dev.scale(&a, 1.0 / self.kernels as f64)?;
+                x = a;
             }
         }
         // PyTorch's default leaky_relu slope here, not LRELU_SLOPE.

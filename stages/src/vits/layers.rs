@@ -123,6 +123,13 @@ impl Conv1d {
         Ok(dev.conv1d(x, &self.w, self.b.as_ref(), self.cfg)?)
     }
 
+    /// Multiply the weights (not the bias) by `s`: the convolution then
+    /// computes `conv(s * x)`, which folds a scale of its input into it.
+    pub fn scale_weights(&mut self, dev: &Device, s: f64) -> Result<()> {
+        self.w = dev.scale(&self.w, s)?;
+        Ok(())
+    }
+
     /// `conv(leaky_relu(x, pre_slope)) + residual`, as one fused op where
     /// the device has it (the HiFi-GAN residual unit).
     pub fn forward_fused(
@@ -192,14 +199,14 @@ impl Pointwise {
 /// It runs as its polyphase form: output sample `n*u + r` only sees inputs
 /// `n-1`, `n`, `n+1`, so one ordinary convolution (kernel 3, `u * c_out`
 /// output channels, weights rearranged once at load) computes all `u`
-/// phases, and a reshape/permute interleaves them. Same result as
+/// phases, written interleaved in time by the convolution itself where
+/// the device can ([`Device::conv1d_fused_phases`]). Same result as
 /// `ConvTranspose1d`, but on the fast convolution path of every backend.
 #[derive(Debug, Clone)]
 pub struct ConvTranspose1d {
     w: Tensor,
     b: Tensor,
     u: usize,
-    c_out: usize,
 }
 
 impl ConvTranspose1d {
@@ -249,7 +256,7 @@ impl ConvTranspose1d {
         let b = dev.place(&Tensor::from_vec(bp, &[u * c_out])?)?;
         dev.stats()
             .add_resident((w.size_bytes() + b.size_bytes()) as i64);
-        Ok(ConvTranspose1d { w, b, u, c_out })
+        Ok(ConvTranspose1d { w, b, u })
     }
 
     /// x[1, c_in, t] -> [1, c_out, t * u].
@@ -257,21 +264,24 @@ impl ConvTranspose1d {
         self.forward_pre(dev, x, None)
     }
 
+    /// Multiply the weights (not the bias) by `s`, as
+    /// [`Conv1d::scale_weights`].
+    pub fn scale_weights(&mut self, dev: &Device, s: f64) -> Result<()> {
+        self.w = dev.scale(&self.w, s)?;
+        Ok(())
+    }
+
     /// [`Self::forward`] of `leaky_relu(x, pre_slope)`, the activation
     /// folded into the convolution where the device can.
     pub fn forward_pre(&self, dev: &Device, x: &Tensor, pre_slope: Option<f64>) -> Result<Tensor> {
-        let t = x.dims()[2];
         let cfg = ConvCfg {
             stride: 1,
             padding: 1,
             dilation: 1,
             groups: 1,
         };
-        // [1, u * c_out, t]
-        let z = dev.conv1d_fused(x, &self.w, &self.b, cfg, pre_slope, None)?;
-        let z = dev.reshape(&z, &[1, self.u, self.c_out, t])?;
-        let z = dev.permute(&z, &[0, 2, 3, 1])?;
-        Ok(dev.reshape(&z, &[1, self.c_out, t * self.u])?)
+        // u * c_out channels over t steps, interleaved: [1, c_out, t * u].
+        Ok(dev.conv1d_fused_phases(x, &self.w, &self.b, cfg, pre_slope, None, self.u)?)
     }
 }
 
