@@ -1,7 +1,7 @@
 //! CPU backend: every [`Op`] on candle-core / candle-nn kernels, except
 //! [`Op::Linear`] with f32 activations and Q8_0 / Q4_0 / Q4_1 weights (any
-//! number of rows) or f32 weights (one row), which runs this crate's
-//! AVX2 / portable kernels ([`crate::cpu_gemv`]).
+//! number of rows), f32 weights (one row) or f16 weights (a few rows), which
+//! runs this crate's kernels ([`crate::cpu_gemv`], [`crate::cpu_gemv_f16`]).
 //!
 //! ## Design
 //! The host representation of a [`Tensor`] *is* a candle tensor, so this
@@ -16,6 +16,7 @@
 
 use crate::cpu_conv;
 use crate::cpu_gemv::{self, WeightFormat};
+use crate::cpu_gemv_f16;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType as CDType, Module, Tensor as CTensor};
 use edgeflow_runtime::{
@@ -273,10 +274,16 @@ fn conv1d_direct(
     Ok(Some(CTensor::from_vec(y, (batch, c_out, t_out), &cdev())?))
 }
 
-/// f32 activations through this crate's kernels ([`crate::cpu_gemv`]):
-/// Q8_0 / Q4_0 / Q4_1 weights for any number of rows (int8 activations,
-/// one arithmetic for decode and prefill), f32 weights for one row; None
-/// when another path applies.
+/// Activation rows up to which f16 weights run the f16 GEMV kernel; more
+/// rows go through candle's GEMM on the weights cast to f32.
+const F16_GEMV_ROWS: usize = 8;
+
+/// f32 activations through this crate's kernels ([`crate::cpu_gemv`],
+/// [`crate::cpu_gemv_f16`]): Q8_0 / Q4_0 / Q4_1 weights for any number of
+/// rows (int8 activations, one arithmetic for decode and prefill), f32
+/// weights for one row, f16 weights (converted in registers, f32
+/// products and sums) for up to [`F16_GEMV_ROWS`] rows; None when another
+/// path applies.
 fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> {
     if x.dtype() != CDType::F32 {
         return Ok(None);
@@ -301,6 +308,17 @@ fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> 
             };
             let all = cpu.as_slice::<f32>()?;
             cpu_gemv::gemv(WeightFormat::F32, bytemuck::cast_slice(&all[s..e]), &xv, n)
+        }
+        Storage::Host(c) if c.dtype() == CDType::F16 && rows <= F16_GEMV_ROWS => {
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            let (st, layout) = c.storage_and_layout();
+            let (candle_core::Storage::Cpu(cpu), Some((s, e))) =
+                (&*st, layout.contiguous_offsets())
+            else {
+                return Ok(None);
+            };
+            let all = cpu.as_slice::<half::f16>()?;
+            cpu_gemv_f16::matmul(&all[s..e], n, &xv, rows)
         }
         _ => None,
     };

@@ -39,6 +39,7 @@ pub mod cpu;
 mod cpu_attn;
 mod cpu_conv;
 mod cpu_gemv;
+mod cpu_gemv_f16;
 pub mod gpu;
 pub mod npu;
 pub mod opbench;

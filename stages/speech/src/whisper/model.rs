@@ -9,7 +9,7 @@
 
 use crate::{Error, Result};
 use edgeflow_runtime::weights::WeightStore;
-use edgeflow_runtime::{ConvCfg, DType, Device, KvCache, Tensor, UnaryOp};
+use edgeflow_runtime::{ConvCfg, DType, Device, DeviceKind, KvCache, Tensor, UnaryOp};
 use std::path::Path;
 
 /// Shape of a Whisper checkpoint, read from the tensors.
@@ -90,6 +90,11 @@ pub struct Whisper {
     enc_layers: Vec<EncoderLayer>,
     enc_ln: Norm,
     embed: Tensor,
+    /// The output projection (tied to `embed`): the checkpoint's fp16
+    /// values kept as f16 on the CPU, where the linear converts them in
+    /// registers (the same f32 products as `embed`, half the bytes per
+    /// decoder step); `embed` itself elsewhere.
+    logits_w: Tensor,
     dec_pos: Tensor,
     dec_layers: Vec<DecoderLayer>,
     dec_ln: Norm,
@@ -261,6 +266,13 @@ impl Whisper {
                 mlp: l.mlp(&format!("{p}/ffn"))?,
             });
         }
+        // Stored fp16 -> exact as f16. Anything else keeps the f32 copy.
+        let stored = ws.get("decoder/embeddings/weight")?;
+        let logits_w = if stored.dtype() == DType::F16 && dev.kind() == DeviceKind::Cpu {
+            stored
+        } else {
+            embed.clone()
+        };
         Ok(Whisper {
             conv1: (conv1w, l.t("encoder/conv1/bias")?),
             conv2: (l.t("encoder/conv2/weight")?, l.t("encoder/conv2/bias")?),
@@ -268,6 +280,7 @@ impl Whisper {
             enc_layers,
             enc_ln: l.norm("encoder/layer_norm")?,
             embed,
+            logits_w,
             dec_pos,
             dec_layers,
             dec_ln: l.norm("decoder/layer_norm")?,
@@ -450,7 +463,7 @@ impl Whisper {
             }
             let row = dev.narrow(&x, 1, p, 1)?;
             let row = dev.reshape(&row, &[1, self.cfg.d_model])?;
-            let logits = dev.linear(&row, &self.embed, None)?;
+            let logits = dev.linear(&row, &self.logits_w, None)?;
             out.push(dev.to_host(&logits)?.to_vec_f32()?);
         }
         Ok(out)
