@@ -14,6 +14,7 @@
 //! ops other than [`Op::Linear`], [`Op::IndexSelect`] and [`Op::Cast`] are
 //! dequantized to f32 first.
 
+use crate::cpu_act;
 use crate::cpu_conv;
 use crate::cpu_gemv::{self, WeightFormat};
 use crate::cpu_gemv_f16;
@@ -343,7 +344,10 @@ fn unary(u: UnaryOp, x: &CTensor) -> Result<CTensor> {
         UnaryOp::Sigmoid => candle_nn::ops::sigmoid(x)?,
         UnaryOp::Relu => x.relu()?,
         UnaryOp::Gelu => x.gelu()?,
-        UnaryOp::GeluErf => x.gelu_erf()?,
+        UnaryOp::GeluErf => match with_f32_slice(x, cpu_act::gelu_erf)?.flatten() {
+            Some(y) => CTensor::from_vec(y, x.shape(), &cdev())?,
+            None => x.gelu_erf()?,
+        },
         UnaryOp::Silu => x.silu()?,
         // log(1 + e^x) = relu(x) + log(1 + e^-|x|): no overflow for large |x|.
         UnaryOp::Softplus => (x.relu()? + (x.abs()?.neg()?.exp()? + 1.0)?.log()?)?,

@@ -36,6 +36,7 @@
 //!   transfer between two NPU stages is that hand-off.
 
 pub mod cpu;
+mod cpu_act;
 mod cpu_attn;
 mod cpu_conv;
 mod cpu_gemv;
