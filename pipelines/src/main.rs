@@ -17,6 +17,7 @@ fn main() -> ExitCode {
     // Before any thread starts: candle otherwise re-reads /proc/cpuinfo on
     // every CPU matmul to find its thread count. `bench tts` sets the count
     // from its own --threads flag instead.
+    edgeflow_backends::keep_freed_memory();
     let args: Vec<String> = std::env::args().collect();
     if !args.windows(2).any(|w| w[0] == "bench" && w[1] == "tts") {
         edgeflow_backends::pin_cpu_threads();

@@ -40,6 +40,8 @@ fn rand(dev: &Device, dims: &[usize], seed: u64) -> Tensor {
 }
 
 fn main() -> anyhow::Result<()> {
+    // As the CLI does.
+    edgeflow_backends::keep_freed_memory();
     let dev = edgeflow_backends::open(DeviceSpec::Cpu)?;
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let (_, clip) = edgeflow_audio::wav::read_wav(&repo.join("tests/fixtures/speech_mix.wav"))
