@@ -1,11 +1,12 @@
 //! CPU backend: every [`Op`] on candle-core / candle-nn kernels, except
 //! [`Op::Linear`] with f32 activations and Q8_0 / Q4_0 / Q4_1 weights (any
-//! number of rows) or f32 weights (one row), which runs this crate's
-//! AVX2 / portable kernels ([`crate::cpu_gemv`]); stride-1 single-group f32
-//! [`Op::Conv1d`] / [`Op::Conv1dFused`], which run the direct convolution
-//! kernel (weights packed once per weight tensor); and element-wise f32 ops
-//! on contiguous same-shape tensors (add/sub/mul/div, affine, leaky ReLU,
-//! tanh, sigmoid, exp, neg), which run plain loops on rayon's pool.
+//! number of rows), f32 weights (one row) or f16 weights (a few rows), which
+//! runs this crate's kernels ([`crate::cpu_gemv`], [`crate::cpu_gemv_f16`]);
+//! stride-1 single-group f32 [`Op::Conv1d`] / [`Op::Conv1dFused`], which run
+//! the direct convolution kernel (weights packed once per weight tensor); and
+//! element-wise f32 ops on contiguous same-shape tensors (add/sub/mul/div,
+//! affine, leaky ReLU, tanh, sigmoid, exp, neg), which run plain loops on
+//! rayon's pool.
 //!
 //! ## Design
 //! The host representation of a [`Tensor`] *is* a candle tensor, so this
@@ -18,8 +19,10 @@
 //! ops other than [`Op::Linear`], [`Op::IndexSelect`] and [`Op::Cast`] are
 //! dequantized to f32 first.
 
+use crate::cpu_act;
 use crate::cpu_conv;
 use crate::cpu_gemv::{self, WeightFormat};
+use crate::cpu_gemv_f16;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType as CDType, Module, Tensor as CTensor};
 use edgeflow_runtime::{
@@ -286,8 +289,8 @@ fn conv1d_direct(
 /// Convolution weights packed for [`cpu_conv`], by candle tensor id: a
 /// model convolves with the same weight tensors on every call, and
 /// repacking them each time was ~7% of `bench tts`. Candle never reuses a
-/// tensor id and the runtime never mutates a tensor in place, so an id
-/// always names the same values. Entries of dropped tensors are not
+/// tensor id and weights are never written in place (only the KV cache
+/// writes into its own buffers), so an id always names the same values. Entries of dropped tensors are not
 /// noticed; the cache empties itself when it would exceed
 /// [`PACK_CACHE_BYTES`] (weights used once then cost one extra pack).
 static PACK_CACHE: std::sync::Mutex<Option<PackCache>> = std::sync::Mutex::new(None);
@@ -343,10 +346,16 @@ fn packed_weights(
     Ok(Some(pw))
 }
 
-/// f32 activations through this crate's kernels ([`crate::cpu_gemv`]):
-/// Q8_0 / Q4_0 / Q4_1 weights for any number of rows (int8 activations,
-/// one arithmetic for decode and prefill), f32 weights for one row; None
-/// when another path applies.
+/// Activation rows up to which f16 weights run the f16 GEMV kernel; more
+/// rows go through candle's GEMM on the weights cast to f32.
+const F16_GEMV_ROWS: usize = 8;
+
+/// f32 activations through this crate's kernels ([`crate::cpu_gemv`],
+/// [`crate::cpu_gemv_f16`]): Q8_0 / Q4_0 / Q4_1 weights for any number of
+/// rows (int8 activations, one arithmetic for decode and prefill), f32
+/// weights for one row, f16 weights (converted in registers, f32
+/// products and sums) for up to [`F16_GEMV_ROWS`] rows; None when another
+/// path applies.
 fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> {
     if x.dtype() != CDType::F32 {
         return Ok(None);
@@ -371,6 +380,17 @@ fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> 
             };
             let all = cpu.as_slice::<f32>()?;
             cpu_gemv::gemv(WeightFormat::F32, bytemuck::cast_slice(&all[s..e]), &xv, n)
+        }
+        Storage::Host(c) if c.dtype() == CDType::F16 && rows <= F16_GEMV_ROWS => {
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            let (st, layout) = c.storage_and_layout();
+            let (candle_core::Storage::Cpu(cpu), Some((s, e))) =
+                (&*st, layout.contiguous_offsets())
+            else {
+                return Ok(None);
+            };
+            let all = cpu.as_slice::<half::f16>()?;
+            cpu_gemv_f16::matmul(&all[s..e], n, &xv, rows)
         }
         _ => None,
     };
@@ -512,7 +532,10 @@ fn unary(u: UnaryOp, x: &CTensor) -> Result<CTensor> {
         UnaryOp::Sigmoid => candle_nn::ops::sigmoid(x)?,
         UnaryOp::Relu => x.relu()?,
         UnaryOp::Gelu => x.gelu()?,
-        UnaryOp::GeluErf => x.gelu_erf()?,
+        UnaryOp::GeluErf => match with_f32_slice(x, cpu_act::gelu_erf)?.flatten() {
+            Some(y) => CTensor::from_vec(y, x.shape(), &cdev())?,
+            None => x.gelu_erf()?,
+        },
         UnaryOp::Silu => x.silu()?,
         // log(1 + e^x) = relu(x) + log(1 + e^-|x|): no overflow for large |x|.
         UnaryOp::Softplus => (x.relu()? + (x.abs()?.neg()?.exp()? + 1.0)?.log()?)?,

@@ -36,9 +36,11 @@
 //!   transfer between two NPU stages is that hand-off.
 
 pub mod cpu;
+mod cpu_act;
 mod cpu_attn;
 mod cpu_conv;
 mod cpu_gemv;
+mod cpu_gemv_f16;
 mod cpu_math;
 pub mod gpu;
 pub mod npu;
@@ -77,6 +79,29 @@ pub fn pin_cpu_threads() -> usize {
     let n = candle_core::utils::get_num_threads();
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     n
+}
+
+/// Keep freed tensor memory in the process (glibc: `M_MMAP_THRESHOLD`
+/// 1 GB, `M_TRIM_THRESHOLD` 256 MB). With glibc's defaults, buffers over a
+/// few MB are mmapped and handed back to the kernel when freed, then
+/// page-faulted and zeroed again by the next op: a Whisper encode took about
+/// 5x the page faults (speech_profile: 397 K vs 73 K), and a vocoder chunk
+/// faulted its tens of MB of activations in again (page-fault and zeroing
+/// work was about a tenth of `bench tts`'s samples). Served from the heap,
+/// weights also share 2 MB regions that the CPU backend can back with huge
+/// pages (see `Backend::make_resident`). The cost is that up to 256 MB of
+/// freed memory stays resident, as with onnxruntime's arena. No-op on other
+/// C libraries.
+///
+/// Call it first thing in `main` (the settings apply to the whole process).
+pub fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes the allocator's thresholds; both are
+    // valid parameters with in-range values (a refused one keeps glibc's).
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
 }
 
 /// How many GPU / NPU indices the probe tries beyond the ones that exist.

@@ -2,6 +2,13 @@
 //! temperature 0, no timestamps; scripts/speech_reference.py) on the
 //! fixture clip: whole, by sentence, and by VAD segment. Transcripts and
 //! token ids must be identical.
+//!
+//! Tolerance: none on the outputs. Inside, the sums run in other orders
+//! than CTranslate2's (gemm's AVX-512 / AVX2 tiles, our GEMV and attention
+//! kernels) and decoder steps read the checkpoint's fp16 weights (linears
+//! and the output projection) as f16, converted to f32 in registers: the
+//! same products as faster-whisper's `compute_type="float32"`, which casts
+//! them at load.
 
 mod common;
 

@@ -9,7 +9,7 @@
 
 use crate::{Error, Result};
 use edgeflow_runtime::weights::WeightStore;
-use edgeflow_runtime::{ConvCfg, DType, Device, KvCache, Tensor, UnaryOp};
+use edgeflow_runtime::{ConvCfg, DType, Device, DeviceKind, KvCache, Tensor, UnaryOp};
 use std::path::Path;
 
 /// Shape of a Whisper checkpoint, read from the tensors.
@@ -35,12 +35,24 @@ pub struct WhisperConfig {
 
 struct Linear {
     w: Tensor,
+    /// The checkpoint's fp16 weights as f16 (decoder, CPU): decoder steps
+    /// (a few rows) stream half the bytes with the same f32 products.
+    w16: Option<Tensor>,
     b: Option<Tensor>,
 }
 
+/// Activation rows up to which a linear with f16 weights reads them (the
+/// CPU backend's f16 GEMV); longer prompts take the f32 GEMM.
+const F16_ROWS: usize = 8;
+
 impl Linear {
     fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
-        Ok(dev.linear(x, &self.w, self.b.as_ref())?)
+        let rows = x.dims().iter().rev().skip(1).product::<usize>();
+        let w = match &self.w16 {
+            Some(w16) if rows <= F16_ROWS => w16,
+            _ => &self.w,
+        };
+        Ok(dev.linear(x, w, self.b.as_ref())?)
     }
 }
 
@@ -90,6 +102,11 @@ pub struct Whisper {
     enc_layers: Vec<EncoderLayer>,
     enc_ln: Norm,
     embed: Tensor,
+    /// The output projection (tied to `embed`): the checkpoint's fp16
+    /// values kept as f16 on the CPU, where the linear converts them in
+    /// registers (the same f32 products as `embed`, half the bytes per
+    /// decoder step); `embed` itself elsewhere.
+    logits_w: Tensor,
     dec_pos: Tensor,
     dec_layers: Vec<DecoderLayer>,
     dec_ln: Norm,
@@ -128,6 +145,8 @@ impl DecoderState {
 struct Loader<'a> {
     ws: &'a WeightStore,
     path: &'a Path,
+    /// Also keep fp16-stored linear weights as f16 (see [`Linear::w16`]).
+    f16: bool,
 }
 
 impl Loader<'_> {
@@ -143,8 +162,16 @@ impl Loader<'_> {
     }
 
     fn linear(&self, p: &str) -> Result<Linear> {
+        let name = format!("{p}/weight");
+        let w16 = if self.f16 {
+            let stored = self.ws.get(&name)?;
+            (stored.dtype() == DType::F16).then_some(stored)
+        } else {
+            None
+        };
         Ok(Linear {
-            w: self.t(&format!("{p}/weight"))?,
+            w: self.t(&name)?,
+            w16,
             b: Some(self.t(&format!("{p}/bias"))?),
         })
     }
@@ -163,11 +190,15 @@ impl Loader<'_> {
             ));
         }
         let w = dev.narrow(&l.w, 0, i * d, d)?;
+        let w16 = match &l.w16 {
+            Some(w16) => Some(dev.narrow(w16, 0, i * d, d)?),
+            None => None,
+        };
         let b = match (&l.b, bias) {
             (Some(b), true) => Some(dev.narrow(b, 0, i * d, d)?),
             _ => None,
         };
-        Ok(Linear { w, b })
+        Ok(Linear { w, w16, b })
     }
 
     fn self_attention(&self, p: &str, d: usize) -> Result<Attention> {
@@ -211,9 +242,10 @@ impl Whisper {
     /// Load a CTranslate2 Whisper `model.bin` onto `dev`.
     pub fn load(model_bin: &Path, dev: &Device) -> Result<Self> {
         let ws = WeightStore::open(&[model_bin], dev.clone())?;
-        let l = Loader {
+        let mut l = Loader {
             ws: &ws,
             path: model_bin,
+            f16: false,
         };
         let conv1w = l.t("encoder/conv1/weight")?;
         let embed = l.t("decoder/embeddings/weight")?;
@@ -252,6 +284,8 @@ impl Whisper {
                 mlp: l.mlp(&format!("{p}/ffn"))?,
             });
         }
+        // Decoder steps are GEMVs over the weights: f16 halves their bytes.
+        l.f16 = dev.kind() == DeviceKind::Cpu;
         let mut dec_layers = Vec::new();
         for i in 0..cfg.decoder_layers {
             let p = format!("decoder/layer_{i}");
@@ -261,6 +295,13 @@ impl Whisper {
                 mlp: l.mlp(&format!("{p}/ffn"))?,
             });
         }
+        // Stored fp16 -> exact as f16. Anything else keeps the f32 copy.
+        let stored = ws.get("decoder/embeddings/weight")?;
+        let logits_w = if stored.dtype() == DType::F16 && dev.kind() == DeviceKind::Cpu {
+            stored
+        } else {
+            embed.clone()
+        };
         Ok(Whisper {
             conv1: (conv1w, l.t("encoder/conv1/bias")?),
             conv2: (l.t("encoder/conv2/weight")?, l.t("encoder/conv2/bias")?),
@@ -268,6 +309,7 @@ impl Whisper {
             enc_layers,
             enc_ln: l.norm("encoder/layer_norm")?,
             embed,
+            logits_w,
             dec_pos,
             dec_layers,
             dec_ln: l.norm("decoder/layer_norm")?,
@@ -450,7 +492,7 @@ impl Whisper {
             }
             let row = dev.narrow(&x, 1, p, 1)?;
             let row = dev.reshape(&row, &[1, self.cfg.d_model])?;
-            let logits = dev.linear(&row, &self.embed, None)?;
+            let logits = dev.linear(&row, &self.logits_w, None)?;
             out.push(dev.to_host(&logits)?.to_vec_f32()?);
         }
         Ok(out)
