@@ -228,6 +228,11 @@ impl Vits {
         if ids.is_empty() {
             return Err(Error::BadInput("no phoneme ids to synthesize".into()));
         }
+        // One batch of ops (on the CPU: run on the kernels' worker pool).
+        self.dev.batch(|| self.prior_ops(ids, p))
+    }
+
+    fn prior_ops(&self, ids: &[i64], p: &SynthesisParams) -> Result<Prior> {
         let dev = &self.dev;
         let enc = self.enc.forward(dev, ids)?;
         let logw = self
@@ -266,6 +271,17 @@ impl Vits {
     }
 
     fn decode_window(
+        &self,
+        z: &Tensor,
+        z_start: usize,
+        from: usize,
+        to: usize,
+    ) -> Result<Vec<f32>> {
+        self.dev
+            .batch(|| self.decode_window_ops(z, z_start, from, to))
+    }
+
+    fn decode_window_ops(
         &self,
         z: &Tensor,
         z_start: usize,

@@ -382,6 +382,11 @@ impl Whisper {
     /// Encode log-mel features `[n_mels, 2 * n_audio_ctx]` (row-major) to
     /// `[1, n_audio_ctx, d]`.
     pub fn encode(&self, mel: &[f32]) -> Result<Tensor> {
+        // One batch of ops (on the CPU: run on the kernels' worker pool).
+        self.dev.batch(|| self.encode_ops(mel))
+    }
+
+    fn encode_ops(&self, mel: &[f32]) -> Result<Tensor> {
         let dev = &self.dev;
         let frames = 2 * self.cfg.n_audio_ctx;
         if mel.len() != self.cfg.n_mels * frames {
@@ -442,6 +447,16 @@ impl Whisper {
     /// return the logits (host, `vocab` each) at the positions `want`
     /// (indices into `tokens`).
     pub fn decode(
+        &self,
+        st: &mut DecoderState,
+        tokens: &[u32],
+        want: &[usize],
+    ) -> Result<Vec<Vec<f32>>> {
+        // One batch of ops (on the CPU: run on the kernels' worker pool).
+        self.dev.batch(|| self.decode_ops(st, tokens, want))
+    }
+
+    fn decode_ops(
         &self,
         st: &mut DecoderState,
         tokens: &[u32],
