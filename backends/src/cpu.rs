@@ -350,6 +350,11 @@ fn packed_weights(
 /// rows go through candle's GEMM on the weights cast to f32.
 const F16_GEMV_ROWS: usize = 8;
 
+/// Activation rows up to which f32 weights take the streaming GEMV
+/// ([`cpu_gemv::gemv_f32_rows`]) instead of candle's GEMM, whose packing
+/// costs more than the product for a few rows (the VAD's 4 STFT frames).
+const F32_GEMV_ROWS: usize = 4;
+
 /// f32 activations through this crate's kernels ([`crate::cpu_gemv`],
 /// [`crate::cpu_gemv_f16`]): Q8_0 / Q4_0 / Q4_1 weights for any number of
 /// rows (int8 activations, one arithmetic for decode and prefill), f32
@@ -370,7 +375,7 @@ fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> 
             let data = q.data()?;
             cpu_gemv::matmul(fmt, &data, n, &xv, rows)
         }
-        Storage::Host(c) if c.dtype() == CDType::F32 && rows == 1 => {
+        Storage::Host(c) if c.dtype() == CDType::F32 && rows <= F32_GEMV_ROWS => {
             let xv = x.flatten_all()?.to_vec1::<f32>()?;
             let (st, layout) = c.storage_and_layout();
             let (candle_core::Storage::Cpu(cpu), Some((s, e))) =
@@ -379,7 +384,7 @@ fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> 
                 return Ok(None);
             };
             let all = cpu.as_slice::<f32>()?;
-            cpu_gemv::gemv(WeightFormat::F32, bytemuck::cast_slice(&all[s..e]), &xv, n)
+            cpu_gemv::gemv_f32_rows(bytemuck::cast_slice(&all[s..e]), &xv, rows, n)
         }
         Storage::Host(c) if c.dtype() == CDType::F16 && rows <= F16_GEMV_ROWS => {
             let xv = x.flatten_all()?.to_vec1::<f32>()?;

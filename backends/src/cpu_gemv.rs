@@ -164,24 +164,50 @@ impl WeightFormat {
 /// `y[j] = sum_i w[j, i] * x[i]` for `n` rows of `k = x.len()` weights
 /// stored in `w` (bytes, in `fmt`). Returns None when the shapes do not fit
 /// the format.
+#[cfg(test)]
 pub(crate) fn gemv(fmt: WeightFormat, w: &[u8], x: &[f32], n: usize) -> Option<Vec<f32>> {
     if fmt != WeightFormat::F32 {
         return matmul(fmt, w, n, x, 1);
     }
-    let k = x.len();
+    gemv_f32_rows(w, x, 1, n)
+}
+
+/// f32 weights (`n` rows of `k = x.len() / m` values, as bytes) against a
+/// few activation rows `x` (row-major `[m, k]`): `y` row-major `[m, n]`.
+/// Each weight row is streamed once and dotted with every activation row
+/// (which stay in L1), so small-`m` products (decoder steps, the VAD's few
+/// frames) cost one pass over the weights without a GEMM's packing. None
+/// when the shapes do not fit.
+pub(crate) fn gemv_f32_rows(w: &[u8], x: &[f32], m: usize, n: usize) -> Option<Vec<f32>> {
+    if m == 0 || !x.len().is_multiple_of(m) {
+        return None;
+    }
+    let k = x.len() / m;
     if w.len() != 4 * k * n {
         return None;
     }
-    let mut y = vec![0f32; n];
-    let per = rows_per_task(n, 4 * k);
+    let mut yt = vec![0f32; n * m];
+    let per = rows_per_task(n, 4 * k * m);
     let avx = has_avx2_fma();
-    y.par_chunks_mut(per).enumerate().for_each(|(t, out)| {
+    let task = |(t, out): (usize, &mut [f32])| {
         let r0 = t * per;
-        for (i, yo) in out.iter_mut().enumerate() {
+        for (i, yo) in out.chunks_mut(m).enumerate() {
             let row = &w[(r0 + i) * 4 * k..(r0 + i + 1) * 4 * k];
-            *yo = dot_f32(row, x, avx);
+            for (r, v) in yo.iter_mut().enumerate() {
+                *v = dot_f32(row, &x[r * k..(r + 1) * k], avx);
+            }
         }
-    });
+    };
+    yt.par_chunks_mut(per * m).enumerate().for_each(task);
+    if m == 1 {
+        return Some(yt);
+    }
+    let mut y = vec![0f32; n * m];
+    for (j, col) in yt.chunks_exact(m).enumerate() {
+        for (r, v) in col.iter().enumerate() {
+            y[r * n + j] = *v;
+        }
+    }
     Some(y)
 }
 
@@ -1040,6 +1066,22 @@ mod tests {
                 (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
             })
             .collect()
+    }
+
+    #[test]
+    fn f32_rows_equal_one_row_gemvs() {
+        let (n, k) = (37, 70);
+        let w = lcg(n * k, 5);
+        let wb: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for m in 1..=8 {
+            let x = lcg(m * k, 6 + m as u32);
+            let y = gemv_f32_rows(&wb, &x, m, n).expect("shapes fit");
+            for r in 0..m {
+                let one = gemv(WeightFormat::F32, &wb, &x[r * k..(r + 1) * k], n).expect("fit");
+                assert_eq!(&y[r * n..(r + 1) * n], &one[..], "m={m} row {r}");
+            }
+        }
+        assert!(gemv_f32_rows(&wb, &lcg(2 * k + 1, 1), 2, n).is_none());
     }
 
     #[test]

@@ -16,9 +16,11 @@
 //! costs dominate. The window is framed on the host (it is built there
 //! anyway), so the STFT is one matmul of `[4 frames, 256]` by the
 //! basis; the convolutions run time-major (`[T, C]`) as one row gather
-//! (im2col) and one matmul each, against weights re-laid out at load as
-//! contiguous `[3C, O]` matrices (a convolution op would re-pack its
-//! strided kernel on every call, which was most of the window's time).
+//! (im2col) and one linear each, against weights re-laid out at load as
+//! contiguous `[O, 3C]` matrices (a convolution op would re-pack its
+//! strided kernel on every call, which was most of the window's time). With
+//! at most 4 rows, the CPU backend runs these linears as streaming GEMVs,
+//! not through a GEMM's packing.
 
 use crate::{Error, Result};
 use edgeflow_runtime::weights::WeightStore;
@@ -38,24 +40,11 @@ const HOP: usize = 128;
 /// STFT frames per window: (64 + 512 + 64 reflect-padded - 256) / 128 + 1.
 const FRAMES: usize = (CONTEXT + WINDOW + 64 - N_FFT) / HOP + 1;
 
-/// The `[rows, cols]` matrix `t` (any shape holding rows * cols values),
-/// transposed to a contiguous `[cols, rows]` host tensor.
-fn transposed(dev: &Device, t: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
-    let v = dev.to_host(t)?.to_vec_f32()?;
-    let mut out = vec![0f32; rows * cols];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = v[r * cols + c];
-        }
-    }
-    Ok(Tensor::from_vec(out, &[cols, rows])?)
-}
-
 /// A 3-tap convolution (padding 1) in time-major form: `y[T_out, O] =
-/// cols[T_out, 3C] @ w[3C, O] + b`, where row `t` of `cols` is input rows
+/// cols[T_out, 3C] @ w[O, 3C]^T + b`, where row `t` of `cols` is input rows
 /// `t*stride - 1 ..= t*stride + 1` side by side (zero rows outside).
 struct Conv {
-    /// `w[k*C + c, o] = W[o, c, k]` of the PyTorch `[O, C, 3]` weight.
+    /// `w[o, k*C + c] = W[o, c, k]` of the PyTorch `[O, C, 3]` weight.
     w: Tensor,
     b: Tensor,
     /// Rows of the zero-padded input `[T + 2, C]` that make `cols`, as
@@ -100,20 +89,20 @@ impl SileroVad {
     pub fn new(ws: &WeightStore) -> Result<Self> {
         let dev = ws.device().clone();
         let stft = ws.get_with_shape("stft_conv.weight", &[2 * BINS, 1, 256])?;
-        // [258, 1, 256] -> [256, 258]: frames [4, 256] @ basis.
-        let stft = dev.place(&transposed(&dev, &stft, 2 * BINS, 256)?)?;
+        // [258, 1, 256] -> [258, 256]: frames [4, 256] through a linear.
+        let stft = dev.place(&dev.reshape(&stft, &[2 * BINS, 256])?)?;
         let shapes = [(128, BINS, 1), (64, 128, 2), (64, 64, 2), (128, 64, 1)];
         let mut convs = Vec::new();
         let mut t_in = FRAMES;
         for (i, (o, c, stride)) in shapes.into_iter().enumerate() {
             let w = ws.get_with_shape(&format!("conv{}.weight", i + 1), &[o, c, 3])?;
-            // [O, C, 3] -> [3C, O] with row k*C + c.
+            // [O, C, 3] -> [O, 3C] with column k*C + c (a linear's weight).
             let wv = dev.to_host(&w)?.to_vec_f32()?;
             let mut wt = vec![0f32; 3 * c * o];
             for oo in 0..o {
                 for cc in 0..c {
                     for k in 0..3 {
-                        wt[(k * c + cc) * o + oo] = wv[(oo * c + cc) * 3 + k];
+                        wt[oo * 3 * c + k * c + cc] = wv[(oo * c + cc) * 3 + k];
                     }
                 }
             }
@@ -122,7 +111,7 @@ impl SileroVad {
                 .flat_map(|t| (0..3).map(move |k| (t * stride + k) as i64))
                 .collect();
             convs.push(Conv {
-                w: dev.place(&Tensor::from_vec(wt, &[3 * c, o])?)?,
+                w: dev.place(&Tensor::from_vec(wt, &[o, 3 * c])?)?,
                 b: ws.get_with_shape(&format!("conv{}.bias", i + 1), &[o])?,
                 idx: dev.place(&Tensor::from_i64(idx, &[3 * t_out])?)?,
                 t_out,
@@ -177,6 +166,12 @@ impl SileroVad {
                 window.len()
             )));
         }
+        let dev = self.dev.clone();
+        // One batch of ops (on the CPU: run on the kernels' worker pool).
+        dev.batch(|| self.step_ops(window))
+    }
+
+    fn step_ops(&mut self, window: &[f32]) -> Result<f32> {
         let dev = &self.dev;
         // Context + window, reflect-padded by 64 on the right (the edge
         // sample is not repeated), cut into FRAMES frames of N_FFT by HOP.
@@ -194,7 +189,7 @@ impl SileroVad {
         }
         let frames = dev.place(&Tensor::from_vec(frames, &[FRAMES, N_FFT])?)?;
         // [FRAMES, 2 * BINS]: real parts then imaginary parts.
-        let spec = dev.matmul(&frames, &self.stft)?;
+        let spec = dev.linear(&frames, &self.stft, None)?;
         let sq = dev.unary(UnaryOp::Sqr, &spec)?;
         let re2 = dev.narrow(&sq, 1, 0, BINS)?;
         let im2 = dev.narrow(&sq, 1, BINS, BINS)?;
@@ -203,7 +198,7 @@ impl SileroVad {
             let padded = dev.pad(&h, 0, 1, 1, PadMode::Zeros)?;
             let cols = dev.index_select(&padded, &conv.idx, 0)?;
             let cols = dev.reshape(&cols, &[conv.t_out, 3 * conv.c])?;
-            let y = dev.add(&dev.matmul(&cols, &conv.w)?, &conv.b)?;
+            let y = dev.linear(&cols, &conv.w, Some(&conv.b))?;
             h = dev.unary(UnaryOp::Relu, &y)?;
         }
         // [1, 128, 1] -> [1, 128]
