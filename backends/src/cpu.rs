@@ -384,7 +384,7 @@ fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> 
                 return Ok(None);
             };
             let all = cpu.as_slice::<f32>()?;
-            cpu_gemv::gemv_f32_rows(bytemuck::cast_slice(&all[s..e]), &xv, rows, n)
+            cpu_gemv::gemv_f32_rows(&all[s..e], &xv, rows, n)
         }
         Storage::Host(c) if c.dtype() == CDType::F16 && rows <= F16_GEMV_ROWS => {
             let xv = x.flatten_all()?.to_vec1::<f32>()?;

@@ -169,36 +169,54 @@ pub(crate) fn gemv(fmt: WeightFormat, w: &[u8], x: &[f32], n: usize) -> Option<V
     if fmt != WeightFormat::F32 {
         return matmul(fmt, w, n, x, 1);
     }
-    gemv_f32_rows(w, x, 1, n)
+    gemv_f32_rows(bytemuck::cast_slice(w), x, 1, n)
 }
 
-/// f32 weights (`n` rows of `k = x.len() / m` values, as bytes) against a
-/// few activation rows `x` (row-major `[m, k]`): `y` row-major `[m, n]`.
-/// Each weight row is streamed once and dotted with every activation row
-/// (which stay in L1), so small-`m` products (decoder steps, the VAD's few
-/// frames) cost one pass over the weights without a GEMM's packing. None
-/// when the shapes do not fit.
-pub(crate) fn gemv_f32_rows(w: &[u8], x: &[f32], m: usize, n: usize) -> Option<Vec<f32>> {
-    if m == 0 || !x.len().is_multiple_of(m) {
+/// f32 weights (`n` rows of `k = x.len() / m` values) against a few
+/// activation rows `x` (row-major `[m, k]`): `y` row-major `[m, n]`
+/// ([`gemv_rows_with`] with the f32 dot kernel). None when the shapes do
+/// not fit.
+pub(crate) fn gemv_f32_rows(w: &[f32], x: &[f32], m: usize, n: usize) -> Option<Vec<f32>> {
+    let avx = has_avx2_fma();
+    gemv_rows_with(w, x, m, n, |row, xr| {
+        dot_f32(bytemuck::cast_slice(row), xr, avx)
+    })
+}
+
+/// The streaming GEMV over dense weight rows of any element type: `n` rows
+/// of `k = x.len() / m` elements in `w` against `m` activation rows `x`
+/// (row-major `[m, k]`), `dot(weight row, activation row)` giving one
+/// output; `y` row-major `[m, n]`. Each weight row is streamed once and
+/// dotted with every activation row (which stay in L1), so small-`m`
+/// products (decoder steps, the VAD's few frames) cost one pass over the
+/// weights without a GEMM's packing; weight rows are split over rayon's
+/// pool. Each output is one `dot` call, so a row of a multi-row call equals
+/// the one-row result bit for bit. None when the shapes do not fit.
+pub(crate) fn gemv_rows_with<T: Sync>(
+    w: &[T],
+    x: &[f32],
+    m: usize,
+    n: usize,
+    dot: impl Fn(&[T], &[f32]) -> f32 + Sync,
+) -> Option<Vec<f32>> {
+    if m == 0 || n == 0 || !x.len().is_multiple_of(m) {
         return None;
     }
     let k = x.len() / m;
-    if w.len() != 4 * k * n {
+    if w.len() != k * n {
         return None;
     }
     let mut yt = vec![0f32; n * m];
-    let per = rows_per_task(n, 4 * k * m);
-    let avx = has_avx2_fma();
-    let task = |(t, out): (usize, &mut [f32])| {
+    let per = rows_per_task(n, std::mem::size_of::<T>() * k * m);
+    yt.par_chunks_mut(per * m).enumerate().for_each(|(t, out)| {
         let r0 = t * per;
         for (i, yo) in out.chunks_mut(m).enumerate() {
-            let row = &w[(r0 + i) * 4 * k..(r0 + i + 1) * 4 * k];
+            let row = &w[(r0 + i) * k..(r0 + i + 1) * k];
             for (r, v) in yo.iter_mut().enumerate() {
-                *v = dot_f32(row, &x[r * k..(r + 1) * k], avx);
+                *v = dot(row, &x[r * k..(r + 1) * k]);
             }
         }
-    };
-    yt.par_chunks_mut(per * m).enumerate().for_each(task);
+    });
     if m == 1 {
         return Some(yt);
     }
@@ -1075,13 +1093,13 @@ mod tests {
         let wb: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
         for m in 1..=8 {
             let x = lcg(m * k, 6 + m as u32);
-            let y = gemv_f32_rows(&wb, &x, m, n).expect("shapes fit");
+            let y = gemv_f32_rows(&w, &x, m, n).expect("shapes fit");
             for r in 0..m {
                 let one = gemv(WeightFormat::F32, &wb, &x[r * k..(r + 1) * k], n).expect("fit");
                 assert_eq!(&y[r * n..(r + 1) * n], &one[..], "m={m} row {r}");
             }
         }
-        assert!(gemv_f32_rows(&wb, &lcg(2 * k + 1, 1), 2, n).is_none());
+        assert!(gemv_f32_rows(&w, &lcg(2 * k + 1, 1), 2, n).is_none());
     }
 
     #[test]

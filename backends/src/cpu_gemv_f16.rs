@@ -12,20 +12,11 @@
 //! ## How
 //! Per weight row: 16 (AVX-512F) or 8 (AVX2 + F16C) halves at a time are
 //! converted with `vcvtph2ps` and FMA'd against the activations into four
-//! independent accumulators, then summed. Weight rows are split over rayon's
-//! pool; each activation row reuses the same split. Other machines run
+//! independent accumulators, then summed; the rows go through the shared
+//! streaming GEMV ([`crate::cpu_gemv::gemv_rows_with`]). Other machines run
 //! portable code (same products, sums in another order).
 
 use half::f16;
-use rayon::prelude::*;
-
-/// Weight rows per rayon task: at least ~64 KB of weights per task and
-/// about 8 tasks per thread.
-fn rows_per_task(n: usize, k: usize) -> usize {
-    let threads = rayon::current_num_threads().max(1);
-    let min_rows = (65_536 / (2 * k).max(1)).max(1);
-    (n / (threads * 8)).max(min_rows).max(1)
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Isa {
@@ -58,38 +49,7 @@ pub(crate) fn matmul(w: &[f16], n: usize, x: &[f32], m: usize) -> Option<Vec<f32
 }
 
 fn matmul_with(w: &[f16], n: usize, x: &[f32], m: usize, isa: Isa) -> Option<Vec<f32>> {
-    if m == 0 || n == 0 || !x.len().is_multiple_of(m) {
-        return None;
-    }
-    let k = x.len() / m;
-    if w.len() != n * k {
-        return None;
-    }
-    let mut y = vec![0f32; m * n];
-    let per = rows_per_task(n, k);
-    let tasks = n.div_ceil(per);
-    // One task: weight rows [j0, j1) for every activation row.
-    let parts: Vec<Vec<f32>> = (0..tasks)
-        .into_par_iter()
-        .map(|t| {
-            let (j0, j1) = (t * per, ((t + 1) * per).min(n));
-            let mut out = vec![0f32; m * (j1 - j0)];
-            for j in j0..j1 {
-                let row = &w[j * k..(j + 1) * k];
-                for r in 0..m {
-                    out[r * (j1 - j0) + (j - j0)] = dot(row, &x[r * k..(r + 1) * k], isa);
-                }
-            }
-            out
-        })
-        .collect();
-    for (t, part) in parts.iter().enumerate() {
-        let (j0, j1) = (t * per, ((t + 1) * per).min(n));
-        for r in 0..m {
-            y[r * n + j0..r * n + j1].copy_from_slice(&part[r * (j1 - j0)..(r + 1) * (j1 - j0)]);
-        }
-    }
-    Some(y)
+    crate::cpu_gemv::gemv_rows_with(w, x, m, n, |row, xr| dot(row, xr, isa))
 }
 
 fn dot(row: &[f16], x: &[f32], isa: Isa) -> f32 {
