@@ -197,17 +197,26 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
     Ok(y.reshape(out)?)
 }
 
+/// The values of a contiguous host tensor of element type `T`, without
+/// copying; None when it is not contiguous.
+fn with_host_slice<T: candle_core::WithDType, R>(
+    t: &CTensor,
+    f: impl FnOnce(&[T]) -> R,
+) -> Result<Option<R>> {
+    let (st, layout) = t.storage_and_layout();
+    let (candle_core::Storage::Cpu(cpu), Some((s, e))) = (&*st, layout.contiguous_offsets()) else {
+        return Ok(None);
+    };
+    let all = cpu.as_slice::<T>()?;
+    Ok(Some(f(&all[s..e])))
+}
+
 /// The f32 values of a contiguous host tensor, without copying.
 fn with_f32_slice<R>(t: &CTensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<R>> {
     if t.dtype() != CDType::F32 {
         return Ok(None);
     }
-    let (st, layout) = t.storage_and_layout();
-    let (candle_core::Storage::Cpu(cpu), Some((s, e))) = (&*st, layout.contiguous_offsets()) else {
-        return Ok(None);
-    };
-    let all = cpu.as_slice::<f32>()?;
-    Ok(Some(f(&all[s..e])))
+    with_host_slice(t, f)
 }
 
 /// Stride-1, single-group f32 `conv1d` on the direct kernel
@@ -377,25 +386,11 @@ fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> 
         }
         Storage::Host(c) if c.dtype() == CDType::F32 && rows <= F32_GEMV_ROWS => {
             let xv = x.flatten_all()?.to_vec1::<f32>()?;
-            let (st, layout) = c.storage_and_layout();
-            let (candle_core::Storage::Cpu(cpu), Some((s, e))) =
-                (&*st, layout.contiguous_offsets())
-            else {
-                return Ok(None);
-            };
-            let all = cpu.as_slice::<f32>()?;
-            cpu_gemv::gemv_f32_rows(&all[s..e], &xv, rows, n)
+            with_host_slice::<f32, _>(c, |w| cpu_gemv::gemv_f32_rows(w, &xv, rows, n))?.flatten()
         }
         Storage::Host(c) if c.dtype() == CDType::F16 && rows <= F16_GEMV_ROWS => {
             let xv = x.flatten_all()?.to_vec1::<f32>()?;
-            let (st, layout) = c.storage_and_layout();
-            let (candle_core::Storage::Cpu(cpu), Some((s, e))) =
-                (&*st, layout.contiguous_offsets())
-            else {
-                return Ok(None);
-            };
-            let all = cpu.as_slice::<half::f16>()?;
-            cpu_gemv_f16::matmul(&all[s..e], n, &xv, rows)
+            with_host_slice::<half::f16, _>(c, |w| cpu_gemv_f16::matmul(w, n, &xv, rows))?.flatten()
         }
         _ => None,
     };
