@@ -456,25 +456,27 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
     progress("memory bandwidth");
     let bw_start = bandwidth_gbs(o.working_set_mb, o.threads);
     let mut rows = Vec::new();
+    // Each row runs inside Device::batch, as a model's forward pass does (on
+    // a worker of the kernels' pool; raw candle's calls run there too).
     for n in [512, 1024] {
         progress(&format!("gemm {n}"));
-        rows.push(gemm(&dev, n, o)?);
+        rows.push(dev.batch(|| gemm(&dev, n, o))?);
     }
     for (k, n) in [(576, 1536), (896, 4864)] {
         for dt in [DType::F32, DType::Q8_0, DType::Q4_1, DType::Q4_0] {
             progress(&format!("gemv {dt} 1x{k}x{n}"));
-            rows.push(gemv(&dev, k, n, dt, o)?);
+            rows.push(dev.batch(|| gemv(&dev, k, n, dt, o))?);
         }
     }
     for dt in [DType::Q4_1, DType::Q8_0] {
         progress(&format!("matmul {dt} 128x576x1536"));
-        rows.push(qmatmul(&dev, 128, 576, 1536, dt, o)?);
+        rows.push(dev.batch(|| qmatmul(&dev, 128, 576, 1536, dt, o))?);
     }
     progress("conv");
-    rows.extend(conv(&dev, o)?);
+    rows.extend(dev.batch(|| conv(&dev, o))?);
     progress("attention");
-    rows.push(attention(&dev, 128, 128, o)?);
-    rows.push(attention(&dev, 1, 512, o)?);
+    rows.push(dev.batch(|| attention(&dev, 128, 128, o))?);
+    rows.push(dev.batch(|| attention(&dev, 1, 512, o))?);
     // Measured before and after the rows; the higher is the ceiling (a busy
     // machine can only lower it).
     progress("memory bandwidth again");
