@@ -470,7 +470,8 @@ impl Device {
 /// strides), so a decode step copies only its own row instead of the whole
 /// cache. The buffer doubles when full (amortized one copy per row).
 /// Tensors returned earlier keep their contents: writes land only past
-/// their length. Elsewhere the cache concatenates on its device.
+/// their length, and a clone holds views of the used rows. Elsewhere the
+/// cache concatenates on its device.
 #[derive(Debug, Default)]
 pub struct KvCache {
     k: Option<Tensor>,
@@ -485,23 +486,25 @@ pub struct KvCache {
 const KV_MIN_ROWS: usize = 64;
 
 impl Clone for KvCache {
-    /// An independent cache with the same contents (a clone never shares
-    /// the buffer that appends write into).
+    /// A cache with the same contents that never writes into this one's
+    /// buffer: it holds views of the used rows (no copy) and concatenates
+    /// on its own appends, while this cache's appends write only past those
+    /// rows, which the views do not see.
     fn clone(&self) -> Self {
-        let copy = |t: &Option<Tensor>| -> Option<Tensor> {
+        let view = |t: &Option<Tensor>| -> Option<Tensor> {
             let t = t.as_ref()?;
             match (self.in_place, t.as_candle()) {
                 (true, Some(c)) => c
                     .narrow(2, 0, self.len)
-                    .and_then(|c| c.copy())
                     .ok()
                     .and_then(|c| Tensor::from_candle(c).ok()),
                 _ => Some(t.clone()),
             }
         };
-        let (k, v) = (copy(&self.k), copy(&self.v));
-        if self.in_place && (k.is_none() || v.is_none()) {
-            // A copy that failed (out of memory): start empty rather than share.
+        let (k, v) = (view(&self.k), view(&self.v));
+        if k.is_none() || v.is_none() {
+            // Only an empty cache has no tensors (narrowing the used rows
+            // of a host buffer cannot fail).
             return KvCache::default();
         }
         KvCache {
