@@ -21,8 +21,10 @@
 
 use crate::cpu_act;
 use crate::cpu_conv;
+use crate::cpu_gemm;
 use crate::cpu_gemv::{self, WeightFormat};
 use crate::cpu_gemv_f16;
+use crate::cpu_math;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType as CDType, Module, Tensor as CTensor};
 use edgeflow_runtime::{
@@ -175,6 +177,26 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
         return Ok(y.reshape(out)?);
     }
     let x2 = x.reshape((rows, k))?;
+    if let (Storage::Host(wc), CDType::F32) = (w.storage(), x.dtype()) {
+        if wc.dtype() == CDType::F32 {
+            let b = match bias {
+                Some(b) => Some(
+                    plain(b, "linear")?
+                        .to_dtype(CDType::F32)?
+                        .flatten_all()?
+                        .to_vec1::<f32>()?,
+                ),
+                None => None,
+            };
+            if let Some(y) = cpu_gemm::matmul(&x2, &wc.t()?, b.as_deref())? {
+                let mut out = dims;
+                if let Some(last) = out.last_mut() {
+                    *last = n;
+                }
+                return Ok(y.reshape(out)?);
+            }
+        }
+    }
     let y = match w.storage() {
         Storage::Quantized(q) => {
             let mm = QMatMul::from_arc(Arc::clone(q))?;
@@ -209,6 +231,48 @@ fn with_host_slice<T: candle_core::WithDType, R>(
     };
     let all = cpu.as_slice::<T>()?;
     Ok(Some(f(&all[s..e])))
+}
+
+/// `t` laid out contiguously. A host f32 tensor that is a view with its
+/// last two dims swapped (what `transpose(x, -1, -2)` of a contiguous
+/// tensor gives: channel-major <-> time-major activations) is copied by a
+/// blocked transpose; candle's strided copy walks such a view element by
+/// element, and its element-wise ops on views take the same slow path.
+fn dense(t: &CTensor) -> Result<CTensor> {
+    if t.is_contiguous() {
+        return Ok(t.clone());
+    }
+    let dims = t.dims();
+    let r = dims.len();
+    if t.dtype() != CDType::F32 || r < 2 {
+        return Ok(t.contiguous()?);
+    }
+    let (m, n) = (dims[r - 2], dims[r - 1]);
+    let stride = t.stride();
+    let leading_ok = (0..r - 2).all(|i| stride[i] == dims[i + 1..].iter().product::<usize>());
+    if stride[r - 2] != 1 || stride[r - 1] != m || !leading_ok {
+        return Ok(t.contiguous()?);
+    }
+    let (st, layout) = t.storage_and_layout();
+    let candle_core::Storage::Cpu(cpu) = &*st else {
+        return Ok(t.contiguous()?);
+    };
+    let batch: usize = dims[..r - 2].iter().product();
+    let all = cpu.as_slice::<f32>()?;
+    let src = &all[layout.start_offset()..][..batch * m * n];
+    let mut y = vec![0f32; batch * m * n];
+    // View element (b, i, j) is src[b][j][i] of a contiguous [batch, n, m].
+    let transpose = |(b, out): (usize, &mut [f32])| {
+        cpu_math::transpose(&src[b * m * n..][..m * n], n, m, out);
+    };
+    if batch * m * n >= 1 << 16 && batch > 1 {
+        use rayon::prelude::*;
+        y.par_chunks_mut(m * n).enumerate().for_each(transpose);
+    } else {
+        y.chunks_mut(m * n).enumerate().for_each(transpose);
+    }
+    drop(st);
+    Ok(CTensor::from_vec(y, dims, &cdev())?)
 }
 
 /// The f32 values of a contiguous host tensor, without copying.
@@ -266,14 +330,14 @@ fn conv1d_direct(
     // [batch, c_out, t_out], or interleaved [batch, c_out / phases, t_out * phases].
     let out_dims = [batch, c_out / phases, t_out * phases];
     let r = match residual {
-        Some(r) if r.dims() == out_dims && r.dtype() == CDType::F32 => Some(r.contiguous()?),
+        Some(r) if r.dims() == out_dims && r.dtype() == CDType::F32 => Some(dense(r)?),
         Some(_) => return Ok(None),
         None => None,
     };
     let Some(pw) = packed_weights(w, (c_out, c_in, k), phases)? else {
         return Ok(None);
     };
-    let x = x.contiguous()?;
+    let x = dense(x)?;
     let run = |xs: &[f32], rs: Option<&[f32]>| {
         let fused = cpu_conv::Fused {
             pre_slope: pre_slope.map(|a| a as f32),
@@ -293,6 +357,56 @@ fn conv1d_direct(
         return Ok(None);
     };
     Ok(Some(CTensor::from_vec(y, &out_dims[..], &cdev())?))
+}
+
+/// Stride-1 f32 depthwise `conv1d` (`groups == c_in == c_out`) on
+/// [`cpu_conv::depthwise`]; None for other shapes (candle runs those).
+fn conv1d_depthwise(
+    x: &CTensor,
+    w: &CTensor,
+    bias: Option<&Tensor>,
+    padding: usize,
+    dilation: usize,
+    groups: usize,
+) -> Result<Option<CTensor>> {
+    let (&[batch, c_in, t_in], &[c_out, 1, k]) = (x.dims(), w.dims()) else {
+        return Ok(None);
+    };
+    if groups != c_in || c_out != c_in || x.dtype() != CDType::F32 {
+        return Ok(None);
+    }
+    let shape = cpu_conv::Conv1dShape {
+        batch,
+        c_in,
+        t_in,
+        c_out,
+        k,
+        padding,
+        dilation,
+    };
+    let Some(t_out) = shape.t_out() else {
+        return Ok(None);
+    };
+    let b = match bias {
+        Some(b) => Some(
+            plain(b, "conv1d")?
+                .to_dtype(CDType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?,
+        ),
+        None => None,
+    };
+    let (x, w) = (dense(x)?, w.contiguous()?);
+    let y = with_f32_slice(&x, |xs| {
+        with_f32_slice(&w, |ws| cpu_conv::depthwise(shape, xs, ws, b.as_deref()))
+    })?
+    .transpose()?
+    .flatten()
+    .flatten();
+    Ok(match y {
+        Some(y) => Some(CTensor::from_vec(y, (batch, c_out, t_out), &cdev())?),
+        None => None,
+    })
 }
 
 /// Convolution weights packed for [`cpu_conv`], by candle tensor id: a
@@ -496,7 +610,24 @@ mod ew {
 
 /// [`unary`] on [`ew`] for the ops of vocoders and flows.
 fn unary_own(u: UnaryOp, x: &CTensor) -> Result<Option<CTensor>> {
+    if !matches!(
+        u,
+        UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Exp
+            | UnaryOp::Neg
+            | UnaryOp::Relu
+            | UnaryOp::GeluErf
+    ) {
+        return Ok(None);
+    }
+    let x = &dense(x)?;
     match u {
+        UnaryOp::Relu => ew::map(x, |v| v.max(0.0)),
+        UnaryOp::GeluErf => Ok(with_f32_slice(x, cpu_act::gelu_erf)?
+            .flatten()
+            .map(|y| CTensor::from_vec(y, x.shape(), &cdev()))
+            .transpose()?),
         // Vectorized, within 1e-6 relative of libm's (crate::cpu_math).
         UnaryOp::Tanh => ew::map_vec(x, crate::cpu_math::tanh),
         UnaryOp::Sigmoid => ew::map_vec(x, crate::cpu_math::sigmoid),
@@ -508,6 +639,10 @@ fn unary_own(u: UnaryOp, x: &CTensor) -> Result<Option<CTensor>> {
 
 /// [`binary`] on [`ew`] for same-shape operands.
 fn binary_own(b: BinaryOp, x: &CTensor, y: &CTensor) -> Result<Option<CTensor>> {
+    if x.dims() != y.dims() {
+        return Ok(None);
+    }
+    let (x, y) = (&dense(x)?, &dense(y)?);
     match b {
         BinaryOp::Add => ew::zip(x, y, |a, b| a + b),
         BinaryOp::Sub => ew::zip(x, y, |a, b| a - b),
@@ -715,6 +850,9 @@ impl CpuBackend {
                 arity(op, inputs, 2, 2)?;
                 let (a, b) = (p(0)?, p(1)?);
                 let b = b.to_dtype(a.dtype())?;
+                if let Some(y) = cpu_gemm::matmul(&a, &b, None)? {
+                    return wrap(y);
+                }
                 if a.rank() == 2 && b.rank() == 2 {
                     wrap(a.matmul(&b)?)
                 } else {
@@ -746,6 +884,18 @@ impl CpuBackend {
                         1,
                     )?;
                     if let Some(y) = direct {
+                        return wrap(y);
+                    }
+                }
+                if *stride == 1 && *groups > 1 {
+                    if let Some(y) = conv1d_depthwise(
+                        &x,
+                        &w,
+                        inputs.get(2).copied(),
+                        *padding,
+                        *dilation,
+                        *groups,
+                    )? {
                         return wrap(y);
                     }
                 }
@@ -839,7 +989,7 @@ impl CpuBackend {
             }
             Op::LayerNorm { eps } => {
                 arity(op, inputs, 2, 3)?;
-                let x = p(0)?.contiguous()?;
+                let x = dense(&p(0)?)?;
                 let g = p(1)?.to_dtype(x.dtype())?.contiguous()?;
                 let b = match inputs.get(2) {
                     Some(b) => plain(b, name)?.to_dtype(x.dtype())?.contiguous()?,
@@ -901,7 +1051,7 @@ impl CpuBackend {
                 arity(op, inputs, 1, 1)?;
                 let x = p(0)?;
                 let a = *slope as f32;
-                if let Some(y) = ew::map(&x, |v| v.max(v * a))? {
+                if let Some(y) = ew::map(&dense(&x)?, |v| v.max(v * a))? {
                     return wrap(y);
                 }
                 wrap(x.maximum(&(&x * *slope)?)?)
@@ -933,7 +1083,7 @@ impl CpuBackend {
                 arity(op, inputs, 1, 1)?;
                 let x = p(0)?;
                 let (m, a) = (*mul as f32, *add as f32);
-                if let Some(y) = ew::map(&x, |v| v * m + a)? {
+                if let Some(y) = ew::map(&dense(&x)?, |v| v * m + a)? {
                     return wrap(y);
                 }
                 wrap(x.affine(*mul, *add)?)

@@ -17,7 +17,8 @@
 //! dims) are supported; anything else (another dtype) returns `None` and
 //! the caller takes the unfused path.
 
-use candle_core::{DType as CDType, Storage as CStorage, Tensor as CTensor};
+use crate::cpu_gemm::{with_view, View};
+use candle_core::Tensor as CTensor;
 use edgeflow_runtime::Result;
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -26,61 +27,6 @@ use std::cell::RefCell;
 /// Query rows per task: the score block is `ROWS x t` floats (384 KB for
 /// t = 1500), which stays in L2 between the two GEMMs.
 const ROWS: usize = 64;
-
-/// A 4-d f32 view into a candle CPU tensor: its storage, start offset and
-/// strides (elements).
-struct View<'a> {
-    data: &'a [f32],
-    dims: [usize; 4],
-    stride: [isize; 4],
-}
-
-impl View<'_> {
-    /// Element offset of `[b, h, i, j]`.
-    fn at(&self, b: usize, h: usize, i: usize, j: usize) -> usize {
-        (b as isize * self.stride[0]
-            + h as isize * self.stride[1]
-            + i as isize * self.stride[2]
-            + j as isize * self.stride[3]) as usize
-    }
-}
-
-/// Run `f` on the f32 storage and layout of `t` (rank 4 after left-padding
-/// with unit dims), or return None when it is not an f32 CPU tensor.
-fn with_view<R>(t: &CTensor, f: impl FnOnce(View<'_>) -> R) -> Option<R> {
-    if t.dtype() != CDType::F32 || t.rank() > 4 {
-        return None;
-    }
-    let (st, layout) = t.storage_and_layout();
-    let CStorage::Cpu(cpu) = &*st else {
-        return None;
-    };
-    let all = cpu.as_slice::<f32>().ok()?;
-    let pad = 4 - t.rank();
-    let mut dims = [1usize; 4];
-    let mut stride = [0isize; 4];
-    for (i, (&d, &s)) in layout.dims().iter().zip(layout.stride()).enumerate() {
-        dims[pad + i] = d;
-        // A unit dim is never stepped over; stride 0 keeps the bound check exact.
-        stride[pad + i] = if d == 1 { 0 } else { s as isize };
-    }
-    let start = layout.start_offset();
-    // The furthest element the view reaches must lie in the storage: the
-    // GEMMs below read through raw pointers with these strides.
-    let last: usize = dims
-        .iter()
-        .zip(&stride)
-        .map(|(&d, &s)| (d.max(1) - 1) * s as usize)
-        .sum();
-    if dims.contains(&0) || start + last >= all.len() {
-        return None;
-    }
-    Some(f(View {
-        data: &all[start..],
-        dims,
-        stride,
-    }))
-}
 
 thread_local! {
     /// Score block of the current task (reused across tasks and calls).
@@ -569,7 +515,7 @@ mod block_tests {
 
     #[test]
     fn other_dtypes_are_left_to_the_caller() {
-        let q = T::zeros((1, 1, 2, 4), CDType::F16, &Device::Cpu).unwrap();
+        let q = T::zeros((1, 1, 2, 4), candle_core::DType::F16, &Device::Cpu).unwrap();
         assert!(attention(&q, &q, &q, None, 1.0, false).unwrap().is_none());
     }
 }

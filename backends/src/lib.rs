@@ -39,6 +39,7 @@ pub mod cpu;
 mod cpu_act;
 mod cpu_attn;
 mod cpu_conv;
+mod cpu_gemm;
 mod cpu_gemv;
 mod cpu_gemv_f16;
 mod cpu_math;
