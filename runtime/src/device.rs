@@ -68,6 +68,19 @@ pub struct DeviceStats {
     bytes_transferred: AtomicU64,
     resident_bytes: AtomicU64,
     fallback_by_op: Mutex<BTreeMap<&'static str, u64>>,
+    /// Per (op, input shapes): calls and wall time, while profiling is on.
+    op_profile: Mutex<Option<BTreeMap<String, (u64, f64)>>>,
+}
+
+/// One row of an op profile ([`DeviceStats::op_profile`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpProfileRow {
+    /// Op name and input shapes, e.g. `conv1d [1, 192, 363] [384, 192, 5]`.
+    pub op: String,
+    /// Calls.
+    pub calls: u64,
+    /// Wall time over all calls, seconds.
+    pub seconds: f64,
 }
 
 /// A point-in-time copy of [`DeviceStats`], serializable for metrics JSON.
@@ -104,6 +117,58 @@ impl DeviceStats {
                 .lock()
                 .map(|m| m.iter().map(|(k, v)| (k.to_string(), *v)).collect())
                 .unwrap_or_default(),
+        }
+    }
+
+    /// Start (or, with `false`, stop and clear) timing every op this
+    /// device runs, keyed by op name and input shapes. Wall time from the
+    /// call to the op's result: exact for CPU kernels, which finish before
+    /// they return; for a GPU it is the time to record and submit (plus
+    /// any read-back the op waits for). `EDGEFLOW_PROFILE_OPS=1` turns it
+    /// on for every device when it is created.
+    pub fn profile_ops(&self, on: bool) {
+        if let Ok(mut p) = self.op_profile.lock() {
+            *p = on.then(BTreeMap::new);
+        }
+    }
+
+    /// The op profile so far, most time first (empty when not profiling).
+    pub fn op_profile(&self) -> Vec<OpProfileRow> {
+        let mut rows: Vec<OpProfileRow> = self
+            .op_profile
+            .lock()
+            .ok()
+            .and_then(|p| {
+                p.as_ref().map(|m| {
+                    m.iter()
+                        .map(|(k, &(calls, seconds))| OpProfileRow {
+                            op: k.clone(),
+                            calls,
+                            seconds,
+                        })
+                        .collect()
+                })
+            })
+            .unwrap_or_default();
+        rows.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        rows
+    }
+
+    fn profiling(&self) -> bool {
+        self.op_profile.lock().is_ok_and(|p| p.is_some())
+    }
+
+    fn record_op(&self, op: &Op, inputs: &[&Tensor], seconds: f64) {
+        let mut key = op.name().to_string();
+        for t in inputs {
+            key.push_str(&format!(" {:?}", t.dims()));
+        }
+        if let Ok(mut p) = self.op_profile.lock() {
+            if let Some(m) = p.as_mut() {
+                let e = m.entry(key).or_insert((0, 0.0));
+                e.0 += 1;
+                e.1 += seconds;
+            }
         }
     }
 
@@ -147,10 +212,14 @@ impl Device {
     /// A device placed on `primary`, falling back to `cpu` op by op.
     /// For a CPU placement pass the same backend twice.
     pub fn new(primary: Arc<dyn Backend>, cpu: Arc<dyn Backend>) -> Self {
+        let stats = DeviceStats::default();
+        if std::env::var("EDGEFLOW_PROFILE_OPS").is_ok_and(|v| !v.is_empty() && v != "0") {
+            stats.profile_ops(true);
+        }
         Device {
             primary,
             cpu,
-            stats: Arc::new(DeviceStats::default()),
+            stats: Arc::new(stats),
         }
     }
 
@@ -256,8 +325,19 @@ impl Device {
     /// Run one op: natively when the placed backend supports it, otherwise on
     /// the CPU with counted transfers.
     pub fn run(&self, op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+        if self.stats.profiling() {
+            let started = std::time::Instant::now();
+            let r = self.dispatch(&op, inputs);
+            self.stats
+                .record_op(&op, inputs, started.elapsed().as_secs_f64());
+            return r;
+        }
+        self.dispatch(&op, inputs)
+    }
+
+    fn dispatch(&self, op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         self.stats.ops.fetch_add(1, Ordering::Relaxed);
-        if self.primary.supports(&op, inputs) {
+        if self.primary.supports(op, inputs) {
             let mut moved = Vec::with_capacity(inputs.len());
             for t in inputs {
                 moved.push(if self.primary.holds(t) {
@@ -269,7 +349,7 @@ impl Device {
                 });
             }
             let refs: Vec<&Tensor> = moved.iter().collect();
-            return self.primary.execute(&op, &refs);
+            return self.primary.execute(op, &refs);
         }
         if !Arc::ptr_eq(&self.primary, &self.cpu) {
             self.stats.fallback_ops.fetch_add(1, Ordering::Relaxed);
@@ -282,13 +362,13 @@ impl Device {
             host.push(self.to_host(t)?);
         }
         let refs: Vec<&Tensor> = host.iter().collect();
-        if !self.cpu.supports(&op, &refs) {
+        if !self.cpu.supports(op, &refs) {
             return Err(Error::Unsupported {
                 backend: self.cpu.name().to_string(),
                 op: op.name(),
                 msg: "not supported on the CPU either (check input dtypes and shapes)".into(),
             });
         }
-        self.cpu.execute(&op, &refs)
+        self.cpu.execute(op, &refs)
     }
 }

@@ -11,7 +11,7 @@
 use anyhow::Context;
 use edgeflow_runtime::DeviceSpec;
 use edgeflow_stages::piper::{fetch, FrontEnd, InferenceScales, VoiceConfig};
-use edgeflow_stages::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_stages::vits::{AudioAhead, Chunking, SynthesisParams, Vits, VitsConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -42,6 +42,30 @@ pub struct BenchTtsArgs {
     /// Latent frames in each later chunk (the vits stage's `chunk_frames`).
     #[arg(long, default_value_t = Chunking::default().frames)]
     pub chunk_frames: usize,
+    /// After the timed runs, time every op of one more run and print the
+    /// N costliest (op, input shapes) rows (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub profile_ops: usize,
+}
+
+/// Print the `top` rows of an op profile with their share of the total.
+fn print_op_profile(rows: &[edgeflow_runtime::OpProfileRow], top: usize) {
+    let total: f64 = rows.iter().map(|r| r.seconds).sum();
+    eprintln!(
+        "op profile of one run: {:.1} ms in {} ops",
+        total * 1e3,
+        rows.iter().map(|r| r.calls).sum::<u64>()
+    );
+    eprintln!("{:>10} {:>6} {:>6}  op [input shapes]", "ms", "%", "calls");
+    for r in rows.iter().take(top) {
+        eprintln!(
+            "{:>10.2} {:>6.1} {:>6}  {}",
+            r.seconds * 1e3,
+            100.0 * r.seconds / total.max(1e-12),
+            r.calls,
+            r.op
+        );
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -83,13 +107,25 @@ fn ours_once(
     let start = Instant::now();
     let mut first: Option<f64> = None;
     let mut samples = 0usize;
+    // As the vits stage: a later sentence that starts while enough audio is
+    // queued skips the small first chunk.
+    let mut ahead = AudioAhead::default();
+    let frame_s = vits.hop_length() as f64 / f64::from(rate);
     fe.for_each_sentence(text, &mut |s| {
+        let sentence_start = Instant::now();
+        let mut sentence_samples = 0usize;
         let prior = vits.prior(&s.ids, &noise_free())?;
-        vits.stream(&prior, chunking, &mut |chunk| {
+        vits.stream(&prior, ahead.chunking(chunking, frame_s), &mut |chunk| {
             first.get_or_insert_with(|| start.elapsed().as_secs_f64() * 1000.0);
-            samples += chunk.len();
+            ahead.emitted(chunk.len(), rate);
+            sentence_samples += chunk.len();
             Ok(true)
         })?;
+        samples += sentence_samples;
+        ahead.sentence_done(
+            sentence_start.elapsed().as_secs_f64(),
+            sentence_samples as f64 / f64::from(rate),
+        );
         Ok(true)
     })?;
     Ok(RunResult {
@@ -204,6 +240,15 @@ pub fn run(a: BenchTtsArgs) -> anyhow::Result<ExitCode> {
     for i in 0..runs {
         eprintln!("ours: run {}/{runs}", i + 1);
         ours.push(ours_once(&fe, &vits, &text, rate, chunking)?);
+    }
+    if a.profile_ops > 0 {
+        // One more run with every op timed (the timing itself costs a
+        // little, so the timed runs above go without it).
+        let stats = vits.device().stats();
+        stats.profile_ops(true);
+        ours_once(&fe, &vits, &text, rate, chunking)?;
+        print_op_profile(&stats.op_profile(), a.profile_ops);
+        stats.profile_ops(false);
     }
 
     eprintln!("piper-tts on onnxruntime: {runs} runs...");

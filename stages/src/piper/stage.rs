@@ -24,7 +24,7 @@
 use super::config::{InferenceScales, VoiceConfig};
 use super::fetch::{self, VoiceFiles};
 use super::phonemize::FrontEnd;
-use crate::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
+use crate::vits::{AudioAhead, Chunking, SynthesisParams, Vits, VitsConfig};
 use crate::Error;
 use edgeflow_graph::{
     BuildEnv, Input, ParamInfo, ParamType, Params, Payload, PortSpec, PortType, Ports, Registry,
@@ -184,8 +184,8 @@ impl StageFactory for VitsKind {
             ParamInfo::optional("length_scale", ParamType::Float, "phoneme length multiplier, > 1 is slower (default: the voice's)"),
             ParamInfo::optional("noise_w", ParamType::Float, "duration noise (default: the voice's, 0.8 for joe)"),
             ParamInfo::new("seed", ParamType::Int, 0, "seed of the noise; the n-th sentence uses seed + n"),
-            ParamInfo::new("first_chunk_frames", ParamType::Int, 24, "latent frames (256 samples each) in a sentence's first audio chunk: smaller starts sooner"),
-            ParamInfo::new("chunk_frames", ParamType::Int, 256, "latent frames in each later chunk: larger recomputes less context (2 x 15 frames per chunk), smaller reacts to a cancel sooner"),
+            ParamInfo::new("first_chunk_frames", ParamType::Int, 24, "latent frames (256 samples each) in an utterance's first audio chunk: smaller starts sooner (a later sentence that starts while enough audio is queued takes a full chunk first)"),
+            ParamInfo::new("chunk_frames", ParamType::Int, 256, "latent frames in each later chunk: larger recomputes less context (2 x 15 frames per chunk boundary), smaller reacts to a cancel sooner; a last remainder under half a chunk joins the chunk before it"),
         ]);
         StageInfo {
             kind: "vits",
@@ -251,6 +251,7 @@ impl StageFactory for VitsKind {
             scales,
             seed: p.get_or("seed", 0u64)?,
             chunking,
+            ahead: AudioAhead::default(),
             sentence: 0,
             utterance: None,
         }))
@@ -263,6 +264,9 @@ struct VitsStage {
     scales: InferenceScales,
     seed: u64,
     chunking: Chunking,
+    /// Audio of the utterance in progress still queued downstream: a
+    /// sentence that starts while enough is queued skips the small first chunk.
+    ahead: AudioAhead,
     sentence: u64,
     /// (epoch, capture time) of the utterance in progress, to time its first audio.
     utterance: Option<(u64, Timestamp)>,
@@ -286,6 +290,13 @@ impl Stage for VitsStage {
         let key = (input.msg.epoch, input.msg.timestamp);
         let new_utterance = self.utterance != Some(key);
         self.utterance = Some(key);
+        if new_utterance {
+            self.ahead.reset();
+        }
+        let chunking = self.ahead.chunking(
+            self.chunking,
+            self.vits.hop_length() as f64 / f64::from(self.rate),
+        );
         let params = SynthesisParams {
             scales: self.scales,
             seed: self.seed.wrapping_add(self.sentence),
@@ -298,11 +309,13 @@ impl Stage for VitsStage {
         let mut first = new_utterance;
         let mut failed: Option<StageError> = None;
         let rate = self.rate;
-        self.vits.stream(&prior, self.chunking, &mut |chunk| {
+        let ahead = &mut self.ahead;
+        self.vits.stream(&prior, chunking, &mut |chunk| {
             if ctx.is_cancelled() {
                 return Ok(false);
             }
             samples += chunk.len();
+            ahead.emitted(chunk.len(), rate);
             if first {
                 first = false;
                 ctx.record(
@@ -323,6 +336,8 @@ impl Stage for VitsStage {
         }
         ctx.check()?;
         let audio_s = samples as f64 / f64::from(rate);
+        self.ahead
+            .sentence_done(started.elapsed().as_secs_f64(), audio_s);
         if audio_s > 0.0 {
             ctx.record("rtf", started.elapsed().as_secs_f64() / audio_s);
             ctx.record("audio_s", audio_s);

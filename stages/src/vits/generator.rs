@@ -166,8 +166,7 @@ impl Generator {
             }
         }
         // PyTorch's default leaky_relu slope here, not LRELU_SLOPE.
-        let x = dev.leaky_relu(&x, 0.01)?;
-        let x = self.conv_post.forward(dev, &x)?;
+        let x = self.conv_post.forward_fused(dev, &x, Some(0.01), None)?;
         Ok(dev.tanh(&x)?)
     }
 }

@@ -82,6 +82,8 @@ impl Weights {
 pub struct Conv1d {
     w: Tensor,
     b: Option<Tensor>,
+    /// The bias the fused op takes: `b`, or zeros for a bias-free layer.
+    fused_b: Tensor,
     cfg: ConvCfg,
 }
 
@@ -106,9 +108,14 @@ impl Conv1d {
         } else {
             None
         };
+        let fused_b = match &b {
+            Some(b) => b.clone(),
+            None => ws.device().place(&Tensor::zeros(&[c_out])?)?,
+        };
         Ok(Conv1d {
             w,
             b,
+            fused_b,
             cfg: ConvCfg {
                 stride: 1,
                 padding: (k * dilation - dilation) / 2,
@@ -139,18 +146,7 @@ impl Conv1d {
         pre_slope: Option<f64>,
         residual: Option<&Tensor>,
     ) -> Result<Tensor> {
-        if let Some(b) = &self.b {
-            return Ok(dev.conv1d_fused(x, &self.w, b, self.cfg, pre_slope, residual)?);
-        }
-        let x = match pre_slope {
-            Some(a) => dev.leaky_relu(x, a)?,
-            None => x.clone(),
-        };
-        let y = self.forward(dev, &x)?;
-        Ok(match residual {
-            Some(r) => dev.add(&y, r)?,
-            None => y,
-        })
+        Ok(dev.conv1d_fused(x, &self.w, &self.fused_b, self.cfg, pre_slope, residual)?)
     }
 }
 

@@ -38,6 +38,7 @@ use edgeflow_runtime::{Device, Tensor};
 use layers::Weights;
 use serde::Deserialize;
 use std::path::Path;
+use std::time::Instant;
 
 /// Hyper-parameters of a VITS model. The defaults are Piper's "medium"
 /// quality (which the "joe" voice uses); none of them are stored in a Piper
@@ -150,6 +151,100 @@ impl Default for Chunking {
         Chunking {
             first_frames: 24,
             frames: 256,
+        }
+    }
+}
+
+impl Chunking {
+    /// The chunking for a sentence that starts while `ahead_s` seconds of
+    /// audio from earlier sentences of the same utterance are still queued
+    /// for playback, given the decoder's recent real-time factor `rtf` and
+    /// `frame_s` seconds of audio per latent frame.
+    ///
+    /// A small first chunk only buys latency when nothing is playing: each
+    /// chunk boundary decodes 2 x the receptive radius again. When the
+    /// queued audio covers computing a full chunk twice over, the sentence
+    /// starts with a full chunk instead (one boundary fewer, same audio).
+    pub fn with_audio_ahead(self, ahead_s: f64, rtf: f64, frame_s: f64) -> Chunking {
+        let full_chunk_compute_s = self.frames as f64 * frame_s * rtf;
+        if rtf.is_finite() && rtf > 0.0 && ahead_s > 2.0 * full_chunk_compute_s {
+            Chunking {
+                first_frames: self.frames.max(self.first_frames),
+                frames: self.frames,
+            }
+        } else {
+            self
+        }
+    }
+
+    /// Where the chunks of a `t`-frame sentence end: `first_frames`, then
+    /// `frames` at a time; a last remainder under half the chunk before it
+    /// is folded into that chunk (on its own it would decode the context
+    /// twice for a few frames).
+    pub fn boundaries(&self, t: usize) -> Vec<usize> {
+        let t = t.max(1);
+        let mut ends = Vec::new();
+        let mut a = 0;
+        while a < t {
+            let size = if a == 0 {
+                self.first_frames
+            } else {
+                self.frames
+            }
+            .max(1);
+            let mut b = (a + size).min(t);
+            if t - b < size.div_ceil(2) {
+                b = t;
+            }
+            ends.push(b);
+            a = b;
+        }
+        ends
+    }
+}
+
+/// Tracks how much of an utterance's audio is still queued for playback
+/// (emitted minus wall time since its first chunk) and the decoder's recent
+/// real-time factor, to pick each sentence's [`Chunking`] with
+/// [`Chunking::with_audio_ahead`].
+#[derive(Debug, Clone, Default)]
+pub struct AudioAhead {
+    first_chunk: Option<Instant>,
+    emitted_s: f64,
+    rtf: f64,
+}
+
+impl AudioAhead {
+    /// A new utterance: nothing queued.
+    pub fn reset(&mut self) {
+        self.first_chunk = None;
+        self.emitted_s = 0.0;
+    }
+
+    /// Seconds of emitted audio not yet played (assuming playback began
+    /// with the first chunk; a sink that starts later has more queued).
+    pub fn ahead_s(&self) -> f64 {
+        match self.first_chunk {
+            Some(t) => (self.emitted_s - t.elapsed().as_secs_f64()).max(0.0),
+            None => 0.0,
+        }
+    }
+
+    /// The chunking for the next sentence of this utterance.
+    pub fn chunking(&self, base: Chunking, frame_s: f64) -> Chunking {
+        base.with_audio_ahead(self.ahead_s(), self.rtf, frame_s)
+    }
+
+    /// A chunk of `samples` at `rate` Hz was emitted.
+    pub fn emitted(&mut self, samples: usize, rate: u32) {
+        self.first_chunk.get_or_insert_with(Instant::now);
+        self.emitted_s += samples as f64 / f64::from(rate.max(1));
+    }
+
+    /// A sentence of `audio_s` seconds took `compute_s` seconds.
+    pub fn sentence_done(&mut self, compute_s: f64, audio_s: f64) {
+        if audio_s > 0.0 {
+            self.rtf = compute_s / audio_s;
         }
     }
 }
@@ -323,8 +418,8 @@ impl Vits {
     ) -> Result<()> {
         let dev = &self.dev;
         let t = prior.frames();
-        let first = chunking.first_frames.max(1).min(t);
-        let step = chunking.frames.max(1);
+        let ends = chunking.boundaries(t);
+        let first = ends[0];
         let (cd, cf) = (self.dec_context, self.flow_context);
 
         // First chunk: the flow over just the window it needs.
@@ -341,14 +436,65 @@ impl Vits {
         let z_rest = self
             .flow
             .reverse(dev, &dev.narrow(&prior.z_p, 2, rest_lo, t - rest_lo)?)?;
-        let mut a = first;
-        while a < t {
-            let b = (a + step).min(t);
-            if !sink(self.decode_window(&z_rest, rest_lo, a, b)?)? {
+        for w in ends.windows(2) {
+            if !sink(self.decode_window(&z_rest, rest_lo, w[0], w[1])?)? {
                 return Ok(());
             }
-            a = b;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Chunking;
+
+    #[test]
+    fn chunk_boundaries_cover_the_sentence_without_a_sliver_at_the_end() {
+        let c = Chunking {
+            first_frames: 24,
+            frames: 256,
+        };
+        assert_eq!(c.boundaries(1), vec![1]);
+        assert_eq!(c.boundaries(24), vec![24]);
+        // A remainder under half the chunk before it joins that chunk.
+        assert_eq!(c.boundaries(35), vec![35]);
+        assert_eq!(c.boundaries(36), vec![24, 36]);
+        assert_eq!(c.boundaries(290), vec![24, 290]);
+        assert_eq!(c.boundaries(407), vec![24, 407]);
+        assert_eq!(c.boundaries(408), vec![24, 280, 408]);
+        let full = Chunking {
+            first_frames: 256,
+            frames: 256,
+        };
+        assert_eq!(full.boundaries(290), vec![290]);
+        assert_eq!(full.boundaries(600), vec![256, 600]);
+        for t in 1..1000 {
+            for c in [
+                c,
+                full,
+                Chunking {
+                    first_frames: 1,
+                    frames: 1,
+                },
+            ] {
+                let ends = c.boundaries(t);
+                assert_eq!(*ends.last().unwrap(), t);
+                assert!(ends.windows(2).all(|w| w[0] < w[1]), "{c:?} {t}: {ends:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_first_chunk_only_when_queued_audio_covers_it() {
+        let c = Chunking::default();
+        let frame_s = 256.0 / 22050.0;
+        // 256 frames = 2.97 s of audio; at RTF 0.05 they take 0.149 s.
+        assert_eq!(c.with_audio_ahead(0.0, 0.05, frame_s), c);
+        assert_eq!(c.with_audio_ahead(0.25, 0.05, frame_s), c);
+        assert_eq!(c.with_audio_ahead(0.35, 0.05, frame_s).first_frames, 256);
+        // No estimate yet (first sentence): keep the small first chunk.
+        assert_eq!(c.with_audio_ahead(10.0, f64::NAN, frame_s), c);
+        assert_eq!(c.with_audio_ahead(10.0, 0.0, frame_s), c);
     }
 }
