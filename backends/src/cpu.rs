@@ -1229,11 +1229,87 @@ impl Backend for CpuBackend {
     }
 
     fn run_batch(&self, f: &mut (dyn FnMut() + Send)) {
+        use std::sync::atomic::Ordering;
         // On a worker of rayon's pool (where the kernels fork): each op's
         // split runs half on this thread and joins without a sleep/wake
-        // of the caller. Already on a worker, this runs inline.
+        // of the caller. Already on a worker, this runs inline. The other
+        // workers are kept awake meanwhile (see `keep_workers_awake`).
+        BATCHES.fetch_add(1, Ordering::AcqRel);
+        keep_workers_awake();
         rayon::scope(|_| f());
+        BATCHES.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Batches running now (all stages).
+static BATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Workers held awake by [`keep_workers_awake`].
+static SPINNERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// How long a spinner outlives the last batch: the gap between two
+/// forward passes of a loop (a token's sampling, the next audio window).
+const LINGER: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// Occupy up to `threads - 1` other workers of rayon's pool with a task
+/// that runs pending pool work as soon as it appears and spins between,
+/// while any batch runs and [`LINGER`] after the last one ends.
+///
+/// Why: a batch is a forward pass, hundreds of ops whose parallel parts
+/// are a few to a few hundred microseconds apart. An idle rayon worker
+/// sleeps after a short spin, and waking a sleeping thread took ~50 us on
+/// the build machine (a VM: the wake-up crosses the hypervisor; measured
+/// with `rayon::join` of two 30 us halves after 30 us of serial work: 84 us
+/// against 36 us back to back). For a small op the caller had then done
+/// all the work itself before the other worker arrived.
+///
+/// The spinner is a detached task, not part of a batch's scope: the work
+/// it picks up may belong to any stage's batch, and no batch waits for it.
+/// It calls `std::thread::yield_now` between polls, so other runnable
+/// threads on its core (another stage, the audio callback) still get it.
+fn keep_workers_awake() {
+    use std::sync::atomic::Ordering;
+    let want = rayon::current_num_threads().saturating_sub(1);
+    while claim_spinner(want) {
+        rayon::spawn(move || loop {
+            let mut idle = 0u32;
+            let mut last_batch = std::time::Instant::now();
+            loop {
+                if BATCHES.load(Ordering::Acquire) > 0 {
+                    last_batch = std::time::Instant::now();
+                } else if last_batch.elapsed() > LINGER {
+                    break;
+                }
+                if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                    idle = 0;
+                    continue;
+                }
+                idle = idle.wrapping_add(1);
+                if idle.is_multiple_of(64) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            SPINNERS.fetch_sub(1, Ordering::AcqRel);
+            // A batch that started as this one was leaving found no free
+            // slot: take the slot back for it.
+            if BATCHES.load(Ordering::Acquire) == 0 || !claim_spinner(want) {
+                return;
+            }
+        });
+    }
+}
+
+/// Take one of `want` spinner slots; false when all are taken.
+fn claim_spinner(want: usize) -> bool {
+    use std::sync::atomic::Ordering;
+    let mut now = SPINNERS.load(Ordering::Acquire);
+    while now < want {
+        match SPINNERS.compare_exchange(now, now + 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(v) => now = v,
+        }
+    }
+    false
 }
 
 /// Huge pages for weights. Decode streams every weight once per token; on

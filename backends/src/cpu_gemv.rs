@@ -88,6 +88,9 @@ pub(crate) enum Isa {
     AvxVnni,
     /// AVX-512 VNNI on 256-bit registers (Ice Lake, Zen 4... without AVX-VNNI).
     Avx512Vnni,
+    /// AVX-512 F + BW + VNNI on 512-bit registers, two block pairs a step
+    /// (Ice Lake, Sapphire Rapids, Zen 4...): preferred where present.
+    Avx512Wide,
 }
 
 impl Isa {
@@ -118,6 +121,12 @@ impl Isa {
             }
             if std::is_x86_feature_detected!("avxvnni") {
                 v.push(Isa::AvxVnni);
+            }
+            if std::is_x86_feature_detected!("avx512vnni")
+                && std::is_x86_feature_detected!("avx512vl")
+                && std::is_x86_feature_detected!("avx512bw")
+            {
+                v.push(Isa::Avx512Wide);
             }
         }
         v
@@ -280,6 +289,8 @@ fn matmul_with(
             Isa::AvxVnni => unsafe { avxvnni::rows(fmt, w, rb, &xq, out) },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => unsafe { avx512vnni::rows(fmt, w, rb, &xq, out) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Wide => unsafe { avx512wide::rows(fmt, w, rb, &xq, out) },
             _ => portable::rows(fmt, w, rb, &xq, out),
         }
     });
@@ -646,7 +657,7 @@ mod avx2 {
 /// halves then go through it; without VNNI they add as i16 first).
 #[cfg(target_arch = "x86_64")]
 macro_rules! int8_kernels {
-    ($name:ident, $features:literal, $dot4:path, $vnni:literal) => {
+    ($name:ident, $features:literal, $dot4:path, $vnni:literal, $wide:literal) => {
         mod $name {
             use super::avx2::hsum;
             use super::{QuantRows, WeightFormat};
@@ -810,8 +821,16 @@ macro_rules! int8_kernels {
                 xo: [*const i32; RX],
                 nb: usize,
             ) -> [[f32; RW]; RX] {
+                if $wide {
+                    // SAFETY: the same contract; this instance's features
+                    // include the wide kernel's.
+                    return unsafe { super::wide::tile::<F, RX, RW>(w, x, xs, xo, nb) };
+                }
                 let bb = block_bytes(F);
-                let mut acc = [[_mm256_setzero_ps(); RW]; RX];
+                // Even pairs accumulate in [0], odd ones in [1] (the two
+                // halves of one 512-bit register in the wide kernel, which
+                // gives the same bits).
+                let mut acc = [[[_mm256_setzero_ps(); 2]; RW]; RX];
                 // d_w d_x of block A to lanes 0-3, of B to 4-7; then the minimum terms.
                 let to_scale = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
                 let to_min = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
@@ -860,12 +879,12 @@ macro_rules! int8_kernels {
                                 let mut v = _mm256_fmadd_ps(
                                     _mm256_cvtepi32_ps(s),
                                     _mm256_permutevar8x32_ps(sc, to_scale),
-                                    acc[i][r],
+                                    acc[i][r][p % 2],
                                 );
                                 if F == Q4_1 {
                                     v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(sc, to_min));
                                 }
-                                acc[i][r] = v;
+                                acc[i][r][p % 2] = v;
                             }
                         }
                     }
@@ -891,13 +910,13 @@ macro_rules! int8_kernels {
                                 let mut v = _mm256_fmadd_ps(
                                     _mm256_cvtepi32_ps(s),
                                     _mm256_broadcastss_ps(sc),
-                                    acc[i][r],
+                                    acc[i][r][0],
                                 );
                                 if F == Q4_1 {
                                     let m = _mm_shuffle_ps::<0b01_01_01_01>(sc, sc);
                                     v = _mm256_add_ps(v, _mm256_set_m128(m, m));
                                 }
-                                acc[i][r] = v;
+                                acc[i][r][0] = v;
                             }
                         }
                     }
@@ -905,7 +924,7 @@ macro_rules! int8_kernels {
                 let mut out = [[0f32; RW]; RX];
                 for i in 0..RX {
                     for r in 0..RW {
-                        out[i][r] = hsum(acc[i][r]);
+                        out[i][r] = hsum(_mm256_add_ps(acc[i][r][0], acc[i][r][1]));
                     }
                 }
                 out
@@ -1061,16 +1080,374 @@ fn dot4_avx512vnni(
 }
 
 #[cfg(target_arch = "x86_64")]
-int8_kernels!(avx2_int8, "avx2,fma,f16c", super::dot4_avx2, false);
+int8_kernels!(avx2_int8, "avx2,fma,f16c", super::dot4_avx2, false, false);
 #[cfg(target_arch = "x86_64")]
-int8_kernels!(avxvnni, "avx2,fma,f16c,avxvnni", super::dot4_avxvnni, true);
+int8_kernels!(
+    avxvnni,
+    "avx2,fma,f16c,avxvnni",
+    super::dot4_avxvnni,
+    true,
+    false
+);
 #[cfg(target_arch = "x86_64")]
 int8_kernels!(
     avx512vnni,
     "avx2,fma,f16c,avx512vnni,avx512vl",
     super::dot4_avx512vnni,
+    true,
+    false
+);
+#[cfg(target_arch = "x86_64")]
+int8_kernels!(
+    avx512wide,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    super::dot4_avx512vnni,
+    true,
     true
 );
+
+/// The int8 tile on 512-bit registers (AVX-512 F + BW + VNNI): two pairs
+/// of blocks per step, so each instruction does twice the work of the
+/// 256-bit kernels'. The integer block sums are the same, and pair `p`
+/// lands in lanes `8 (p % 2) ..` of one accumulator, where the 256-bit
+/// kernels keep even and odd pairs apart: every x86 path gives the same
+/// bits. (`bench ops` with a cache-sized working set: the 256-bit Q4
+/// kernels ran ~18 GB/s on two threads from L2, under the DRAM ceiling,
+/// so decode was compute-bound.)
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use std::arch::x86_64::*;
+
+    const Q8_0: u8 = 0;
+    const Q4_0: u8 = 1;
+    const Q4_1: u8 = 2;
+
+    const fn block_bytes(f: u8) -> usize {
+        match f {
+            Q8_0 => 34,
+            Q4_0 => 18,
+            _ => 20,
+        }
+    }
+
+    /// # Safety
+    /// `p..p + 16` is readable.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn load16<T>(p: *const T) -> __m128i {
+        // SAFETY: the caller's contract.
+        unsafe { _mm_lddqu_si128(p as *const __m128i) }
+    }
+
+    /// # Safety
+    /// `p..p + 32` is readable.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn load32<T>(p: *const T) -> __m256i {
+        // SAFETY: the caller's contract.
+        unsafe { _mm256_lddqu_si256(p as *const __m256i) }
+    }
+
+    /// # Safety
+    /// `p..p + 64` is readable.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn load64<T>(p: *const T) -> __m512i {
+        // SAFETY: the caller's contract (loadu has no alignment requirement).
+        unsafe { _mm512_loadu_si512(p as *const __m512i) }
+    }
+
+    /// Blocks a, b, c, d's weights as (`A[0..16] B[0..16] C[0..16]
+    /// D[0..16]`, `A[16..32] B[16..32] C[16..32] D[16..32]`).
+    ///
+    /// # Safety
+    /// The four pointers start whole blocks of format `F`.
+    #[target_feature(enable = "avx2,avx512f,avx512bw")]
+    #[inline]
+    unsafe fn unpack_quad<const F: u8>(a: *const u8, bb: usize) -> (__m512i, __m512i) {
+        // SAFETY: every load stays inside its block (as in the 256-bit
+        // kernels' unpack_pair).
+        unsafe {
+            let (b, c, d) = (
+                a.wrapping_add(bb),
+                a.wrapping_add(2 * bb),
+                a.wrapping_add(3 * bb),
+            );
+            if F == Q8_0 {
+                // [A_lo A_hi B_lo B_hi] and [C_lo C_hi D_lo D_hi] -> lanes.
+                let t0 = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(load32(a.wrapping_add(2))),
+                    load32(b.wrapping_add(2)),
+                );
+                let t1 = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(load32(c.wrapping_add(2))),
+                    load32(d.wrapping_add(2)),
+                );
+                return (
+                    _mm512_shuffle_i64x2::<0b10_00_10_00>(t0, t1),
+                    _mm512_shuffle_i64x2::<0b11_01_11_01>(t0, t1),
+                );
+            }
+            let off = if F == Q4_1 { 4 } else { 2 };
+            let ab = _mm256_set_m128i(load16(b.wrapping_add(off)), load16(a.wrapping_add(off)));
+            let cd = _mm256_set_m128i(load16(d.wrapping_add(off)), load16(c.wrapping_add(off)));
+            let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ab), cd);
+            let m4 = _mm512_set1_epi8(0x0f);
+            (
+                _mm512_and_si512(v, m4),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4),
+            )
+        }
+    }
+
+    /// The f16 scales of blocks a..d as 8 floats `(d, m)` per block (`m`
+    /// +0 for formats without a minimum).
+    ///
+    /// # Safety
+    /// `a` starts 4 whole blocks `bb` bytes apart.
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn scales_quad<const F: u8>(a: *const u8, bb: usize) -> __m256 {
+        // SAFETY: 16-byte loads at block starts stay inside the blocks.
+        unsafe {
+            let ab = _mm_unpacklo_epi32(load16(a), load16(a.wrapping_add(bb)));
+            let cd = _mm_unpacklo_epi32(
+                load16(a.wrapping_add(2 * bb)),
+                load16(a.wrapping_add(3 * bb)),
+            );
+            let dm = _mm_unpacklo_epi64(ab, cd);
+            let dm = if F == Q4_1 {
+                dm
+            } else {
+                _mm_blend_epi16::<0b1010_1010>(dm, _mm_setzero_si128())
+            };
+            _mm256_cvtph_ps(dm)
+        }
+    }
+
+    /// `acc + sum w * x` per i32 lane (4 products each); Q8_0's weights are
+    /// signed (the unsigned operand is |w|, x carries w's sign).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    fn dot<const F: u8>(acc: __m512i, w: __m512i, x: __m512i) -> __m512i {
+        if F == Q8_0 {
+            let neg = _mm512_movepi8_mask(w);
+            let xs = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+            // Where w is 0 the product is 0 whatever x's sign.
+            return _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(w), xs);
+        }
+        _mm512_dpbusd_epi32(acc, w, x)
+    }
+
+    /// As the 256-bit kernels' `tile` (same contract and result bits).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512 F / BW / VL / VNNI available; the pointers
+    /// as the 256-bit `tile` requires.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn tile<const F: u8, const RX: usize, const RW: usize>(
+        w: [*const u8; RW],
+        x: [*const i8; RX],
+        xs: [*const f32; RX],
+        xo: [*const i32; RX],
+        nb: usize,
+    ) -> [[f32; RW]; RX] {
+        let bb = block_bytes(F);
+        // Lanes 0-7: even pairs, 8-15: odd pairs.
+        let mut acc = [[_mm512_setzero_ps(); RW]; RX];
+        let to_scale = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+        let to_min = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+        let to_scale8 = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+        let to_min8 = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+        let pairs = nb / 2;
+        let pf = 2 * RW * nb * bb;
+        // SAFETY: quad q reads blocks 4q..4q + 4 <= 2 * pairs <= nb of every
+        // weight row, codes 128q..128q + 128, scales 8q..8q + 8 and (Q4_0)
+        // offsets 16q..16q + 16 of every activation row; a last odd pair and
+        // an odd last block read what the 256-bit kernel reads for them (the
+        // contract covers all of it). Prefetches never fault.
+        unsafe {
+            for q in 0..pairs / 2 {
+                let p = 2 * q;
+                for r in 0..RW {
+                    let a = w[r].wrapping_add(2 * p * bb);
+                    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf + 2 * bb) as *const i8);
+                    let (lo, hi) = unpack_quad::<F>(a, bb);
+                    let dm = scales_quad::<F>(a, bb);
+                    for i in 0..RX {
+                        let xp = x[i].wrapping_add(64 * p);
+                        let (x0, x1) = (load64(xp), load64(xp.wrapping_add(64)));
+                        // Pair layout [A_lo B_lo A_hi B_hi][C_lo D_lo C_hi D_hi]
+                        // -> [A_lo B_lo C_lo D_lo], [A_hi B_hi C_hi D_hi].
+                        let xl = _mm512_shuffle_i64x2::<0b01_00_01_00>(x0, x1);
+                        let xh = _mm512_shuffle_i64x2::<0b11_10_11_10>(x0, x1);
+                        let init = if F == Q4_0 {
+                            _mm512_sub_epi32(
+                                _mm512_setzero_si512(),
+                                load64(xo[i].wrapping_add(8 * p)),
+                            )
+                        } else {
+                            _mm512_setzero_si512()
+                        };
+                        let s = dot::<F>(dot::<F>(init, lo, xl), hi, xh);
+                        let xsc = _mm256_loadu_ps(xs[i].wrapping_add(4 * p));
+                        let sc = _mm512_castps256_ps512(_mm256_mul_ps(dm, xsc));
+                        let mut v = _mm512_fmadd_ps(
+                            _mm512_cvtepi32_ps(s),
+                            _mm512_permutexvar_ps(to_scale, sc),
+                            acc[i][r],
+                        );
+                        if F == Q4_1 {
+                            v = _mm512_add_ps(v, _mm512_permutexvar_ps(to_min, sc));
+                        }
+                        acc[i][r] = v;
+                    }
+                }
+            }
+            if pairs % 2 == 1 {
+                // The last pair (even): the 256-bit kernel's step on lanes 0-7.
+                let p = pairs - 1;
+                for r in 0..RW {
+                    let a = w[r].wrapping_add(2 * p * bb);
+                    let b = a.wrapping_add(bb);
+                    let (l, h) = if F == Q8_0 {
+                        (
+                            _mm256_set_m128i(load16(b.wrapping_add(2)), load16(a.wrapping_add(2))),
+                            _mm256_set_m128i(
+                                load16(b.wrapping_add(18)),
+                                load16(a.wrapping_add(18)),
+                            ),
+                        )
+                    } else {
+                        let off = if F == Q4_1 { 4 } else { 2 };
+                        let v = _mm256_set_m128i(
+                            load16(b.wrapping_add(off)),
+                            load16(a.wrapping_add(off)),
+                        );
+                        let m4 = _mm256_set1_epi8(0x0f);
+                        (
+                            _mm256_and_si256(v, m4),
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                        )
+                    };
+                    let ab = _mm_unpacklo_epi32(load16(a), load16(b));
+                    let ab = if F == Q4_1 {
+                        ab
+                    } else {
+                        _mm_blend_epi16::<0b1010_1010>(ab, _mm_setzero_si128())
+                    };
+                    let dm = _mm_cvtph_ps(ab);
+                    for i in 0..RX {
+                        let xp = x[i].wrapping_add(64 * p);
+                        let init = if F == Q4_0 {
+                            _mm256_sub_epi32(
+                                _mm256_setzero_si256(),
+                                load32(xo[i].wrapping_add(8 * p)),
+                            )
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        let s = dot8::<F>(
+                            dot8::<F>(init, l, load32(xp)),
+                            h,
+                            load32(xp.wrapping_add(32)),
+                        );
+                        let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
+                        let sc = _mm256_castps128_ps256(_mm_mul_ps(dm, xsc));
+                        let lo8 = _mm512_castps512_ps256(acc[i][r]);
+                        let mut v = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(s),
+                            _mm256_permutevar8x32_ps(sc, to_scale8),
+                            lo8,
+                        );
+                        if F == Q4_1 {
+                            v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(sc, to_min8));
+                        }
+                        acc[i][r] = set_low(acc[i][r], v);
+                    }
+                }
+            }
+            if nb % 2 == 1 {
+                let (b, p) = (nb - 1, nb / 2);
+                for r in 0..RW {
+                    let a = w[r].wrapping_add(b * bb);
+                    let wv = if F == Q8_0 {
+                        load32(a.wrapping_add(2))
+                    } else {
+                        let off = if F == Q4_1 { 4 } else { 2 };
+                        let raw = load16(a.wrapping_add(off));
+                        let m4 = _mm_set1_epi8(0x0f);
+                        _mm256_set_m128i(
+                            _mm_and_si128(_mm_srli_epi16::<4>(raw), m4),
+                            _mm_and_si128(raw, m4),
+                        )
+                    };
+                    let first = load16(a);
+                    let first = if F == Q4_1 {
+                        _mm_unpacklo_epi32(first, first)
+                    } else {
+                        _mm_blend_epi16::<0b1010_1010>(
+                            _mm_unpacklo_epi32(first, first),
+                            _mm_setzero_si128(),
+                        )
+                    };
+                    let dm = _mm_cvtph_ps(first);
+                    for i in 0..RX {
+                        let init = if F == Q4_0 {
+                            _mm256_sub_epi32(
+                                _mm256_setzero_si256(),
+                                load32(xo[i].wrapping_add(8 * p)),
+                            )
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        let s = dot8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
+                        let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
+                        let sc = _mm_mul_ps(dm, xsc);
+                        let lo8 = _mm512_castps512_ps256(acc[i][r]);
+                        let mut v =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcastss_ps(sc), lo8);
+                        if F == Q4_1 {
+                            let m = _mm_shuffle_ps::<0b01_01_01_01>(sc, sc);
+                            v = _mm256_add_ps(v, _mm256_set_m128(m, m));
+                        }
+                        acc[i][r] = set_low(acc[i][r], v);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; RW]; RX];
+        for i in 0..RX {
+            for r in 0..RW {
+                let e = _mm512_castps512_ps256(acc[i][r]);
+                let o = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[i][r])));
+                out[i][r] = super::avx2::hsum(_mm256_add_ps(e, o));
+            }
+        }
+        out
+    }
+
+    /// `acc` with lanes 0-7 replaced by `v`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn set_low(acc: __m512, v: __m256) -> __m512 {
+        _mm512_castpd_ps(_mm512_insertf64x4::<0>(
+            _mm512_castps_pd(acc),
+            _mm256_castps_pd(v),
+        ))
+    }
+
+    /// The 256-bit form of [`dot`].
+    #[target_feature(enable = "avx2,avx512vl,avx512vnni")]
+    #[inline]
+    fn dot8<const F: u8>(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        if F == Q8_0 {
+            return _mm256_dpbusd_epi32(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+        }
+        _mm256_dpbusd_epi32(acc, w, x)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -1276,7 +1653,13 @@ mod tests {
                             let sx: f64 = xs.iter().map(|v| *v as f64).sum();
                             let t = d * dx as f64 * s as f64 + mn * sx;
                             want += t;
-                            mag += (d * dx as f64 * s as f64).abs() + (mn * sx).abs();
+                            // sum |w x| over the elements: the kernels add
+                            // partial sums of a block (per SIMD lane) whose
+                            // magnitudes can exceed the block's total.
+                            let abs_s: i64 =
+                                codes.iter().zip(&q).map(|(c, qv)| (c * qv).abs()).sum();
+                            let abs_sx: f64 = xs.iter().map(|v| (*v as f64).abs()).sum();
+                            mag += (d * dx as f64).abs() * abs_s as f64 + (mn * abs_sx).abs();
                         }
                         let got = y[r * n + j] as f64;
                         assert!(

@@ -139,22 +139,37 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Alternate `a` and `b` until both have run for `min_time`; medians.
 fn ab(
+    dev: &Device,
     min_time: Duration,
-    mut a: impl FnMut() -> Result<()>,
-    mut b: impl FnMut() -> Result<()>,
+    mut a: impl FnMut() -> Result<()> + Send,
+    mut b: impl FnMut() -> Result<()> + Send,
 ) -> Result<(f64, f64)> {
-    a()?;
-    b()?;
+    // Alternating blocks of calls rather than alternating calls: a side's
+    // threads keep running a little after its call returns (candle's pool
+    // spins at a barrier; ours are held awake for a batch), which would
+    // slow the other side's next call on a small machine. Ours run inside
+    // Device::batch, as a model's forward pass issues its ops; candle's on
+    // a worker of rayon's pool (where its GEMMs fork), without our batch.
+    const BLOCK: Duration = Duration::from_millis(40);
+    let block = |f: &mut dyn FnMut() -> Result<()>, times: &mut Vec<f64>| -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let t = Instant::now();
+            f()?;
+            times.push(t.elapsed().as_secs_f64());
+            if start.elapsed() >= BLOCK || times.len() >= 10_000 {
+                return Ok(());
+            }
+        }
+    };
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    dev.batch(&mut a)?;
+    rayon::scope(|_| b())?;
     let start = Instant::now();
-    while start.elapsed() < min_time * 2 || ta.len() < 5 {
-        let t = Instant::now();
-        a()?;
-        ta.push(t.elapsed().as_secs_f64());
-        let t = Instant::now();
-        b()?;
-        tb.push(t.elapsed().as_secs_f64());
-        if ta.len() >= 10_000 {
+    while start.elapsed() < min_time * 2 || ta.len() < 5 || tb.len() < 5 {
+        dev.batch(|| block(&mut a, &mut ta))?;
+        rayon::scope(|_| block(&mut b, &mut tb))?;
+        if ta.len() >= 10_000 || tb.len() >= 10_000 {
             break;
         }
     }
@@ -212,6 +227,7 @@ fn gemm(dev: &Device, n: usize, o: &BenchOptions) -> Result<BenchRow> {
     let (a, b) = (randn(&[n, n], 1)?, randn(&[n, n], 2)?);
     let (ca, cb) = (c(&a)?, c(&b)?);
     let (r, k) = ab(
+        dev,
         o.min_time,
         || dev.matmul(&a, &b).map(|_| ()),
         || ca.matmul(&cb).map(|_| ()).map_err(Into::into),
@@ -269,6 +285,7 @@ fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result
     };
     let (mut i, mut j) = (0usize, 0usize);
     let (r, kk) = ab(
+        dev,
         o.min_time,
         || {
             let w = &ws[i % copies];
@@ -314,6 +331,7 @@ fn qmatmul(
     };
     let mm = QMatMul::from_arc(Arc::clone(q))?;
     let (r, kk) = ab(
+        dev,
         o.min_time,
         || dev.linear(&x, &w, None).map(|_| ()),
         || {
@@ -356,6 +374,7 @@ fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
             ..ConvCfg::default()
         };
         let (r, k) = ab(
+            dev,
             o.min_time,
             || dev.conv1d(&x, &w, Some(&b), cfg).map(|_| ()),
             || {
@@ -379,6 +398,7 @@ fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
         ..Default::default()
     };
     let (r, k) = ab(
+        dev,
         o.min_time,
         || dev.conv_transpose1d(&x, &w, None, tcfg).map(|_| ()),
         || {
@@ -437,6 +457,7 @@ fn attention(dev: &Device, s: usize, t: usize, o: &BenchOptions) -> Result<Bench
     let (cq, ck, cv) = (c(&q)?, c(&k)?, c(&v)?);
     let scale = 1.0 / (d as f64).sqrt();
     let (r, kk) = ab(
+        dev,
         o.min_time,
         || dev.attention(&q, &k, &v, None, scale, true).map(|_| ()),
         || candle_attention(&cq, &ck, &cv, scale, true).map(|_| ()),
@@ -456,27 +477,27 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
     progress("memory bandwidth");
     let bw_start = bandwidth_gbs(o.working_set_mb, o.threads);
     let mut rows = Vec::new();
-    // Each row runs inside Device::batch, as a model's forward pass does (on
-    // a worker of the kernels' pool; raw candle's calls run there too).
+    // Each row's calls run in blocks (see `ab`): ours inside Device::batch,
+    // as a model's forward pass issues them, candle's on a rayon worker.
     for n in [512, 1024] {
         progress(&format!("gemm {n}"));
-        rows.push(dev.batch(|| gemm(&dev, n, o))?);
+        rows.push(gemm(&dev, n, o)?);
     }
     for (k, n) in [(576, 1536), (896, 4864)] {
         for dt in [DType::F32, DType::Q8_0, DType::Q4_1, DType::Q4_0] {
             progress(&format!("gemv {dt} 1x{k}x{n}"));
-            rows.push(dev.batch(|| gemv(&dev, k, n, dt, o))?);
+            rows.push(gemv(&dev, k, n, dt, o)?);
         }
     }
     for dt in [DType::Q4_1, DType::Q8_0] {
         progress(&format!("matmul {dt} 128x576x1536"));
-        rows.push(dev.batch(|| qmatmul(&dev, 128, 576, 1536, dt, o))?);
+        rows.push(qmatmul(&dev, 128, 576, 1536, dt, o)?);
     }
     progress("conv");
-    rows.extend(dev.batch(|| conv(&dev, o))?);
+    rows.extend(conv(&dev, o)?);
     progress("attention");
-    rows.push(dev.batch(|| attention(&dev, 128, 128, o))?);
-    rows.push(dev.batch(|| attention(&dev, 1, 512, o))?);
+    rows.push(attention(&dev, 128, 128, o)?);
+    rows.push(attention(&dev, 1, 512, o)?);
     // Measured before and after the rows; the higher is the ceiling (a busy
     // machine can only lower it).
     progress("memory bandwidth again");
