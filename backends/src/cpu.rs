@@ -1373,13 +1373,28 @@ pub(crate) mod huge_pages {
             const HUGE: usize = 2 << 20;
             let lo = start & !(HUGE - 1);
             let hi = (start + len).next_multiple_of(HUGE);
-            // SAFETY: madvise with these advices changes how the pages of
-            // our own mapping are backed, never their contents; a range
-            // with unmapped parts only makes the call fail (ENOMEM).
-            unsafe {
-                let p = lo as *mut libc::c_void;
-                libc::madvise(p, hi - lo, libc::MADV_HUGEPAGE);
-                libc::madvise(p, hi - lo, libc::MADV_COLLAPSE);
+            // One 2 MB region at a time, collapsed first and marked
+            // MADV_HUGEPAGE only once that worked. Weights loaded on the
+            // main thread live in the brk heap, and the region holding a
+            // tensor's tail usually runs past the heap's end while it
+            // loads: a single call over every region failed as a whole,
+            // and MADV_HUGEPAGE on that partly mapped region flagged its
+            // mapped part, which then never merged with the heap's later
+            // growth, so the region spanned two mappings and every later
+            // collapse of it was refused (EINVAL; strace of `bench ops`:
+            // 1199 of 1237 refused, AnonHugePages 0 kB). Unflagged, the
+            // region is collapsed when the next tensor's (outward-rounded)
+            // range covers it.
+            for region in (lo..hi).step_by(HUGE) {
+                // SAFETY: madvise with these advices changes how the pages
+                // of our own mapping are backed, never their contents; a
+                // region with unmapped parts only makes the call fail.
+                unsafe {
+                    let p = region as *mut libc::c_void;
+                    if libc::madvise(p, HUGE, libc::MADV_COLLAPSE) == 0 {
+                        libc::madvise(p, HUGE, libc::MADV_HUGEPAGE);
+                    }
+                }
             }
         }
         #[cfg(not(target_os = "linux"))]
