@@ -179,15 +179,7 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
     let x2 = x.reshape((rows, k))?;
     if let (Storage::Host(wc), CDType::F32) = (w.storage(), x.dtype()) {
         if wc.dtype() == CDType::F32 {
-            let b = match bias {
-                Some(b) => Some(
-                    plain(b, "linear")?
-                        .to_dtype(CDType::F32)?
-                        .flatten_all()?
-                        .to_vec1::<f32>()?,
-                ),
-                None => None,
-            };
+            let b = f32_values(bias, "linear")?;
             if let Some(y) = cpu_gemm::matmul(&x2, &wc.t()?, b.as_deref())? {
                 let mut out = dims;
                 if let Some(last) = out.last_mut() {
@@ -318,15 +310,7 @@ fn conv1d_direct(
     let Some(t_out) = shape.t_out() else {
         return Ok(None);
     };
-    let b = match bias {
-        Some(b) => Some(
-            plain(b, "conv1d")?
-                .to_dtype(CDType::F32)?
-                .flatten_all()?
-                .to_vec1::<f32>()?,
-        ),
-        None => None,
-    };
+    let b = f32_values(bias, "conv1d")?;
     // [batch, c_out, t_out], or interleaved [batch, c_out / phases, t_out * phases].
     let out_dims = [batch, c_out / phases, t_out * phases];
     let r = match residual {
@@ -359,6 +343,19 @@ fn conv1d_direct(
     Ok(Some(CTensor::from_vec(y, &out_dims[..], &cdev())?))
 }
 
+/// The values of an optional host tensor (a bias) as f32, flattened.
+fn f32_values(t: Option<&Tensor>, op: &'static str) -> Result<Option<Vec<f32>>> {
+    Ok(match t {
+        Some(t) => Some(
+            plain(t, op)?
+                .to_dtype(CDType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?,
+        ),
+        None => None,
+    })
+}
+
 /// Stride-1 f32 depthwise `conv1d` (`groups == c_in == c_out`) on
 /// [`cpu_conv::depthwise`]; None for other shapes (candle runs those).
 fn conv1d_depthwise(
@@ -387,15 +384,7 @@ fn conv1d_depthwise(
     let Some(t_out) = shape.t_out() else {
         return Ok(None);
     };
-    let b = match bias {
-        Some(b) => Some(
-            plain(b, "conv1d")?
-                .to_dtype(CDType::F32)?
-                .flatten_all()?
-                .to_vec1::<f32>()?,
-        ),
-        None => None,
-    };
+    let b = f32_values(bias, "conv1d")?;
     let (x, w) = (dense(x)?, w.contiguous()?);
     let y = with_f32_slice(&x, |xs| {
         with_f32_slice(&w, |ws| cpu_conv::depthwise(shape, xs, ws, b.as_deref()))
