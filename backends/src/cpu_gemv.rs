@@ -663,12 +663,12 @@ macro_rules! int8_kernels {
             use super::{QuantRows, WeightFormat};
             use std::arch::x86_64::*;
 
-            const Q8_0: u8 = 0;
-            const Q4_0: u8 = 1;
-            const Q4_1: u8 = 2;
+            pub(super) const Q8_0: u8 = 0;
+            pub(super) const Q4_0: u8 = 1;
+            pub(super) const Q4_1: u8 = 2;
 
             /// Bytes of one block.
-            const fn block_bytes(f: u8) -> usize {
+            pub(super) const fn block_bytes(f: u8) -> usize {
                 match f {
                     Q8_0 => 34,
                     Q4_0 => 18,
@@ -688,7 +688,7 @@ macro_rules! int8_kernels {
             /// `p..p + 16` is readable.
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn load16<T>(p: *const T) -> __m128i {
+            pub(super) unsafe fn load16<T>(p: *const T) -> __m128i {
                 // SAFETY: the caller's contract.
                 unsafe { _mm_lddqu_si128(p as *const __m128i) }
             }
@@ -699,7 +699,7 @@ macro_rules! int8_kernels {
             /// `p..p + 32` is readable.
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn load32<T>(p: *const T) -> __m256i {
+            pub(super) unsafe fn load32<T>(p: *const T) -> __m256i {
                 // SAFETY: the caller's contract.
                 unsafe { _mm256_lddqu_si256(p as *const __m256i) }
             }
@@ -709,7 +709,7 @@ macro_rules! int8_kernels {
             /// others (whose second f16 slot holds quants).
             #[target_feature(enable = $features)]
             #[inline]
-            fn scale_pairs<const F: u8>(a: __m128i, b: __m128i) -> __m128i {
+            pub(super) fn scale_pairs<const F: u8>(a: __m128i, b: __m128i) -> __m128i {
                 let dm = _mm_unpacklo_epi32(a, b);
                 if F == Q4_1 {
                     dm
@@ -725,7 +725,10 @@ macro_rules! int8_kernels {
             /// AVX2 available; `a` and `b` point at whole blocks.
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn unpack_pair<const F: u8>(a: *const u8, b: *const u8) -> (__m256i, __m256i) {
+            pub(super) unsafe fn unpack_pair<const F: u8>(
+                a: *const u8,
+                b: *const u8,
+            ) -> (__m256i, __m256i) {
                 // SAFETY: the 16-byte loads stay inside the blocks: nibbles at 2..18
                 // (Q4_0) or 4..20 (Q4_1), quants at 2..34 (Q8_0).
                 unsafe {
@@ -755,7 +758,7 @@ macro_rules! int8_kernels {
             /// AVX2 available; `a` points at a whole block.
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn unpack_one<const F: u8>(a: *const u8) -> __m256i {
+            pub(super) unsafe fn unpack_one<const F: u8>(a: *const u8) -> __m256i {
                 // SAFETY: as in `unpack_pair`.
                 unsafe {
                     if F == Q8_0 {
@@ -775,7 +778,7 @@ macro_rules! int8_kernels {
             /// each, added to `acc`.
             #[target_feature(enable = $features)]
             #[inline]
-            fn dot_i8<const F: u8>(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+            pub(super) fn dot_i8<const F: u8>(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
                 if F == Q8_0 {
                     // The unsigned operand must be |w|, and x carries w's sign
                     // (|-128| reads as the unsigned 128).
@@ -788,7 +791,7 @@ macro_rules! int8_kernels {
             /// `acc`.
             #[target_feature(enable = $features)]
             #[inline]
-            fn dot_pair<const F: u8>(
+            pub(super) fn dot_pair<const F: u8>(
                 acc: __m256i,
                 l: __m256i,
                 h: __m256i,
@@ -1118,35 +1121,12 @@ int8_kernels!(
 mod wide {
     use std::arch::x86_64::*;
 
-    const Q8_0: u8 = 0;
-    const Q4_0: u8 = 1;
-    const Q4_1: u8 = 2;
-
-    const fn block_bytes(f: u8) -> usize {
-        match f {
-            Q8_0 => 34,
-            Q4_0 => 18,
-            _ => 20,
-        }
-    }
-
-    /// # Safety
-    /// `p..p + 16` is readable.
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    unsafe fn load16<T>(p: *const T) -> __m128i {
-        // SAFETY: the caller's contract.
-        unsafe { _mm_lddqu_si128(p as *const __m128i) }
-    }
-
-    /// # Safety
-    /// `p..p + 32` is readable.
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    unsafe fn load32<T>(p: *const T) -> __m256i {
-        // SAFETY: the caller's contract.
-        unsafe { _mm256_lddqu_si256(p as *const __m256i) }
-    }
+    // The 256-bit AVX-512 VNNI kernel's helpers (same block layouts and
+    // integer sums): the last pair and an odd last block use them as is.
+    use super::avx512vnni::{
+        block_bytes, dot_i8, dot_pair, load16, load32, scale_pairs, unpack_one, unpack_pair, Q4_0,
+        Q4_1, Q8_0,
+    };
 
     /// # Safety
     /// `p..p + 64` is readable.
@@ -1311,33 +1291,8 @@ mod wide {
                 for r in 0..RW {
                     let a = w[r].wrapping_add(2 * p * bb);
                     let b = a.wrapping_add(bb);
-                    let (l, h) = if F == Q8_0 {
-                        (
-                            _mm256_set_m128i(load16(b.wrapping_add(2)), load16(a.wrapping_add(2))),
-                            _mm256_set_m128i(
-                                load16(b.wrapping_add(18)),
-                                load16(a.wrapping_add(18)),
-                            ),
-                        )
-                    } else {
-                        let off = if F == Q4_1 { 4 } else { 2 };
-                        let v = _mm256_set_m128i(
-                            load16(b.wrapping_add(off)),
-                            load16(a.wrapping_add(off)),
-                        );
-                        let m4 = _mm256_set1_epi8(0x0f);
-                        (
-                            _mm256_and_si256(v, m4),
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-                        )
-                    };
-                    let ab = _mm_unpacklo_epi32(load16(a), load16(b));
-                    let ab = if F == Q4_1 {
-                        ab
-                    } else {
-                        _mm_blend_epi16::<0b1010_1010>(ab, _mm_setzero_si128())
-                    };
-                    let dm = _mm_cvtph_ps(ab);
+                    let (l, h) = unpack_pair::<F>(a, b);
+                    let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
                     for i in 0..RX {
                         let xp = x[i].wrapping_add(64 * p);
                         let init = if F == Q4_0 {
@@ -1348,11 +1303,7 @@ mod wide {
                         } else {
                             _mm256_setzero_si256()
                         };
-                        let s = dot8::<F>(
-                            dot8::<F>(init, l, load32(xp)),
-                            h,
-                            load32(xp.wrapping_add(32)),
-                        );
+                        let s = dot_pair::<F>(init, l, h, load32(xp), load32(xp.wrapping_add(32)));
                         let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
                         let sc = _mm256_castps128_ps256(_mm_mul_ps(dm, xsc));
                         let lo8 = _mm512_castps512_ps256(acc[i][r]);
@@ -1372,27 +1323,9 @@ mod wide {
                 let (b, p) = (nb - 1, nb / 2);
                 for r in 0..RW {
                     let a = w[r].wrapping_add(b * bb);
-                    let wv = if F == Q8_0 {
-                        load32(a.wrapping_add(2))
-                    } else {
-                        let off = if F == Q4_1 { 4 } else { 2 };
-                        let raw = load16(a.wrapping_add(off));
-                        let m4 = _mm_set1_epi8(0x0f);
-                        _mm256_set_m128i(
-                            _mm_and_si128(_mm_srli_epi16::<4>(raw), m4),
-                            _mm_and_si128(raw, m4),
-                        )
-                    };
+                    let wv = unpack_one::<F>(a);
                     let first = load16(a);
-                    let first = if F == Q4_1 {
-                        _mm_unpacklo_epi32(first, first)
-                    } else {
-                        _mm_blend_epi16::<0b1010_1010>(
-                            _mm_unpacklo_epi32(first, first),
-                            _mm_setzero_si128(),
-                        )
-                    };
-                    let dm = _mm_cvtph_ps(first);
+                    let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
                     for i in 0..RX {
                         let init = if F == Q4_0 {
                             _mm256_sub_epi32(
@@ -1402,7 +1335,7 @@ mod wide {
                         } else {
                             _mm256_setzero_si256()
                         };
-                        let s = dot8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
+                        let s = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
                         let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
                         let sc = _mm_mul_ps(dm, xsc);
                         let lo8 = _mm512_castps512_ps256(acc[i][r]);
@@ -1436,16 +1369,6 @@ mod wide {
             _mm512_castps_pd(acc),
             _mm256_castps_pd(v),
         ))
-    }
-
-    /// The 256-bit form of [`dot`].
-    #[target_feature(enable = "avx2,avx512vl,avx512vnni")]
-    #[inline]
-    fn dot8<const F: u8>(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
-        if F == Q8_0 {
-            return _mm256_dpbusd_epi32(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-        }
-        _mm256_dpbusd_epi32(acc, w, x)
     }
 }
 
