@@ -32,6 +32,9 @@ pub struct BenchOptions {
     pub min_time: Duration,
     /// Threads for the bandwidth ceiling (candle's kernels use rayon's pool).
     pub threads: usize,
+    /// Row groups to run (`gemm`, `gemv`, `matmul`, `conv`, `attention`);
+    /// empty runs them all.
+    pub only: Vec<String>,
 }
 
 impl Default for BenchOptions {
@@ -42,9 +45,13 @@ impl Default for BenchOptions {
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            only: Vec::new(),
         }
     }
 }
+
+/// The row groups [`run`] knows, in the order it runs them.
+pub const GROUPS: [&str; 5] = ["gemm", "gemv", "matmul", "conv", "attention"];
 
 /// What a row's throughput counts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -472,6 +479,13 @@ fn attention(dev: &Device, s: usize, t: usize, o: &BenchOptions) -> Result<Bench
 
 /// Run the benchmark; `progress` is told what is being measured.
 pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchReport> {
+    if let Some(g) = o.only.iter().find(|g| !GROUPS.contains(&g.as_str())) {
+        return Err(edgeflow_runtime::Error::bad_input(
+            "bench ops",
+            format!("unknown row group `{g}`; choose from {}", GROUPS.join(", ")),
+        ));
+    }
+    let want = |g: &str| o.only.is_empty() || o.only.iter().any(|w| w == g);
     let cpu = cpu_backend();
     let dev = Device::new(cpu.clone(), cpu);
     progress("memory bandwidth");
@@ -479,25 +493,35 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
     let mut rows = Vec::new();
     // Each row's calls run in blocks (see `ab`): ours inside Device::batch,
     // as a model's forward pass issues them, candle's on a rayon worker.
-    for n in [512, 1024] {
+    for n in [512, 1024].into_iter().filter(|_| want("gemm")) {
         progress(&format!("gemm {n}"));
         rows.push(gemm(&dev, n, o)?);
     }
-    for (k, n) in [(576, 1536), (896, 4864)] {
+    for (k, n) in [(576, 1536), (896, 4864)]
+        .into_iter()
+        .filter(|_| want("gemv"))
+    {
         for dt in [DType::F32, DType::Q8_0, DType::Q4_1, DType::Q4_0] {
             progress(&format!("gemv {dt} 1x{k}x{n}"));
             rows.push(gemv(&dev, k, n, dt, o)?);
         }
     }
-    for dt in [DType::Q4_1, DType::Q8_0] {
+    for dt in [DType::Q4_1, DType::Q8_0]
+        .into_iter()
+        .filter(|_| want("matmul"))
+    {
         progress(&format!("matmul {dt} 128x576x1536"));
         rows.push(qmatmul(&dev, 128, 576, 1536, dt, o)?);
     }
-    progress("conv");
-    rows.extend(conv(&dev, o)?);
-    progress("attention");
-    rows.push(attention(&dev, 128, 128, o)?);
-    rows.push(attention(&dev, 1, 512, o)?);
+    if want("conv") {
+        progress("conv");
+        rows.extend(conv(&dev, o)?);
+    }
+    if want("attention") {
+        progress("attention");
+        rows.push(attention(&dev, 128, 128, o)?);
+        rows.push(attention(&dev, 1, 512, o)?);
+    }
     // Measured before and after the rows; the higher is the ceiling (a busy
     // machine can only lower it).
     progress("memory bandwidth again");
@@ -507,4 +531,35 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
         threads: o.threads,
         rows,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_row_group_is_refused_before_measuring() {
+        let o = BenchOptions {
+            only: vec!["gemv".into(), "gemvv".into()],
+            ..BenchOptions::default()
+        };
+        let mut measured = Vec::new();
+        let e = run(&o, |w| measured.push(w.to_string())).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("gemvv") && msg.contains("attention"), "{msg}");
+        assert!(measured.is_empty());
+    }
+
+    #[test]
+    fn only_runs_the_named_groups() {
+        let o = BenchOptions {
+            working_set_mb: 1,
+            min_time: Duration::from_millis(1),
+            threads: 1,
+            only: vec!["attention".into()],
+        };
+        let r = run(&o, |_| {}).unwrap();
+        assert_eq!(r.rows.len(), 2);
+        assert!(r.rows.iter().all(|row| row.name.starts_with("attention")));
+    }
 }

@@ -16,6 +16,10 @@ pub struct BenchOpsArgs {
     /// Threads for the bandwidth ceiling (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Run only these row groups (comma-separated: gemm, gemv, matmul, conv,
+    /// attention).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
 }
 
 /// Run the op benchmark and print its table.
@@ -25,6 +29,7 @@ pub fn run(args: BenchOpsArgs) -> anyhow::Result<ExitCode> {
         working_set_mb: args.working_set_mb.max(1),
         min_time: Duration::from_millis(args.min_time_ms),
         threads: args.threads.map_or(defaults.threads, |t| t.max(1)),
+        only: args.only,
     };
     let report = edgeflow_backends::opbench::run(&o, |what| eprintln!("measuring {what}..."))?;
     print!("{}", report.render());
