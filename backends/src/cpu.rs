@@ -1225,6 +1225,15 @@ impl Backend for CpuBackend {
         // workers are kept awake meanwhile (see `keep_workers_awake`).
         BATCHES.fetch_add(1, Ordering::AcqRel);
         rayon::scope(|_| {
+            // A spinner that picked this batch up (a stage's batch is
+            // injected into the pool, and a lingering spinner runs pool
+            // work) stops counting as one while it runs it, so the batch
+            // gets a spinner of its own; after, the spinner takes a slot
+            // again if one is free. (Found in `bench ops`: a spinner ran
+            // whole 40 ms blocks of GEMVs with the other core idle.)
+            if SPINNING.replace(false) {
+                SPINNERS.fetch_sub(1, Ordering::AcqRel);
+            }
             // Started from the worker that runs the batch: spawned from
             // outside the pool, the spinner could itself pick the batch up
             // (it runs pending work) and nobody would spin (a `rayon::join`
@@ -1235,6 +1244,11 @@ impl Backend for CpuBackend {
         });
         BATCHES.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+std::thread_local! {
+    /// This thread is a spinner holding a slot of [`SPINNERS`].
+    static SPINNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Batches running now (all stages).
@@ -1266,6 +1280,7 @@ fn keep_workers_awake() {
     let want = rayon::current_num_threads().saturating_sub(1);
     while claim_spinner(want) {
         rayon::spawn(move || loop {
+            SPINNING.set(true);
             let mut idle = 0u32;
             let mut last_batch = std::time::Instant::now();
             loop {
@@ -1274,8 +1289,20 @@ fn keep_workers_awake() {
                 } else if last_batch.elapsed() > LINGER {
                     break;
                 }
+                if crate::cpu_team::help() {
+                    idle = 0;
+                    continue;
+                }
                 if rayon::yield_now() == Some(rayon::Yield::Executed) {
                     idle = 0;
+                    // The work was a batch, which took this thread's slot
+                    // (see run_batch): spin on only if a slot is free.
+                    if !SPINNING.get() {
+                        if !claim_spinner(want) {
+                            return;
+                        }
+                        SPINNING.set(true);
+                    }
                     continue;
                 }
                 idle = idle.wrapping_add(1);
@@ -1285,6 +1312,7 @@ fn keep_workers_awake() {
                     std::hint::spin_loop();
                 }
             }
+            SPINNING.set(false);
             SPINNERS.fetch_sub(1, Ordering::AcqRel);
             // A batch that started as this one was leaving found no free
             // slot: take the slot back for it.
@@ -1293,6 +1321,12 @@ fn keep_workers_awake() {
             }
         });
     }
+}
+
+/// Workers held spinning by [`keep_workers_awake`] now (the team
+/// `cpu_team::run` hands work to).
+pub(crate) fn spinners() -> usize {
+    SPINNERS.load(std::sync::atomic::Ordering::Acquire)
 }
 
 /// Take one of `want` spinner slots; false when all are taken.

@@ -270,13 +270,8 @@ fn matmul_with(
         return None;
     }
     let xq = QuantRows::new(fmt, x, m, isa);
-    // Per task: outputs of `per` weight rows for all m activation rows,
-    // transposed (weight row major), so tasks write disjoint slices.
-    let per = rows_per_task(n, rb * m);
-    let mut yt = vec![0f32; n * m];
-    yt.par_chunks_mut(per * m).enumerate().for_each(|(t, out)| {
-        let j0 = t * per;
-        let rows = out.len() / m;
+    // `rows` weight rows from `j0` into their slots of `out`.
+    let run = |j0: usize, rows: usize, out: &mut [f32]| {
         let w = &w[j0 * rb..(j0 + rows) * rb];
         // SAFETY (each arm): the instruction sets were detected at run time
         // (Isa::available); `w` holds `rows` rows of `rb` bytes, `out` has
@@ -293,10 +288,30 @@ fn matmul_with(
             Isa::Avx512Wide => unsafe { avx512wide::rows(fmt, w, rb, &xq, out) },
             _ => portable::rows(fmt, w, rb, &xq, out),
         }
-    });
+    };
+    let mut yt = vec![0f32; n * m];
     if m == 1 {
+        // Decode streams the weights once: each thread walks one
+        // contiguous run (`cpu_team::for_ranges`), in units of the
+        // kernel's 4-row tiles and claims of at least ~16 KB.
+        const TILE: usize = 4;
+        let out = SharedOut(yt.as_mut_ptr());
+        crate::cpu_team::for_ranges(n.div_ceil(TILE), (16 << 10) / (TILE * rb), |r| {
+            let j0 = r.start * TILE;
+            let rows = (r.end * TILE).min(n) - j0;
+            // SAFETY: for_ranges hands out disjoint unit ranges, so these
+            // slices of `yt` (alive until for_ranges returns) are disjoint.
+            let out = unsafe { std::slice::from_raw_parts_mut(out.get().add(j0), rows) };
+            run(j0, rows, out);
+        });
         return Some(yt);
     }
+    // Per task: outputs of `per` weight rows for all m activation rows,
+    // transposed (weight row major), so tasks write disjoint slices.
+    let per = rows_per_task(n, rb * m);
+    yt.par_chunks_mut(per * m)
+        .enumerate()
+        .for_each(|(t, out)| run(t * per, out.len() / m, out));
     // Transpose in bands of 16 output rows: each weight row's 16 values
     // are one cache line of `yt`.
     const BAND: usize = 16;
@@ -313,6 +328,22 @@ fn matmul_with(
             }
         });
     Some(y)
+}
+
+/// A pointer to an output buffer that disjoint ranges are written through
+/// from several threads.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+
+// SAFETY: users write disjoint ranges only, while the buffer lives.
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// The pointer (a method, so closures capture the Sync wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
 }
 
 /// Activation rows quantized to int8 per block of 32 for one weight format,

@@ -43,6 +43,7 @@ mod cpu_gemm;
 mod cpu_gemv;
 mod cpu_gemv_f16;
 mod cpu_math;
+mod cpu_team;
 pub mod gpu;
 pub mod npu;
 pub mod opbench;
