@@ -28,8 +28,9 @@
 //!   exact integers, as in llama.cpp's `q4_0 x q8_0`.
 //! - A tile of up to 4 activation rows x up to 4 weight rows shares each
 //!   unpacked weight block and each activation load; decode (one row) runs
-//!   4 weight rows at a time, prefill 4 x 2. Output rows are split over
-//!   rayon's pool (candle's own thread pool).
+//!   4 weight rows at a time, prefill 4 x 2. Prefill's output rows are
+//!   split into rayon tasks; decode's into one contiguous run of weight
+//!   rows per thread on the batch's hot team (`cpu_team::for_ranges`).
 //!
 //! Every tile computes each output with the same operations in the same
 //! order, so a prefill row equals the one-row result bit for bit.
