@@ -90,8 +90,13 @@ pub(crate) enum Isa {
     /// AVX-512 VNNI on 256-bit registers (Ice Lake, Zen 4... without AVX-VNNI).
     Avx512Vnni,
     /// AVX-512 F + BW + VNNI on 512-bit registers, two block pairs a step
-    /// (Ice Lake, Sapphire Rapids, Zen 4...): preferred where present.
+    /// (Ice Lake, Sapphire Rapids, Zen 4...).
     Avx512Wide,
+    /// [`Isa::Avx512Wide`] with AVX-512 VBMI byte permutes gathering a
+    /// step's Q4 nibbles and scales from two loads (Ice Lake, Sapphire
+    /// Rapids, Zen 4...; not Skylake / Cascade Lake): preferred where
+    /// present.
+    Avx512Vbmi,
 }
 
 impl Isa {
@@ -128,6 +133,9 @@ impl Isa {
                 && std::is_x86_feature_detected!("avx512bw")
             {
                 v.push(Isa::Avx512Wide);
+                if std::is_x86_feature_detected!("avx512vbmi") {
+                    v.push(Isa::Avx512Vbmi);
+                }
             }
         }
         v
@@ -287,6 +295,8 @@ fn matmul_with(
             Isa::Avx512Vnni => unsafe { avx512vnni::rows(fmt, w, rb, &xq, out) },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Wide => unsafe { avx512wide::rows(fmt, w, rb, &xq, out) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vbmi => unsafe { avx512vbmi::rows(fmt, w, rb, &xq, out) },
             _ => portable::rows(fmt, w, rb, &xq, out),
         }
     };
@@ -689,7 +699,7 @@ mod avx2 {
 /// halves then go through it; without VNNI they add as i16 first).
 #[cfg(target_arch = "x86_64")]
 macro_rules! int8_kernels {
-    ($name:ident, $features:literal, $dot4:path, $vnni:literal, $wide:literal) => {
+    ($name:ident, $features:literal, $dot4:path, $vnni:literal, $wide:literal, $vbmi:literal) => {
         mod $name {
             use super::avx2::hsum;
             use super::{QuantRows, WeightFormat};
@@ -858,8 +868,14 @@ macro_rules! int8_kernels {
             ) -> [[f32; RW]; RX] {
                 if $wide {
                     // SAFETY: the same contract; this instance's features
-                    // include the wide kernel's.
-                    return unsafe { super::wide::tile::<F, RX, RW>(w, x, xs, xo, nb) };
+                    // include the wide kernel's (and VBMI where `$vbmi`).
+                    return unsafe {
+                        if $vbmi {
+                            super::wide::tile_vbmi::<F, RX, RW>(w, x, xs, xo, nb)
+                        } else {
+                            super::wide::tile::<F, RX, RW>(w, x, xs, xo, nb)
+                        }
+                    };
                 }
                 let bb = block_bytes(F);
                 // Even pairs accumulate in [0], odd ones in [1] (the two
@@ -1115,13 +1131,21 @@ fn dot4_avx512vnni(
 }
 
 #[cfg(target_arch = "x86_64")]
-int8_kernels!(avx2_int8, "avx2,fma,f16c", super::dot4_avx2, false, false);
+int8_kernels!(
+    avx2_int8,
+    "avx2,fma,f16c",
+    super::dot4_avx2,
+    false,
+    false,
+    false
+);
 #[cfg(target_arch = "x86_64")]
 int8_kernels!(
     avxvnni,
     "avx2,fma,f16c,avxvnni",
     super::dot4_avxvnni,
     true,
+    false,
     false
 );
 #[cfg(target_arch = "x86_64")]
@@ -1130,6 +1154,7 @@ int8_kernels!(
     "avx2,fma,f16c,avx512vnni,avx512vl",
     super::dot4_avx512vnni,
     true,
+    false,
     false
 );
 #[cfg(target_arch = "x86_64")]
@@ -1137,6 +1162,16 @@ int8_kernels!(
     avx512wide,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     super::dot4_avx512vnni,
+    true,
+    true,
+    false
+);
+#[cfg(target_arch = "x86_64")]
+int8_kernels!(
+    avx512vbmi,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi",
+    super::dot4_avx512vnni,
+    true,
     true,
     true
 );
@@ -1237,6 +1272,72 @@ mod wide {
         }
     }
 
+    /// Byte indices, into (64 bytes from the first block, the fourth
+    /// block's 16 nibble bytes), of blocks a..d's nibble bytes, for blocks
+    /// of `bb` bytes whose nibbles start at `off`.
+    const fn nibble_index(bb: usize, off: usize) -> [u8; 64] {
+        let mut idx = [0u8; 64];
+        let mut i = 0;
+        while i < 64 {
+            let (blk, j) = (i / 16, i % 16);
+            idx[i] = if blk == 3 { 64 + j } else { blk * bb + off + j } as u8;
+            i += 1;
+        }
+        idx
+    }
+
+    /// Byte indices of blocks a..d's 4 header bytes (`d`, then `m` or the
+    /// first nibbles) in the first 64 bytes, in lanes 0-15.
+    const fn scale_index(bb: usize) -> [u8; 64] {
+        let mut idx = [0u8; 64];
+        let mut i = 0;
+        while i < 16 {
+            idx[i] = ((i / 4) * bb + i % 4) as u8;
+            i += 1;
+        }
+        idx
+    }
+
+    static Q4_0_NIBBLES: [u8; 64] = nibble_index(18, 2);
+    static Q4_1_NIBBLES: [u8; 64] = nibble_index(20, 4);
+    static Q4_0_SCALES: [u8; 64] = scale_index(18);
+    static Q4_1_SCALES: [u8; 64] = scale_index(20);
+
+    /// [`unpack_quad`] and [`scales_quad`] for Q4_0 / Q4_1 with VBMI: the
+    /// four blocks' nibble bytes and f16 scales gathered by one two-source
+    /// and one one-source byte permute from a 64-byte and a 16-byte load
+    /// (instead of eight 16-byte loads and six inserts / unpacks). Same
+    /// values in the same lanes.
+    ///
+    /// # Safety
+    /// `a` starts 4 whole blocks of format `F` (Q4_0 or Q4_1), 72 or 80
+    /// bytes: the 64-byte load stays inside them.
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vbmi")]
+    #[inline]
+    unsafe fn quad_vbmi<const F: u8>(a: *const u8) -> (__m512i, __m512i, __m256) {
+        let (nib, sca, off) = if F == Q4_1 {
+            (&Q4_1_NIBBLES, &Q4_1_SCALES, 4)
+        } else {
+            (&Q4_0_NIBBLES, &Q4_0_SCALES, 2)
+        };
+        // SAFETY: the caller's contract; the tables are 64 bytes.
+        unsafe {
+            let v0 = load64(a);
+            let v1 = _mm512_castsi128_si512(load16(a.wrapping_add(3 * block_bytes(F) + off)));
+            let v = _mm512_permutex2var_epi8(v0, load64(nib.as_ptr()), v1);
+            let m4 = _mm512_set1_epi8(0x0f);
+            // Q4_0 has no minimum: its lanes of `m` are zeroed (+0, as
+            // scales_quad gives).
+            let keep: u64 = if F == Q4_1 { 0xffff } else { 0x3333 };
+            let dm = _mm512_maskz_permutexvar_epi8(keep, load64(sca.as_ptr()), v0);
+            (
+                _mm512_and_si512(v, m4),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4),
+                _mm256_cvtph_ps(_mm512_castsi512_si128(dm)),
+            )
+        }
+    }
+
     /// `acc + sum w * x` per i32 lane (4 products each); Q8_0's weights are
     /// signed (the unsigned operand is |w|, x carries w's sign).
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -1251,147 +1352,184 @@ mod wide {
         _mm512_dpbusd_epi32(acc, w, x)
     }
 
-    /// As the 256-bit kernels' `tile` (same contract and result bits).
-    ///
-    /// # Safety
-    /// AVX2, FMA, F16C, AVX-512 F / BW / VL / VNNI available; the pointers
-    /// as the 256-bit `tile` requires.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(super) unsafe fn tile<const F: u8, const RX: usize, const RW: usize>(
-        w: [*const u8; RW],
-        x: [*const i8; RX],
-        xs: [*const f32; RX],
-        xo: [*const i32; RX],
-        nb: usize,
-    ) -> [[f32; RW]; RX] {
-        let bb = block_bytes(F);
-        // Lanes 0-7: even pairs, 8-15: odd pairs.
-        let mut acc = [[_mm512_setzero_ps(); RW]; RX];
-        let to_scale = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
-        let to_min = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
-        let to_scale8 = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
-        let to_min8 = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
-        let pairs = nb / 2;
-        let pf = 2 * RW * nb * bb;
-        // SAFETY: quad q reads blocks 4q..4q + 4 <= 2 * pairs <= nb of every
-        // weight row, codes 128q..128q + 128, scales 8q..8q + 8 and (Q4_0)
-        // offsets 16q..16q + 16 of every activation row; a last odd pair and
-        // an odd last block read what the 256-bit kernel reads for them (the
-        // contract covers all of it). Prefetches never fault.
-        unsafe {
-            for q in 0..pairs / 2 {
-                let p = 2 * q;
-                for r in 0..RW {
-                    let a = w[r].wrapping_add(2 * p * bb);
-                    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf + 2 * bb) as *const i8);
-                    let (lo, hi) = unpack_quad::<F>(a, bb);
-                    let dm = scales_quad::<F>(a, bb);
-                    for i in 0..RX {
-                        let xp = x[i].wrapping_add(64 * p);
-                        let (x0, x1) = (load64(xp), load64(xp.wrapping_add(64)));
-                        // Pair layout [A_lo B_lo A_hi B_hi][C_lo D_lo C_hi D_hi]
-                        // -> [A_lo B_lo C_lo D_lo], [A_hi B_hi C_hi D_hi].
-                        let xl = _mm512_shuffle_i64x2::<0b01_00_01_00>(x0, x1);
-                        let xh = _mm512_shuffle_i64x2::<0b11_10_11_10>(x0, x1);
-                        let init = if F == Q4_0 {
-                            _mm512_sub_epi32(
-                                _mm512_setzero_si512(),
-                                load64(xo[i].wrapping_add(8 * p)),
-                            )
-                        } else {
-                            _mm512_setzero_si512()
-                        };
-                        let s = dot::<F>(dot::<F>(init, lo, xl), hi, xh);
-                        let xsc = _mm256_loadu_ps(xs[i].wrapping_add(4 * p));
-                        let sc = _mm512_castps256_ps512(_mm256_mul_ps(dm, xsc));
-                        let mut v = _mm512_fmadd_ps(
-                            _mm512_cvtepi32_ps(s),
-                            _mm512_permutexvar_ps(to_scale, sc),
+    /// The wide `tile` for one feature set: `$vbmi` gathers Q4 blocks with
+    /// [`quad_vbmi`].
+    macro_rules! wide_tile {
+        ($name:ident, $features:literal, $vbmi:literal) => {
+            /// As the 256-bit kernels' `tile` (same contract and result bits).
+            ///
+            /// # Safety
+            /// AVX2, FMA, F16C, AVX-512 F / BW / VL / VNNI (and VBMI for the
+            /// VBMI instance) available; the pointers as the 256-bit `tile`
+            /// requires.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $name<const F: u8, const RX: usize, const RW: usize>(
+                w: [*const u8; RW],
+                x: [*const i8; RX],
+                xs: [*const f32; RX],
+                xo: [*const i32; RX],
+                nb: usize,
+            ) -> [[f32; RW]; RX] {
+                let bb = block_bytes(F);
+                // Lanes 0-7: even pairs, 8-15: odd pairs.
+                let mut acc = [[_mm512_setzero_ps(); RW]; RX];
+                let to_scale = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+                let to_min = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+                let to_scale8 = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+                let to_min8 = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+                let pairs = nb / 2;
+                let pf = 2 * RW * nb * bb;
+                // SAFETY: quad q reads blocks 4q..4q + 4 <= 2 * pairs <= nb of every
+                // weight row, codes 128q..128q + 128, scales 8q..8q + 8 and (Q4_0)
+                // offsets 16q..16q + 16 of every activation row; a last odd pair and
+                // an odd last block read what the 256-bit kernel reads for them (the
+                // contract covers all of it). Prefetches never fault.
+                unsafe {
+                    for q in 0..pairs / 2 {
+                        let p = 2 * q;
+                        // Each activation row's codes, offsets and scales of this
+                        // quad, shared by the tile's weight rows.
+                        let xv: [_; RX] = std::array::from_fn(|i| {
+                            let xp = x[i].wrapping_add(64 * p);
+                            let (x0, x1) = (load64(xp), load64(xp.wrapping_add(64)));
+                            // Pair layout [A_lo B_lo A_hi B_hi][C_lo D_lo C_hi D_hi]
+                            // -> [A_lo B_lo C_lo D_lo], [A_hi B_hi C_hi D_hi].
+                            let xl = _mm512_shuffle_i64x2::<0b01_00_01_00>(x0, x1);
+                            let xh = _mm512_shuffle_i64x2::<0b11_10_11_10>(x0, x1);
+                            let init = if F == Q4_0 {
+                                _mm512_sub_epi32(
+                                    _mm512_setzero_si512(),
+                                    load64(xo[i].wrapping_add(8 * p)),
+                                )
+                            } else {
+                                _mm512_setzero_si512()
+                            };
+                            (xl, xh, init, _mm256_loadu_ps(xs[i].wrapping_add(4 * p)))
+                        });
+                        for r in 0..RW {
+                            let a = w[r].wrapping_add(2 * p * bb);
+                            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
+                            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf + 2 * bb) as *const i8);
+                            let (lo, hi, dm) = if $vbmi && F != Q8_0 {
+                                quad_vbmi::<F>(a)
+                            } else {
+                                let (lo, hi) = unpack_quad::<F>(a, bb);
+                                (lo, hi, scales_quad::<F>(a, bb))
+                            };
+                            for (i, &(xl, xh, init, xsc)) in xv.iter().enumerate() {
+                                let s = dot::<F>(dot::<F>(init, lo, xl), hi, xh);
+                                let sc = _mm512_castps256_ps512(_mm256_mul_ps(dm, xsc));
+                                let mut v = _mm512_fmadd_ps(
+                                    _mm512_cvtepi32_ps(s),
+                                    _mm512_permutexvar_ps(to_scale, sc),
+                                    acc[i][r],
+                                );
+                                if F == Q4_1 {
+                                    v = _mm512_add_ps(v, _mm512_permutexvar_ps(to_min, sc));
+                                }
+                                acc[i][r] = v;
+                            }
+                        }
+                    }
+                    if pairs % 2 == 1 {
+                        // The last pair (even): the 256-bit kernel's step on lanes 0-7.
+                        let p = pairs - 1;
+                        for r in 0..RW {
+                            let a = w[r].wrapping_add(2 * p * bb);
+                            let b = a.wrapping_add(bb);
+                            let (l, h) = unpack_pair::<F>(a, b);
+                            let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
+                            for i in 0..RX {
+                                let xp = x[i].wrapping_add(64 * p);
+                                let init = if F == Q4_0 {
+                                    _mm256_sub_epi32(
+                                        _mm256_setzero_si256(),
+                                        load32(xo[i].wrapping_add(8 * p)),
+                                    )
+                                } else {
+                                    _mm256_setzero_si256()
+                                };
+                                let s = dot_pair::<F>(
+                                    init,
+                                    l,
+                                    h,
+                                    load32(xp),
+                                    load32(xp.wrapping_add(32)),
+                                );
+                                let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
+                                let sc = _mm256_castps128_ps256(_mm_mul_ps(dm, xsc));
+                                let lo8 = _mm512_castps512_ps256(acc[i][r]);
+                                let mut v = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(s),
+                                    _mm256_permutevar8x32_ps(sc, to_scale8),
+                                    lo8,
+                                );
+                                if F == Q4_1 {
+                                    v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(sc, to_min8));
+                                }
+                                acc[i][r] = set_low(acc[i][r], v);
+                            }
+                        }
+                    }
+                    if nb % 2 == 1 {
+                        let (b, p) = (nb - 1, nb / 2);
+                        for r in 0..RW {
+                            let a = w[r].wrapping_add(b * bb);
+                            let wv = unpack_one::<F>(a);
+                            let first = load16(a);
+                            let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
+                            for i in 0..RX {
+                                let init = if F == Q4_0 {
+                                    _mm256_sub_epi32(
+                                        _mm256_setzero_si256(),
+                                        load32(xo[i].wrapping_add(8 * p)),
+                                    )
+                                } else {
+                                    _mm256_setzero_si256()
+                                };
+                                let s = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
+                                let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
+                                let sc = _mm_mul_ps(dm, xsc);
+                                let lo8 = _mm512_castps512_ps256(acc[i][r]);
+                                let mut v = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(s),
+                                    _mm256_broadcastss_ps(sc),
+                                    lo8,
+                                );
+                                if F == Q4_1 {
+                                    let m = _mm_shuffle_ps::<0b01_01_01_01>(sc, sc);
+                                    v = _mm256_add_ps(v, _mm256_set_m128(m, m));
+                                }
+                                acc[i][r] = set_low(acc[i][r], v);
+                            }
+                        }
+                    }
+                }
+                let mut out = [[0f32; RW]; RX];
+                for i in 0..RX {
+                    for r in 0..RW {
+                        let e = _mm512_castps512_ps256(acc[i][r]);
+                        let o = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(
                             acc[i][r],
-                        );
-                        if F == Q4_1 {
-                            v = _mm512_add_ps(v, _mm512_permutexvar_ps(to_min, sc));
-                        }
-                        acc[i][r] = v;
+                        )));
+                        out[i][r] = super::avx2::hsum(_mm256_add_ps(e, o));
                     }
                 }
+                out
             }
-            if pairs % 2 == 1 {
-                // The last pair (even): the 256-bit kernel's step on lanes 0-7.
-                let p = pairs - 1;
-                for r in 0..RW {
-                    let a = w[r].wrapping_add(2 * p * bb);
-                    let b = a.wrapping_add(bb);
-                    let (l, h) = unpack_pair::<F>(a, b);
-                    let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
-                    for i in 0..RX {
-                        let xp = x[i].wrapping_add(64 * p);
-                        let init = if F == Q4_0 {
-                            _mm256_sub_epi32(
-                                _mm256_setzero_si256(),
-                                load32(xo[i].wrapping_add(8 * p)),
-                            )
-                        } else {
-                            _mm256_setzero_si256()
-                        };
-                        let s = dot_pair::<F>(init, l, h, load32(xp), load32(xp.wrapping_add(32)));
-                        let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
-                        let sc = _mm256_castps128_ps256(_mm_mul_ps(dm, xsc));
-                        let lo8 = _mm512_castps512_ps256(acc[i][r]);
-                        let mut v = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(s),
-                            _mm256_permutevar8x32_ps(sc, to_scale8),
-                            lo8,
-                        );
-                        if F == Q4_1 {
-                            v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(sc, to_min8));
-                        }
-                        acc[i][r] = set_low(acc[i][r], v);
-                    }
-                }
-            }
-            if nb % 2 == 1 {
-                let (b, p) = (nb - 1, nb / 2);
-                for r in 0..RW {
-                    let a = w[r].wrapping_add(b * bb);
-                    let wv = unpack_one::<F>(a);
-                    let first = load16(a);
-                    let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
-                    for i in 0..RX {
-                        let init = if F == Q4_0 {
-                            _mm256_sub_epi32(
-                                _mm256_setzero_si256(),
-                                load32(xo[i].wrapping_add(8 * p)),
-                            )
-                        } else {
-                            _mm256_setzero_si256()
-                        };
-                        let s = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
-                        let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
-                        let sc = _mm_mul_ps(dm, xsc);
-                        let lo8 = _mm512_castps512_ps256(acc[i][r]);
-                        let mut v =
-                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcastss_ps(sc), lo8);
-                        if F == Q4_1 {
-                            let m = _mm_shuffle_ps::<0b01_01_01_01>(sc, sc);
-                            v = _mm256_add_ps(v, _mm256_set_m128(m, m));
-                        }
-                        acc[i][r] = set_low(acc[i][r], v);
-                    }
-                }
-            }
-        }
-        let mut out = [[0f32; RW]; RX];
-        for i in 0..RX {
-            for r in 0..RW {
-                let e = _mm512_castps512_ps256(acc[i][r]);
-                let o = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[i][r])));
-                out[i][r] = super::avx2::hsum(_mm256_add_ps(e, o));
-            }
-        }
-        out
+        };
     }
+
+    wide_tile!(
+        tile,
+        "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+        false
+    );
+    wide_tile!(
+        tile_vbmi,
+        "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi",
+        true
+    );
 
     /// `acc` with lanes 0-7 replaced by `v`.
     #[target_feature(enable = "avx512f")]
@@ -1652,7 +1790,7 @@ mod tests {
         }
     }
 
-    /// The SIMD paths (AVX2 maddubs, AVX-VNNI, AVX-512 VNNI) form the same
+    /// The SIMD paths (AVX2 maddubs, AVX-VNNI, AVX-512 VNNI, wide, VBMI) form the same
     /// integer sums and add them in the same order: equal bit for bit.
     #[test]
     fn simd_paths_agree_bit_for_bit() {
