@@ -1240,6 +1240,16 @@ impl Backend for CpuBackend {
             // of two 30 us halves after 30 us of serial work: 80 us either
             // way; started from inside: 33 us).
             keep_workers_awake();
+            IN_BATCH.set(IN_BATCH.get() + 1);
+            // Restored even if f unwinds (a spinner would otherwise see
+            // this thread as inside a batch for good).
+            struct Leave;
+            impl Drop for Leave {
+                fn drop(&mut self) {
+                    IN_BATCH.set(IN_BATCH.get() - 1);
+                }
+            }
+            let _leave = Leave;
             f();
         });
         BATCHES.fetch_sub(1, Ordering::AcqRel);
@@ -1276,50 +1286,86 @@ const LINGER: std::time::Duration = std::time::Duration::from_micros(500);
 /// It calls `std::thread::yield_now` between polls, so other runnable
 /// threads on its core (another stage, the audio callback) still get it.
 fn keep_workers_awake() {
-    use std::sync::atomic::Ordering;
     let want = rayon::current_num_threads().saturating_sub(1);
     while claim_spinner(want) {
-        rayon::spawn(move || loop {
-            SPINNING.set(true);
-            let mut idle = 0u32;
-            let mut last_batch = std::time::Instant::now();
-            loop {
-                if BATCHES.load(Ordering::Acquire) > 0 {
-                    last_batch = std::time::Instant::now();
-                } else if last_batch.elapsed() > LINGER {
-                    break;
-                }
-                if crate::cpu_team::help() {
-                    idle = 0;
-                    continue;
-                }
-                if rayon::yield_now() == Some(rayon::Yield::Executed) {
-                    idle = 0;
-                    // The work was a batch, which took this thread's slot
-                    // (see run_batch): spin on only if a slot is free.
-                    if !SPINNING.get() {
-                        if !claim_spinner(want) {
-                            return;
-                        }
-                        SPINNING.set(true);
-                    }
-                    continue;
-                }
-                idle = idle.wrapping_add(1);
-                if idle.is_multiple_of(64) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
+        rayon::spawn(move || spin(want));
+    }
+}
+
+/// The longest a spinner runs before it hands its thread back and
+/// respawns itself (keeping its slot).
+///
+/// Why: a spinner is a rayon job, and a worker waiting in a join runs
+/// pending jobs, so a spinner can start nested inside a wait (the batch's
+/// own thread popping the spinner it just spawned, or a worker running a
+/// stolen part of a batch). Spinning there while any batch runs would hold
+/// that wait, and so that batch, forever (it happened: the voice loop's
+/// barge-in test hung with the TTS batch queued behind a spinner nested in
+/// a join). Ended shifts bound such a stall; a spinner nested inside a
+/// batch on its own thread leaves at once.
+const SHIFT: std::time::Duration = std::time::Duration::from_millis(1);
+
+std::thread_local! {
+    /// Batches this thread is running now (nested ones included).
+    static IN_BATCH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// One shift of a spinner holding a slot of [`SPINNERS`] (see
+/// [`keep_workers_awake`]).
+fn spin(want: usize) {
+    use std::sync::atomic::Ordering;
+    SPINNING.set(true);
+    let shift = std::time::Instant::now();
+    let mut idle = 0u32;
+    let mut last_batch = shift;
+    loop {
+        if IN_BATCH.get() > 0 {
+            // Nested inside a batch this thread runs: spinning would
+            // hold that batch.
             SPINNING.set(false);
             SPINNERS.fetch_sub(1, Ordering::AcqRel);
-            // A batch that started as this one was leaving found no free
-            // slot: take the slot back for it.
-            if BATCHES.load(Ordering::Acquire) == 0 || !claim_spinner(want) {
-                return;
+            return;
+        }
+        let now = std::time::Instant::now();
+        if BATCHES.load(Ordering::Acquire) > 0 {
+            last_batch = now;
+        } else if now - last_batch > LINGER {
+            break;
+        }
+        if now - shift > SHIFT {
+            SPINNING.set(false);
+            rayon::spawn(move || spin(want));
+            return;
+        }
+        if crate::cpu_team::help() {
+            idle = 0;
+            continue;
+        }
+        if rayon::yield_now() == Some(rayon::Yield::Executed) {
+            idle = 0;
+            // The work was a batch, which took this thread's slot (see
+            // run_batch): spin on only if a slot is free.
+            if !SPINNING.get() {
+                if !claim_spinner(want) {
+                    return;
+                }
+                SPINNING.set(true);
             }
-        });
+            continue;
+        }
+        idle = idle.wrapping_add(1);
+        if idle.is_multiple_of(64) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    SPINNING.set(false);
+    SPINNERS.fetch_sub(1, Ordering::AcqRel);
+    // A batch that started as this one was leaving found no free slot:
+    // take the slot back for it.
+    if BATCHES.load(Ordering::Acquire) > 0 && claim_spinner(want) {
+        rayon::spawn(move || spin(want));
     }
 }
 
