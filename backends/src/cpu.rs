@@ -18,6 +18,10 @@
 //! any strided view (a narrowed or transposed tensor). Quantized tensors given to
 //! ops other than [`Op::Linear`], [`Op::IndexSelect`] and [`Op::Cast`] are
 //! dequantized to f32 first.
+//!
+//! Placing a Q4_0 / Q4_1 matrix ([`Backend::make_resident`]) packs it into
+//! the int8 kernels' tile layout where they read one ([`PackedWeights`]):
+//! a buffer of this backend, of the same size, that every op still takes.
 
 use crate::cpu_act;
 use crate::cpu_conv;
@@ -80,10 +84,121 @@ fn plain(t: &Tensor, op: &'static str) -> Result<CTensor> {
     match t.storage() {
         Storage::Host(c) => Ok(c.clone()),
         Storage::Quantized(q) => Ok(q.dequantize(&cdev())?),
-        Storage::Device(_) => Err(Error::bad_input(
-            op,
-            "CPU backend got a device tensor; Device::run moves it to the host first",
-        )),
+        Storage::Device(_) => match PackedWeights::of(t) {
+            Some(p) => Ok(p.to_qtensor()?.dequantize(&cdev())?),
+            None => Err(Error::bad_input(
+                op,
+                "CPU backend got a device tensor; Device::run moves it to the host first",
+            )),
+        },
+    }
+}
+
+/// Q4_0 / Q4_1 weights in the tile layout of the 256-bit int8 kernels
+/// ([`cpu_gemv::pack`]), made by [`Backend::make_resident`] when a stage
+/// places a matrix on the CPU. [`Op::Linear`] streams it (the same bits as
+/// GGML's layout, faster); [`Op::IndexSelect`] reads its rows in place;
+/// any other op gets it back in GGML's layout first, as does
+/// [`Backend::download`]. Same size as the GGML bytes it replaces.
+#[derive(Debug)]
+pub(crate) struct PackedWeights {
+    fmt: WeightFormat,
+    dtype: GgmlDType,
+    /// Rows and values per row.
+    n: usize,
+    k: usize,
+    bytes: Vec<u8>,
+}
+
+impl edgeflow_runtime::DeviceBuffer for PackedWeights {
+    fn backend(&self) -> &str {
+        "cpu"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn size_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+impl PackedWeights {
+    /// `t`'s packed weights, if it holds some.
+    fn of(t: &Tensor) -> Option<&PackedWeights> {
+        match t.storage() {
+            Storage::Device(b) => b.as_any().downcast_ref(),
+            _ => None,
+        }
+    }
+
+    /// `t` packed, when it is a Q4 matrix of at least one tile that this
+    /// machine's kernels read packed ([`cpu_gemv::packs`]).
+    fn pack(t: &Tensor) -> Result<Option<Tensor>> {
+        let Storage::Quantized(q) = t.storage() else {
+            return Ok(None);
+        };
+        let Some(fmt) = WeightFormat::of_ggml(q.dtype()) else {
+            return Ok(None);
+        };
+        let &[n, k] = t.dims() else { return Ok(None) };
+        if n < cpu_gemv::PACK_ROWS || !cpu_gemv::packs(fmt) {
+            return Ok(None);
+        }
+        let Some(bytes) = cpu_gemv::pack(fmt, &q.data()?, n, k) else {
+            return Ok(None);
+        };
+        huge_pages::advise_range(bytes.as_ptr() as usize, bytes.len());
+        let p = PackedWeights {
+            fmt,
+            dtype: q.dtype(),
+            n,
+            k,
+            bytes,
+        };
+        Ok(Some(Tensor::from_device(Arc::new(p), t.dims(), t.dtype())))
+    }
+
+    /// The weights in GGML's layout again.
+    fn to_qtensor(&self) -> Result<QTensor> {
+        let ggml = cpu_gemv::unpack(self.fmt, &self.bytes, self.n, self.k).ok_or_else(|| {
+            Error::bad_input("packed weights", "the packed bytes do not fit their shape")
+        })?;
+        Ok(candle_core::quantized::ggml_file::qtensor_from_ggml(
+            self.dtype,
+            &ggml,
+            vec![self.n, self.k],
+            &cdev(),
+        )?)
+    }
+
+    /// Rows `idx` (1-D indices) dequantized, read in place.
+    fn rows(&self, idx: &CTensor) -> Result<CTensor> {
+        let ids = index_tensor(idx)?.to_dtype(CDType::I64)?.to_vec1::<i64>()?;
+        let n = self.n;
+        let ids: Vec<usize> = ids
+            .into_iter()
+            .map(|i| {
+                usize::try_from(i).ok().filter(|&i| i < n).ok_or_else(|| {
+                    Error::bad_input(
+                        "index_select",
+                        format!("index {i} out of range for {n} rows"),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?;
+        let raw =
+            cpu_gemv::packed_rows(self.fmt, &self.bytes, n, self.k, &ids).ok_or_else(|| {
+                Error::bad_input("index_select", "packed rows do not fit their shape")
+            })?;
+        let sub = candle_core::quantized::ggml_file::qtensor_from_ggml(
+            self.dtype,
+            &raw,
+            vec![ids.len(), self.k],
+            &cdev(),
+        )?;
+        Ok(sub.dequantize(&cdev())?)
     }
 }
 
@@ -486,6 +601,13 @@ fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> 
             let xv = x.flatten_all()?.to_vec1::<f32>()?;
             let data = q.data()?;
             cpu_gemv::matmul(fmt, &data, n, &xv, rows)
+        }
+        Storage::Device(_) => {
+            let Some(p) = PackedWeights::of(w) else {
+                return Ok(None);
+            };
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            cpu_gemv::matmul_packed(p.fmt, &p.bytes, n, &xv, rows)
         }
         Storage::Host(c) if c.dtype() == CDType::F32 && rows <= F32_GEMV_ROWS => {
             let xv = x.flatten_all()?.to_vec1::<f32>()?;
@@ -1147,6 +1269,9 @@ impl CpuBackend {
                         return wrap(quantized_rows(q, &idx)?);
                     }
                 }
+                if let (Some(w), 0) = (PackedWeights::of(inputs[0]), *dim) {
+                    return wrap(w.rows(&idx)?);
+                }
                 // candle's CPU index_select reads its source as contiguous
                 // (the indices may be strided); a no-op when it already is.
                 let x = p(0)?.contiguous()?;
@@ -1187,11 +1312,11 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, _op: &Op, inputs: &[&Tensor]) -> bool {
-        inputs.iter().all(|t| t.is_host())
+        inputs.iter().all(|t| self.holds(t))
     }
 
     fn holds(&self, t: &Tensor) -> bool {
-        t.is_host()
+        t.is_host() || PackedWeights::of(t).is_some()
     }
 
     fn upload(&self, t: &Tensor) -> Result<Tensor> {
@@ -1206,15 +1331,22 @@ impl Backend for CpuBackend {
     }
 
     fn download(&self, t: &Tensor) -> Result<Tensor> {
-        self.upload(t)
+        match PackedWeights::of(t) {
+            Some(p) => Tensor::from_quantized(Arc::new(p.to_qtensor()?)),
+            None => self.upload(t),
+        }
     }
 
     fn execute(&self, op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
         self.exec(op, inputs)
     }
 
-    fn make_resident(&self, t: &Tensor) {
+    fn make_resident(&self, t: &Tensor) -> Result<Tensor> {
+        if let Some(p) = PackedWeights::pack(t)? {
+            return Ok(p);
+        }
         huge_pages::advise(t);
+        Ok(t.clone())
     }
 
     fn run_batch(&self, f: &mut (dyn FnMut() + Send)) {
@@ -1433,7 +1565,7 @@ pub(crate) mod huge_pages {
 
     /// Advise the 2 MB-aligned regions that cover `t`'s bytes (they may
     /// take in neighbouring heap memory; only the page size changes).
-    pub(super) fn advise(t: &Tensor) {
+    pub(crate) fn advise(t: &Tensor) {
         let Some((start, len)) = byte_range(t) else {
             return;
         };
@@ -1485,5 +1617,83 @@ fn candle_features() -> &'static str {
         "neon"
     } else {
         "scalar"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgeflow_runtime::Device;
+
+    fn bits(t: &Tensor) -> Vec<u32> {
+        t.to_vec_f32()
+            .expect("host f32")
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    }
+
+    /// A Q4 matrix placed on the CPU (packed into the kernels' tiles where
+    /// this machine reads them packed) gives what the GGML-layout tensor
+    /// gives, bit for bit: linear (decode, prefill, bias), embedding rows,
+    /// dequantization, any other op, and the bytes it downloads to.
+    #[test]
+    fn placed_q4_weights_give_the_ggml_layout_results() {
+        let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+        let dev = Device::new(cpu.clone(), cpu);
+        for dt in [DType::Q4_0, DType::Q4_1] {
+            // 13 rows: three whole tiles and a tail row; 96 values: an odd
+            // block count.
+            let w = dev
+                .cast(
+                    &rng::rand_normal_host(&[13, 96], 0.0, 0.3, 7).expect("w"),
+                    dt,
+                )
+                .expect("quantize");
+            let placed = dev.place(&w).expect("place");
+            let packed = PackedWeights::of(&placed).is_some();
+            let fmt = WeightFormat::of_ggml(ggml_dtype(dt).expect("q4")).expect("q4");
+            assert_eq!(
+                packed,
+                cpu_gemv::packs(fmt),
+                "{dt}: packed where the kernels read it"
+            );
+            assert_eq!(placed.size_bytes(), w.size_bytes());
+            assert_eq!(placed.dtype(), dt);
+            // Placing again keeps it as it is.
+            let again = dev.place(&placed).expect("place again");
+            assert_eq!(PackedWeights::of(&again).is_some(), packed);
+            let b = rng::rand_normal_host(&[13], 0.0, 1.0, 8).expect("b");
+            for rows in [1usize, 3, 6] {
+                let x = rng::rand_normal_host(&[rows, 96], 0.0, 1.0, rows as u64).expect("x");
+                let want = dev.linear(&x, &w, Some(&b)).expect("ggml layout");
+                let got = dev.linear(&x, &placed, Some(&b)).expect("placed");
+                assert_eq!(bits(&got), bits(&want), "{dt} linear, {rows} rows");
+            }
+            let idx = Tensor::from_i64(vec![12, 0, 5, 3, 12], &[5]).expect("idx");
+            let want = dev.index_select(&w, &idx, 0).expect("ggml rows");
+            let got = dev.index_select(&placed, &idx, 0).expect("placed rows");
+            assert_eq!(bits(&got), bits(&want), "{dt} index_select");
+            let bad = Tensor::from_i64(vec![13], &[1]).expect("idx");
+            let e = dev
+                .index_select(&placed, &bad, 0)
+                .expect_err("out of range");
+            assert!(e.to_string().contains("out of range"), "{e}");
+            let want = dev.cast(&w, DType::F32).expect("dequantize");
+            let got = dev.cast(&placed, DType::F32).expect("dequantize placed");
+            assert_eq!(bits(&got), bits(&want), "{dt} cast");
+            let got = dev.transpose(&placed, 0, 1).expect("another op");
+            let want = dev.transpose(&w, 0, 1).expect("another op");
+            assert_eq!(bits(&got), bits(&want), "{dt} transpose");
+            let back = dev.to_host(&placed).expect("download");
+            let (Storage::Quantized(a), Storage::Quantized(o)) = (back.storage(), w.storage())
+            else {
+                panic!("{dt}: downloads as a quantized host tensor");
+            };
+            assert_eq!(
+                a.data().expect("bytes").as_ref(),
+                o.data().expect("bytes").as_ref()
+            );
+        }
     }
 }

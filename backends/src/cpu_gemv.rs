@@ -35,6 +35,15 @@
 //! Every tile computes each output with the same operations in the same
 //! order, so a prefill row equals the one-row result bit for bit.
 //!
+//! - Weights placed on the CPU (`Device::place`) where the 256-bit kernels
+//!   run (AVX2, AVX-VNNI) are repacked once into tiles of 4 rows
+//!   ([`pack`]): a pair of blocks' nibbles of one row in one 32-byte run,
+//!   the tile's 8 scales of a pair side by side. One load then feeds a
+//!   row's pair, and one conversion and multiply the tile's scales, where
+//!   GGML's layout needs two loads and an insert per row and a gather of
+//!   scales from 8 places. [`matmul_packed`] runs the same lane operations
+//!   in the same order: the results are the GGML-layout kernels' bits.
+//!
 //! - Where the CPU has VNNI (AVX-VNNI or AVX-512 VNNI), `vpdpbusd` replaces
 //!   each `maddubs` + `madd` pair; the integer sums are the same (no i16
 //!   saturation is possible with these operands), so every x86 path gives
@@ -259,7 +268,193 @@ pub(crate) fn matmul(
     x: &[f32],
     m: usize,
 ) -> Option<Vec<f32>> {
-    matmul_with(fmt, w, n, x, m, Isa::detect())
+    matmul_with(fmt, w, n, x, m, Isa::detect(), false)
+}
+
+/// [`matmul`] over weights in the tile layout of [`pack`] (made on this
+/// machine: [`packs`] was true for `fmt`). The results are [`matmul`]'s,
+/// bit for bit.
+pub(crate) fn matmul_packed(
+    fmt: WeightFormat,
+    packed: &[u8],
+    n: usize,
+    x: &[f32],
+    m: usize,
+) -> Option<Vec<f32>> {
+    let isa = Isa::detect();
+    if !packs_on(fmt, isa) {
+        return None;
+    }
+    matmul_with(fmt, packed, n, x, m, isa, true)
+}
+
+/// Weight rows per tile of the packed layout ([`pack`]).
+pub(crate) const PACK_ROWS: usize = 4;
+
+/// Whether [`pack`] has a layout for `fmt` that this machine's kernels
+/// read: Q4_0 and Q4_1 where the 256-bit int8 kernels run (AVX2, AVX-VNNI).
+/// The 512-bit kernels gather a step's blocks with their own permutes and
+/// read GGML's layout; portable code has no use for it.
+pub(crate) fn packs(fmt: WeightFormat) -> bool {
+    packs_on(fmt, Isa::detect())
+}
+
+fn packs_on(fmt: WeightFormat, isa: Isa) -> bool {
+    matches!(fmt, WeightFormat::Q4_0 | WeightFormat::Q4_1)
+        && matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
+}
+
+/// Where a Q4 block keeps its 16 nibble bytes (after `d`, and `m` for Q4_1).
+fn nibble_offset(fmt: WeightFormat) -> usize {
+    if fmt == WeightFormat::Q4_1 {
+        4
+    } else {
+        2
+    }
+}
+
+/// The byte moves between GGML's row-major blocks and the packed tile
+/// layout ([`pack`]): `f(ggml_offset, packed_offset, len)` for every run of
+/// bytes that moves, covering both buffers once. None when the format has
+/// no packed layout or the sizes do not fit.
+fn pack_moves(
+    fmt: WeightFormat,
+    len: usize,
+    n: usize,
+    k: usize,
+    mut f: impl FnMut(usize, usize, usize),
+) -> Option<()> {
+    if !matches!(fmt, WeightFormat::Q4_0 | WeightFormat::Q4_1)
+        || k == 0
+        || !k.is_multiple_of(32)
+        || len != n * fmt.row_bytes(k)
+    {
+        return None;
+    }
+    let (bb, nb) = (fmt.row_bytes(32), k / 32);
+    let rb = nb * bb;
+    let off = nibble_offset(fmt);
+    // The f16 fields of a block: `d`, and `m` for Q4_1.
+    let fields: &[usize] = if fmt == WeightFormat::Q4_1 {
+        &[0, 2]
+    } else {
+        &[0]
+    };
+    let mut o = 0;
+    for t in 0..n / PACK_ROWS {
+        let at = |r: usize, b: usize| (t * PACK_ROWS + r) * rb + b * bb;
+        let mut group = |blocks: &[usize]| {
+            for r in 0..PACK_ROWS {
+                for &b in blocks {
+                    f(at(r, b) + off, o, 16);
+                    o += 16;
+                }
+            }
+            for &field in fields {
+                for &b in blocks {
+                    for r in 0..PACK_ROWS {
+                        f(at(r, b) + field, o, 2);
+                        o += 2;
+                    }
+                }
+            }
+        };
+        for p in 0..nb / 2 {
+            group(&[2 * p, 2 * p + 1]);
+        }
+        if nb % 2 == 1 {
+            group(&[nb - 1]);
+        }
+    }
+    let tail = n / PACK_ROWS * PACK_ROWS * rb;
+    f(tail, o, len - tail);
+    Some(())
+}
+
+/// GGML Q4_0 / Q4_1 weights (`n` rows of `k` values, as the file stores
+/// them) in the layout the 256-bit decode kernels stream fastest. Rows go
+/// in tiles of [`PACK_ROWS`]; a tile holds, for each pair of blocks
+/// `2p, 2p + 1`: the 16 nibble bytes of block `2p` then of `2p + 1` for
+/// each of its 4 rows (32 bytes a row: one load, already in the
+/// activation pair layout), then the 8 f16 scales `d` (block `2p` of rows
+/// 0-3, then block `2p + 1`), then for Q4_1 the 8 minimums `m` in the same
+/// order; an odd last block follows as 4 x 16 nibble bytes, 4 `d` (and 4
+/// `m`). A tile is exactly its 4 rows' bytes, so row `j` of a whole tile
+/// still starts its tile's span at `j * row_bytes`; rows after the last
+/// whole tile stay in GGML's layout.
+///
+/// Why: in GGML's layout a tile's scales sit in 8 places per pair of
+/// blocks, and gathering them cost as much as the dot products
+/// (Q4_1 1 x 896 x 4864 on AVX2, Zen 3: 0.67x the time in cache, 0.75x
+/// streamed from DRAM with the scales side by side).
+pub(crate) fn pack(fmt: WeightFormat, w: &[u8], n: usize, k: usize) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; w.len()];
+    pack_moves(fmt, w.len(), n, k, |g, p, len| {
+        out[p..p + len].copy_from_slice(&w[g..g + len])
+    })?;
+    Some(out)
+}
+
+/// GGML's layout back from [`pack`]'s.
+pub(crate) fn unpack(fmt: WeightFormat, packed: &[u8], n: usize, k: usize) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; packed.len()];
+    pack_moves(fmt, packed.len(), n, k, |g, p, len| {
+        out[g..g + len].copy_from_slice(&packed[p..p + len])
+    })?;
+    Some(out)
+}
+
+/// GGML's bytes of rows `ids` of [`pack`]ed weights (an embedding lookup
+/// in a packed matrix), read in place. None when the sizes do not fit or an
+/// id is out of range.
+pub(crate) fn packed_rows(
+    fmt: WeightFormat,
+    packed: &[u8],
+    n: usize,
+    k: usize,
+    ids: &[usize],
+) -> Option<Vec<u8>> {
+    if !matches!(fmt, WeightFormat::Q4_0 | WeightFormat::Q4_1)
+        || k == 0
+        || !k.is_multiple_of(32)
+        || packed.len() != n * fmt.row_bytes(k)
+    {
+        return None;
+    }
+    let (bb, nb) = (fmt.row_bytes(32), k / 32);
+    let rb = nb * bb;
+    let (off, pair) = (nibble_offset(fmt), 8 * bb);
+    let tiled = n / PACK_ROWS * PACK_ROWS;
+    let mut out = Vec::with_capacity(ids.len() * rb);
+    for &j in ids {
+        if j >= n {
+            return None;
+        }
+        if j >= tiled {
+            out.extend_from_slice(&packed[j * rb..(j + 1) * rb]);
+            continue;
+        }
+        let (base, r) = (j / PACK_ROWS * PACK_ROWS * rb, j % PACK_ROWS);
+        for b in 0..nb {
+            // A block of a pair (8 blocks over the tile's rows) or the odd
+            // last one (4 blocks).
+            let (group, which, blocks) = if b < nb / 2 * 2 {
+                (base + b / 2 * pair, b % 2, 8)
+            } else {
+                (base + nb / 2 * pair, 0, 4)
+            };
+            let nibbles = group + (blocks / 4) * 16 * r + 16 * which;
+            let field = |f: usize| group + 16 * blocks + 2 * blocks * f + 2 * (4 * which + r);
+            let mut block = [0u8; 20];
+            block[..2].copy_from_slice(&packed[field(0)..field(0) + 2]);
+            if fmt == WeightFormat::Q4_1 {
+                block[2..4].copy_from_slice(&packed[field(1)..field(1) + 2]);
+            }
+            block[off..off + 16].copy_from_slice(&packed[nibbles..nibbles + 16]);
+            out.extend_from_slice(&block[..bb]);
+        }
+    }
+    Some(out)
 }
 
 fn matmul_with(
@@ -269,8 +464,12 @@ fn matmul_with(
     x: &[f32],
     m: usize,
     isa: Isa,
+    packed: bool,
 ) -> Option<Vec<f32>> {
     if fmt == WeightFormat::F32 || m == 0 || !x.len().is_multiple_of(m) {
+        return None;
+    }
+    if packed && !packs_on(fmt, isa) {
         return None;
     }
     let k = x.len() / m;
@@ -283,10 +482,18 @@ fn matmul_with(
     let run = |j0: usize, rows: usize, out: &mut [f32]| {
         let w = &w[j0 * rb..(j0 + rows) * rb];
         // SAFETY (each arm): the instruction sets were detected at run time
-        // (Isa::available); `w` holds `rows` rows of `rb` bytes, `out` has
+        // (Isa::available); `w` holds `rows` rows of `rb` bytes (whole
+        // packed tiles first when `packed`: `j0` is a multiple of the tile
+        // in both splits below), `out` has
         // `rows * m` slots and `xq` holds m rows of k values in the format's
         // layout.
         match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 if packed => unsafe { avx2_int8::rows_packed(fmt, w, rb, &xq, out) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni if packed => unsafe { avxvnni::rows_packed(fmt, w, rb, &xq, out) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni if packed => unsafe { avx512vnni::rows_packed(fmt, w, rb, &xq, out) },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => unsafe { avx2_int8::rows(fmt, w, rb, &xq, out) },
             #[cfg(target_arch = "x86_64")]
@@ -979,6 +1186,222 @@ macro_rules! int8_kernels {
                     }
                 }
                 out
+            }
+
+            /// Element `r` of each 128-bit half of `v` in all four lanes of
+            /// that half.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn lane(v: __m256, r: usize) -> __m256 {
+                match r {
+                    0 => _mm256_permute_ps::<0x00>(v),
+                    1 => _mm256_permute_ps::<0x55>(v),
+                    2 => _mm256_permute_ps::<0xaa>(v),
+                    _ => _mm256_permute_ps::<0xff>(v),
+                }
+            }
+
+            /// [`tile`] for one activation row and the 4 weight rows of a
+            /// packed tile at `t` ([`super::pack`]): the same operations on
+            /// every lane in the same order, so the same bits. The scales
+            /// of the tile's 8 blocks of a pair come in one load and
+            /// convert and multiply together; a row's lanes then take
+            /// theirs with one in-lane permute.
+            ///
+            /// # Safety
+            /// As [`tile`], with `t` pointing at a whole packed tile of `nb`
+            /// blocks a row.
+            #[target_feature(enable = $features)]
+            unsafe fn tile_packed<const F: u8>(
+                t: *const u8,
+                x: *const i8,
+                xs: *const f32,
+                xo: *const i32,
+                nb: usize,
+            ) -> [f32; 4] {
+                let bb = block_bytes(F);
+                // Bytes of one pair of blocks over the tile's rows, and
+                // where its scales (then minimums) start.
+                let (pair, ds) = (8 * bb, 128);
+                let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+                let m4 = _mm256_set1_epi8(0x0f);
+                // SAFETY: pair p reads bytes p * pair.. + pair of the tile
+                // and, as in `tile`, codes 64p.. + 64, scales 4p.. + 4 and
+                // (Q4_0) offsets 8p.. + 8; the odd last block reads the
+                // tile's last 4 * bb bytes. Prefetches never fault.
+                unsafe {
+                    // Two tiles ahead, every line of the pair's span.
+                    let pf = 2 * 4 * nb * bb;
+                    for p in 0..nb / 2 {
+                        let tp = t.wrapping_add(p * pair);
+                        _mm_prefetch::<_MM_HINT_T0>(tp.wrapping_add(pf) as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(tp.wrapping_add(pf + 64) as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(tp.wrapping_add(pf + 128) as *const i8);
+                        let xp = x.wrapping_add(64 * p);
+                        let (xl, xh) = (load32(xp), load32(xp.wrapping_add(32)));
+                        // [d_x A, s_x A, d_x B, s_x B] (s_x: Q4_1's minimum term).
+                        let xsc = _mm_castsi128_ps(load16(xs.wrapping_add(4 * p)));
+                        let dsc = _mm256_mul_ps(
+                            _mm256_cvtph_ps(load16(tp.wrapping_add(ds))),
+                            _mm256_set_m128(
+                                _mm_permute_ps::<0b10_10_10_10>(xsc),
+                                _mm_permute_ps::<0>(xsc),
+                            ),
+                        );
+                        let msc = if F == Q4_1 {
+                            _mm256_mul_ps(
+                                _mm256_cvtph_ps(load16(tp.wrapping_add(ds + 16))),
+                                _mm256_set_m128(
+                                    _mm_permute_ps::<0b11_11_11_11>(xsc),
+                                    _mm_permute_ps::<0b01_01_01_01>(xsc),
+                                ),
+                            )
+                        } else {
+                            _mm256_setzero_ps()
+                        };
+                        let init = if F == Q4_0 {
+                            _mm256_sub_epi32(_mm256_setzero_si256(), load32(xo.wrapping_add(8 * p)))
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        for (r, a) in acc.iter_mut().enumerate() {
+                            let v = load32(tp.wrapping_add(32 * r));
+                            let l = _mm256_and_si256(v, m4);
+                            let h = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                            let s = dot_pair::<F>(init, l, h, xl, xh);
+                            let mut v =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), lane(dsc, r), a[p % 2]);
+                            if F == Q4_1 {
+                                v = _mm256_add_ps(v, lane(msc, r));
+                            }
+                            a[p % 2] = v;
+                        }
+                    }
+                    if nb % 2 == 1 {
+                        let (b, p) = (nb - 1, nb / 2);
+                        let tp = t.wrapping_add(p * pair);
+                        let xsc = _mm_castsi128_ps(load16(xs.wrapping_add(4 * p)));
+                        // Four f16 scales (then minimums) of rows 0-3.
+                        let d4 =
+                            _mm_cvtph_ps(_mm_loadl_epi64(tp.wrapping_add(64) as *const __m128i));
+                        let dsc = _mm_mul_ps(d4, _mm_permute_ps::<0>(xsc));
+                        let msc = if F == Q4_1 {
+                            let mins = _mm_cvtph_ps(_mm_loadl_epi64(
+                                tp.wrapping_add(72) as *const __m128i
+                            ));
+                            _mm_mul_ps(mins, _mm_permute_ps::<0b01_01_01_01>(xsc))
+                        } else {
+                            _mm_setzero_ps()
+                        };
+                        let init = if F == Q4_0 {
+                            _mm256_sub_epi32(_mm256_setzero_si256(), load32(xo.wrapping_add(8 * p)))
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        let xv = load32(x.wrapping_add(32 * b));
+                        for (r, a) in acc.iter_mut().enumerate() {
+                            let raw = load16(tp.wrapping_add(16 * r));
+                            let low = _mm256_castsi256_si128(m4);
+                            let wv = _mm256_set_m128i(
+                                _mm_and_si128(_mm_srli_epi16::<4>(raw), low),
+                                _mm_and_si128(raw, low),
+                            );
+                            let s = dot_i8::<F>(init, wv, xv);
+                            let sc = _mm256_castps128_ps256(dsc);
+                            let mut v = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(s),
+                                _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(r as i32)),
+                                a[0],
+                            );
+                            if F == Q4_1 {
+                                let m = _mm256_castps128_ps256(msc);
+                                v = _mm256_add_ps(
+                                    v,
+                                    _mm256_permutevar8x32_ps(m, _mm256_set1_epi32(r as i32)),
+                                );
+                            }
+                            a[0] = v;
+                        }
+                    }
+                }
+                let mut out = [0f32; 4];
+                for (o, a) in out.iter_mut().zip(&acc) {
+                    *o = hsum(_mm256_add_ps(a[0], a[1]));
+                }
+                out
+            }
+
+            /// [`rows`] over packed weights ([`super::pack`]): `w` starts at a
+            /// tile boundary; its whole tiles are packed, any rows after
+            /// them are in GGML's layout.
+            ///
+            /// # Safety
+            /// As [`rows`]; `fmt` is Q4_0 or Q4_1.
+            // Unused by the 512-bit instances, which read GGML's layout
+            // (`packs_on`).
+            #[allow(dead_code)]
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn rows_packed(
+                fmt: WeightFormat,
+                w: &[u8],
+                rb: usize,
+                xq: &QuantRows,
+                out: &mut [f32],
+            ) {
+                assert!(rb == fmt.row_bytes(xq.k) && out.len() == w.len() / rb * xq.m);
+                assert!(
+                    fmt != WeightFormat::Q4_0 || xq.offsets.len() == xq.m * 8 * xq.k.div_ceil(64)
+                );
+                // SAFETY: the caller's contract; the asserts check the lengths.
+                unsafe {
+                    match fmt {
+                        WeightFormat::Q4_0 => rows_packed_f::<Q4_0>(w, rb, xq, out),
+                        WeightFormat::Q4_1 => rows_packed_f::<Q4_1>(w, rb, xq, out),
+                        // matmul_with packs Q4 formats only.
+                        _ => {}
+                    }
+                }
+            }
+
+            /// # Safety
+            /// As [`rows_packed`], with `F` the format's code.
+            #[target_feature(enable = $features)]
+            unsafe fn rows_packed_f<const F: u8>(
+                w: &[u8],
+                rb: usize,
+                xq: &QuantRows,
+                out: &mut [f32],
+            ) {
+                const T: usize = super::PACK_ROWS;
+                let (n, m, nb) = (w.len() / rb, xq.m, xq.k / 32);
+                let tiles = n / T;
+                for t in 0..tiles {
+                    let tp = w[t * T * rb..].as_ptr();
+                    // Activation rows innermost: the tile (4 rows) stays in
+                    // L1 while every row of a prefill passes over it.
+                    for i in 0..m {
+                        // SAFETY: tile t is whole (t < n / T) and row i < m
+                        // of `xq` has the lengths `tile_packed` reads.
+                        let y = unsafe {
+                            tile_packed::<F>(
+                                tp,
+                                xq.codes(i).as_ptr(),
+                                xq.scales(i).as_ptr(),
+                                xq.offsets(i).as_ptr(),
+                                nb,
+                            )
+                        };
+                        for (r, v) in y.iter().enumerate() {
+                            out[(t * T + r) * m + i] = *v;
+                        }
+                    }
+                }
+                for j in tiles * T..n {
+                    for i in 0..m {
+                        // SAFETY: row j < n is in GGML's layout, i < m.
+                        unsafe { run_tile::<F, 1, 1>(w, rb, xq, i, j, out) };
+                    }
+                }
             }
 
             /// Run one `RX x RW` tile at activation row `i0`, weight row `j0`.
@@ -1682,7 +2105,7 @@ mod tests {
                     for m in 1..=9 {
                         let x = activations(m, k, 7 * m as u32);
                         for isa in paths() {
-                            let y = matmul_with(fmt, &w, n, &x, m, isa).expect("shapes fit");
+                            let y = matmul_with(fmt, &w, n, &x, m, isa, false).expect("shapes fit");
                             for r in 0..m {
                                 let xr = &x[r * k..(r + 1) * k];
                                 for (j, blocks) in dec.iter().enumerate() {
@@ -1728,7 +2151,7 @@ mod tests {
             let w = blocks(fmt, n, k, 4);
             let rb = fmt.row_bytes(k);
             for isa in paths() {
-                let y = matmul_with(fmt, &w, n, &x, m, isa).expect("shapes fit");
+                let y = matmul_with(fmt, &w, n, &x, m, isa, false).expect("shapes fit");
                 for r in 0..m {
                     for j in 0..n {
                         let (mut want, mut mag) = (0f64, 0f64);
@@ -1775,10 +2198,11 @@ mod tests {
                 for m in 1..=9 {
                     let x = activations(m, k, 5);
                     for isa in paths() {
-                        let y = matmul_with(fmt, &w, n, &x, m, isa).expect("shapes fit");
+                        let y = matmul_with(fmt, &w, n, &x, m, isa, false).expect("shapes fit");
                         for r in 0..m {
-                            let one = matmul_with(fmt, &w, n, &x[r * k..(r + 1) * k], 1, isa)
-                                .expect("shapes fit");
+                            let one =
+                                matmul_with(fmt, &w, n, &x[r * k..(r + 1) * k], 1, isa, false)
+                                    .expect("shapes fit");
                             let got: Vec<u32> =
                                 y[r * n..(r + 1) * n].iter().map(|v| v.to_bits()).collect();
                             let want: Vec<u32> = one.iter().map(|v| v.to_bits()).collect();
@@ -1805,7 +2229,7 @@ mod tests {
                 let ys: Vec<Vec<u32>> = simd
                     .iter()
                     .map(|isa| {
-                        let y = matmul_with(fmt, &w, n, &x, m, *isa).expect("shapes fit");
+                        let y = matmul_with(fmt, &w, n, &x, m, *isa, false).expect("shapes fit");
                         y.iter().map(|v| v.to_bits()).collect()
                     })
                     .collect();
@@ -1830,5 +2254,123 @@ mod tests {
         assert!(matmul(WeightFormat::Q4_1, &w[..40], 1, &x[..48], 1).is_none());
         assert!(matmul(WeightFormat::Q4_1, &w, 2, &x, 0).is_none());
         assert!(matmul(WeightFormat::F32, &w, 2, &x, 1).is_none());
+    }
+    /// [`pack`] and [`unpack`] are inverse for every row count (whole
+    /// tiles, a tail, both) and block count (odd too); other formats and
+    /// sizes are refused.
+    #[test]
+    fn packing_round_trips() {
+        for fmt in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
+            for k in [32usize, 64, 96, 160, 576] {
+                for n in [1usize, 3, 4, 5, 8, 13] {
+                    let w = blocks(fmt, n, k, 31 + n as u32);
+                    let p = pack(fmt, &w, n, k).expect("fits");
+                    assert_eq!(p.len(), w.len());
+                    if n >= PACK_ROWS {
+                        assert_ne!(p, w, "{fmt:?} n={n} k={k}: the tiles moved");
+                    }
+                    assert_eq!(
+                        unpack(fmt, &p, n, k).expect("fits"),
+                        w,
+                        "{fmt:?} n={n} k={k}"
+                    );
+                }
+            }
+        }
+        let w = blocks(WeightFormat::Q4_1, 4, 64, 1);
+        assert!(pack(WeightFormat::Q4_1, &w, 4, 64).is_some());
+        assert!(pack(WeightFormat::Q4_1, &w, 3, 64).is_none());
+        assert!(pack(WeightFormat::Q4_1, &w, 4, 48).is_none());
+        assert!(pack(
+            WeightFormat::Q8_0,
+            &blocks(WeightFormat::Q8_0, 4, 64, 1),
+            4,
+            64
+        )
+        .is_none());
+    }
+
+    /// The packed tile layout's known positions: row 1's nibbles of block
+    /// 1, and the scale of row 2's block 0, of the first pair.
+    #[test]
+    fn packed_layout_puts_a_pair_side_by_side() {
+        let fmt = WeightFormat::Q4_1;
+        let (n, k) = (4, 64);
+        let w = blocks(fmt, n, k, 5);
+        let p = pack(fmt, &w, n, k).expect("fits");
+        let (rb, bb) = (fmt.row_bytes(k), 20);
+        assert_eq!(&p[32 + 16..64], &w[rb + bb + 4..rb + 2 * bb]);
+        assert_eq!(&p[128 + 4..128 + 6], &w[2 * rb..2 * rb + 2]);
+        assert_eq!(
+            &p[144 + 8 + 6..144 + 8 + 8],
+            &w[3 * rb + bb + 2..3 * rb + bb + 4]
+        );
+    }
+
+    /// Packed weights give the GGML-layout kernels' results bit for bit,
+    /// decode and prefill, with and without a tail of unpacked rows.
+    #[test]
+    fn packed_matmul_is_the_unpacked_bits() {
+        let isas: Vec<Isa> = paths()
+            .into_iter()
+            .filter(|i| packs_on(WeightFormat::Q4_1, *i))
+            .collect();
+        if isas.is_empty() {
+            eprintln!("no 256-bit int8 kernel on this machine: nothing packs");
+        }
+        for fmt in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
+            for (n, k) in [
+                (1usize, 64usize),
+                (4, 32),
+                (5, 96),
+                (8, 160),
+                (13, 576),
+                (40, 64),
+            ] {
+                let w = blocks(fmt, n, k, 17 + k as u32);
+                let p = pack(fmt, &w, n, k).expect("fits");
+                for m in [1usize, 2, 5, 9] {
+                    let x = activations(m, k, 3 + m as u32);
+                    for &isa in &isas {
+                        let want = matmul_with(fmt, &w, n, &x, m, isa, false).expect("fits");
+                        let got = matmul_with(fmt, &p, n, &x, m, isa, true).expect("fits");
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "{fmt:?} {isa:?} n={n} k={k} m={m}");
+                    }
+                }
+            }
+        }
+        let w = blocks(WeightFormat::Q8_0, 4, 64, 1);
+        assert!(matmul_with(WeightFormat::Q8_0, &w, 4, &lcg(64, 1), 1, Isa::Avx2, true).is_none());
+        assert!(matmul_with(
+            WeightFormat::Q4_1,
+            &w,
+            4,
+            &lcg(64, 1),
+            1,
+            Isa::Portable,
+            true
+        )
+        .is_none());
+    }
+
+    /// Rows read in place from packed weights are the unpacked rows.
+    #[test]
+    fn packed_rows_are_the_ggml_rows() {
+        for fmt in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
+            for (n, k) in [(4usize, 32usize), (7, 96), (13, 576), (8, 64)] {
+                let w = blocks(fmt, n, k, 41);
+                let p = pack(fmt, &w, n, k).expect("fits");
+                let rb = fmt.row_bytes(k);
+                let ids: Vec<usize> = (0..n).rev().chain([0, n - 1]).collect();
+                let got = packed_rows(fmt, &p, n, k, &ids).expect("fits");
+                let want: Vec<u8> = ids
+                    .iter()
+                    .flat_map(|&j| w[j * rb..(j + 1) * rb].to_vec())
+                    .collect();
+                assert_eq!(got, want, "{fmt:?} n={n} k={k}");
+                assert!(packed_rows(fmt, &p, n, k, &[n]).is_none());
+            }
+        }
     }
 }

@@ -259,6 +259,7 @@ fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result
     };
     let copies = (o.working_set_mb * (1 << 20)).div_ceil(one).clamp(1, 1024);
     let mut ws = Vec::with_capacity(copies);
+    let mut unplaced = Vec::with_capacity(copies);
     for i in 0..copies {
         let w = randn(&[n, k], 100 + i as u64)?;
         let w = if dt == DType::F32 {
@@ -267,8 +268,12 @@ fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result
             dev.cast(&w, dt)?
         };
         // Placed as a stage places its weights at load (huge pages on the
-        // CPU); raw candle below reads the same memory.
+        // CPU; Q4 matrices packed into the kernels' tiles). Raw candle
+        // below reads GGML's layout: the same memory for f32 and Q8_0, the
+        // unplaced tensor on huge pages too for Q4.
         ws.push(dev.place(&w)?);
+        crate::cpu::huge_pages::advise(&w);
+        unplaced.push(w);
     }
     // The raw candle calls: what candle_nn::Linear / QMatMul do.
     enum Raw {
@@ -276,10 +281,10 @@ fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result
         Q(Vec<QMatMul>),
     }
     let raw = if dt == DType::F32 {
-        Raw::F(ws.iter().map(c).collect::<Result<_>>()?)
+        Raw::F(unplaced.iter().map(c).collect::<Result<_>>()?)
     } else {
         let mut v = Vec::new();
-        for w in &ws {
+        for w in &unplaced {
             let edgeflow_runtime::Storage::Quantized(q) = w.storage() else {
                 return Err(edgeflow_runtime::Error::bad_input(
                     "bench",

@@ -76,9 +76,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
     /// Called by [`crate::Device::place`] for a tensor this backend already
     /// holds (weights placed at load time): a chance to lay it out for the
-    /// repeated reads weights get. The CPU backend asks the OS to back large
-    /// weights with huge pages. The default does nothing.
-    fn make_resident(&self, _t: &Tensor) {}
+    /// repeated reads weights get. Returns the tensor to use from then on:
+    /// the same one, or the same values in a layout this backend's kernels
+    /// read faster (which it then [`holds`](Backend::holds), runs every op
+    /// on and [`download`](Backend::download)s back). The CPU backend asks
+    /// the OS to back large weights with huge pages and packs Q4 matrices
+    /// into its kernels' tiles. The default returns `t` as it is.
+    fn make_resident(&self, t: &Tensor) -> Result<Tensor> {
+        Ok(t.clone())
+    }
     /// Run `f`, which issues many ops in a row (a model's forward pass),
     /// where this backend issues them cheapest. The CPU backend runs it on
     /// one of its worker threads, so each op's parallel split joins on a

@@ -1,7 +1,7 @@
 //! [`Device`]: the handle model code runs ops through, with per-op CPU
 //! fallback and counted transfers; [`DeviceSpec`]: placement as written in YAML.
 
-use crate::{Backend, DeviceKind, Error, Op, Result, Tensor};
+use crate::{Backend, DeviceKind, Error, Op, Result, Storage, Tensor};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -271,15 +271,19 @@ impl Device {
             return Ok(t.clone());
         }
         self.count_transfer(t, false);
-        self.primary.download(t)
+        // A buffer the CPU backend laid out (packed weights) goes back
+        // through it, whichever backend this device places on.
+        match t.storage() {
+            Storage::Device(b) if b.backend() == self.cpu.name() => self.cpu.download(t),
+            _ => self.primary.download(t),
+        }
     }
 
     /// Place a tensor on the primary backend (counted when it moves).
     /// Use it for weights at load time; they then count as resident.
     pub fn place(&self, t: &Tensor) -> Result<Tensor> {
         if self.primary.holds(t) {
-            self.primary.make_resident(t);
-            return Ok(t.clone());
+            return self.primary.make_resident(t);
         }
         let host = self.to_host(t)?;
         let placed = self.primary.upload(&host)?;
