@@ -489,21 +489,15 @@ fn matmul_with(
         // layout.
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 if packed => unsafe { avx2_int8::rows_packed(fmt, w, rb, &xq, out) },
+            Isa::Avx2 => unsafe { avx2_int8::rows(fmt, w, rb, &xq, out, packed) },
             #[cfg(target_arch = "x86_64")]
-            Isa::AvxVnni if packed => unsafe { avxvnni::rows_packed(fmt, w, rb, &xq, out) },
+            Isa::AvxVnni => unsafe { avxvnni::rows(fmt, w, rb, &xq, out, packed) },
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni if packed => unsafe { avx512vnni::rows_packed(fmt, w, rb, &xq, out) },
+            Isa::Avx512Vnni => unsafe { avx512vnni::rows(fmt, w, rb, &xq, out, packed) },
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { avx2_int8::rows(fmt, w, rb, &xq, out) },
+            Isa::Avx512Wide => unsafe { avx512wide::rows(fmt, w, rb, &xq, out, packed) },
             #[cfg(target_arch = "x86_64")]
-            Isa::AvxVnni => unsafe { avxvnni::rows(fmt, w, rb, &xq, out) },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni => unsafe { avx512vnni::rows(fmt, w, rb, &xq, out) },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Wide => unsafe { avx512wide::rows(fmt, w, rb, &xq, out) },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vbmi => unsafe { avx512vbmi::rows(fmt, w, rb, &xq, out) },
+            Isa::Avx512Vbmi => unsafe { avx512vbmi::rows(fmt, w, rb, &xq, out, packed) },
             _ => portable::rows(fmt, w, rb, &xq, out),
         }
     };
@@ -1116,15 +1110,7 @@ macro_rules! int8_kernels {
                             let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
                             for i in 0..RX {
                                 let xp = x[i].wrapping_add(64 * p);
-                                // Q4_0: start from minus the offset term.
-                                let init = if F == Q4_0 {
-                                    _mm256_sub_epi32(
-                                        _mm256_setzero_si256(),
-                                        load32(xo[i].wrapping_add(8 * p)),
-                                    )
-                                } else {
-                                    _mm256_setzero_si256()
-                                };
+                                let init = start::<F>(xo[i], p);
                                 let s = dot_pair::<F>(
                                     init,
                                     l,
@@ -1154,14 +1140,7 @@ macro_rules! int8_kernels {
                             let first = load16(a);
                             let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
                             for i in 0..RX {
-                                let init = if F == Q4_0 {
-                                    _mm256_sub_epi32(
-                                        _mm256_setzero_si256(),
-                                        load32(xo[i].wrapping_add(8 * p)),
-                                    )
-                                } else {
-                                    _mm256_setzero_si256()
-                                };
+                                let init = start::<F>(xo[i], p);
                                 let s = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
                                 let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
                                 let sc = _mm_mul_ps(dm, xsc);
@@ -1186,6 +1165,23 @@ macro_rules! int8_kernels {
                     }
                 }
                 out
+            }
+
+            /// Where pair `p`'s i32 sums start: for Q4_0 minus its offset
+            /// term (`xo`: a [`QuantRows`] row's offsets), else zero.
+            ///
+            /// # Safety
+            /// For Q4_0, `xo` points at `8 * (p + 1)` offsets.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn start<const F: u8>(xo: *const i32, p: usize) -> __m256i {
+                if F == Q4_0 {
+                    // SAFETY: the caller's contract.
+                    let o = unsafe { load32(xo.wrapping_add(8 * p)) };
+                    _mm256_sub_epi32(_mm256_setzero_si256(), o)
+                } else {
+                    _mm256_setzero_si256()
+                }
             }
 
             /// Element `r` of each 128-bit half of `v` in all four lanes of
@@ -1259,11 +1255,7 @@ macro_rules! int8_kernels {
                         } else {
                             _mm256_setzero_ps()
                         };
-                        let init = if F == Q4_0 {
-                            _mm256_sub_epi32(_mm256_setzero_si256(), load32(xo.wrapping_add(8 * p)))
-                        } else {
-                            _mm256_setzero_si256()
-                        };
+                        let init = start::<F>(xo, p);
                         for (r, a) in acc.iter_mut().enumerate() {
                             let v = load32(tp.wrapping_add(32 * r));
                             let l = _mm256_and_si256(v, m4);
@@ -1293,11 +1285,7 @@ macro_rules! int8_kernels {
                         } else {
                             _mm_setzero_ps()
                         };
-                        let init = if F == Q4_0 {
-                            _mm256_sub_epi32(_mm256_setzero_si256(), load32(xo.wrapping_add(8 * p)))
-                        } else {
-                            _mm256_setzero_si256()
-                        };
+                        let init = start::<F>(xo, p);
                         let xv = load32(x.wrapping_add(32 * b));
                         for (r, a) in acc.iter_mut().enumerate() {
                             let raw = load16(tp.wrapping_add(16 * r));
@@ -1331,40 +1319,12 @@ macro_rules! int8_kernels {
                 out
             }
 
-            /// [`rows`] over packed weights ([`super::pack`]): `w` starts at a
-            /// tile boundary; its whole tiles are packed, any rows after
-            /// them are in GGML's layout.
+            /// [`rows_f`] over packed weights ([`super::pack`]): `w` starts
+            /// at a tile boundary; its whole tiles are packed, any rows
+            /// after them are in GGML's layout.
             ///
             /// # Safety
-            /// As [`rows`]; `fmt` is Q4_0 or Q4_1.
-            // Unused by the 512-bit instances, which read GGML's layout
-            // (`packs_on`).
-            #[allow(dead_code)]
-            #[target_feature(enable = $features)]
-            pub(super) unsafe fn rows_packed(
-                fmt: WeightFormat,
-                w: &[u8],
-                rb: usize,
-                xq: &QuantRows,
-                out: &mut [f32],
-            ) {
-                assert!(rb == fmt.row_bytes(xq.k) && out.len() == w.len() / rb * xq.m);
-                assert!(
-                    fmt != WeightFormat::Q4_0 || xq.offsets.len() == xq.m * 8 * xq.k.div_ceil(64)
-                );
-                // SAFETY: the caller's contract; the asserts check the lengths.
-                unsafe {
-                    match fmt {
-                        WeightFormat::Q4_0 => rows_packed_f::<Q4_0>(w, rb, xq, out),
-                        WeightFormat::Q4_1 => rows_packed_f::<Q4_1>(w, rb, xq, out),
-                        // matmul_with packs Q4 formats only.
-                        _ => {}
-                    }
-                }
-            }
-
-            /// # Safety
-            /// As [`rows_packed`], with `F` the format's code.
+            /// As [`rows`] with `packed`, with `F` the format's code.
             #[target_feature(enable = $features)]
             unsafe fn rows_packed_f<const F: u8>(
                 w: &[u8],
@@ -1479,8 +1439,9 @@ macro_rules! int8_kernels {
             }
 
             /// All activation rows of `xq` against the weight rows in `w` (`rb`
-            /// bytes each, `fmt` blocks); `out[j * m + r]` = weight row j .
-            /// activation row r.
+            /// bytes each, `fmt` blocks; in [`super::pack`]'s layout when
+            /// `packed`, from a tile boundary); `out[j * m + r]` = weight
+            /// row j . activation row r.
             ///
             /// # Safety
             /// AVX2, FMA and F16C available; `xq` was made for `fmt` with `rb` =
@@ -1492,6 +1453,7 @@ macro_rules! int8_kernels {
                 rb: usize,
                 xq: &QuantRows,
                 out: &mut [f32],
+                packed: bool,
             ) {
                 assert!(rb == fmt.row_bytes(xq.k) && out.len() == w.len() / rb * xq.m);
                 assert!(
@@ -1499,12 +1461,15 @@ macro_rules! int8_kernels {
                 );
                 // SAFETY: the caller's contract; the assert checks the lengths.
                 unsafe {
-                    match fmt {
-                        WeightFormat::Q8_0 => rows_f::<Q8_0>(w, rb, xq, out),
-                        WeightFormat::Q4_0 => rows_f::<Q4_0>(w, rb, xq, out),
-                        WeightFormat::Q4_1 => rows_f::<Q4_1>(w, rb, xq, out),
-                        // matmul_with sends f32 weights to dot_f32, never here.
-                        WeightFormat::F32 => {}
+                    match (fmt, packed) {
+                        (WeightFormat::Q8_0, false) => rows_f::<Q8_0>(w, rb, xq, out),
+                        (WeightFormat::Q4_0, false) => rows_f::<Q4_0>(w, rb, xq, out),
+                        (WeightFormat::Q4_1, false) => rows_f::<Q4_1>(w, rb, xq, out),
+                        (WeightFormat::Q4_0, true) => rows_packed_f::<Q4_0>(w, rb, xq, out),
+                        (WeightFormat::Q4_1, true) => rows_packed_f::<Q4_1>(w, rb, xq, out),
+                        // matmul_with sends f32 weights to dot_f32 and
+                        // packs Q4 formats only, never here.
+                        _ => {}
                     }
                 }
             }
