@@ -19,7 +19,7 @@
 //! ops other than [`Op::Linear`], [`Op::IndexSelect`] and [`Op::Cast`] are
 //! dequantized to f32 first.
 //!
-//! Placing a Q4_0 / Q4_1 matrix ([`Backend::make_resident`]) packs it into
+//! Placing a Q8_0 / Q4_0 / Q4_1 matrix ([`Backend::make_resident`]) packs it into
 //! the int8 kernels' tile layout where they read one ([`PackedWeights`]):
 //! a buffer of this backend, of the same size, that every op still takes.
 
@@ -94,7 +94,7 @@ fn plain(t: &Tensor, op: &'static str) -> Result<CTensor> {
     }
 }
 
-/// Q4_0 / Q4_1 weights in the tile layout of the 256-bit int8 kernels
+/// Q8_0 / Q4_0 / Q4_1 weights in the tile layout of the 256-bit int8 kernels
 /// ([`cpu_gemv::pack`]), made by [`Backend::make_resident`] when a stage
 /// places a matrix on the CPU. [`Op::Linear`] streams it (the same bits as
 /// GGML's layout, faster); [`Op::IndexSelect`] reads its rows in place;
@@ -133,7 +133,7 @@ impl PackedWeights {
         }
     }
 
-    /// `t` packed, when it is a Q4 matrix of at least one tile that this
+    /// `t` packed, when it is a block-quantized matrix of at least one tile that this
     /// machine's kernels read packed ([`cpu_gemv::packs`]).
     fn pack(t: &Tensor) -> Result<Option<Tensor>> {
         let Storage::Quantized(q) = t.storage() else {
@@ -1633,15 +1633,15 @@ mod tests {
             .collect()
     }
 
-    /// A Q4 matrix placed on the CPU (packed into the kernels' tiles where
+    /// A quantized matrix placed on the CPU (packed into the kernels' tiles where
     /// this machine reads them packed) gives what the GGML-layout tensor
     /// gives, bit for bit: linear (decode, prefill, bias), embedding rows,
     /// dequantization, any other op, and the bytes it downloads to.
     #[test]
-    fn placed_q4_weights_give_the_ggml_layout_results() {
+    fn placed_quantized_weights_give_the_ggml_layout_results() {
         let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
         let dev = Device::new(cpu.clone(), cpu);
-        for dt in [DType::Q4_0, DType::Q4_1] {
+        for dt in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
             // 13 rows: three whole tiles and a tail row; 96 values: an odd
             // block count.
             let w = dev
@@ -1652,7 +1652,8 @@ mod tests {
                 .expect("quantize");
             let placed = dev.place(&w).expect("place");
             let packed = PackedWeights::of(&placed).is_some();
-            let fmt = WeightFormat::of_ggml(ggml_dtype(dt).expect("q4")).expect("q4");
+            let fmt =
+                WeightFormat::of_ggml(ggml_dtype(dt).expect("block format")).expect("block format");
             assert_eq!(
                 packed,
                 cpu_gemv::packs(fmt),

@@ -292,7 +292,8 @@ pub(crate) fn matmul_packed(
 pub(crate) const PACK_ROWS: usize = 4;
 
 /// Whether [`pack`] has a layout for `fmt` that this machine's kernels
-/// read: Q4_0 and Q4_1 where the 256-bit int8 kernels run (AVX2, AVX-VNNI).
+/// read: the block formats, where the 256-bit int8 kernels run (AVX2,
+/// AVX-VNNI).
 /// The 512-bit kernels gather a step's blocks with their own permutes and
 /// read GGML's layout; portable code has no use for it.
 pub(crate) fn packs(fmt: WeightFormat) -> bool {
@@ -300,12 +301,11 @@ pub(crate) fn packs(fmt: WeightFormat) -> bool {
 }
 
 fn packs_on(fmt: WeightFormat, isa: Isa) -> bool {
-    matches!(fmt, WeightFormat::Q4_0 | WeightFormat::Q4_1)
-        && matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
+    fmt != WeightFormat::F32 && matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
 }
 
-/// Where a Q4 block keeps its 16 nibble bytes (after `d`, and `m` for Q4_1).
-fn nibble_offset(fmt: WeightFormat) -> usize {
+/// Where a block keeps its quants (after `d`, and `m` for Q4_1).
+fn quant_offset(fmt: WeightFormat) -> usize {
     if fmt == WeightFormat::Q4_1 {
         4
     } else {
@@ -324,16 +324,20 @@ fn pack_moves(
     k: usize,
     mut f: impl FnMut(usize, usize, usize),
 ) -> Option<()> {
-    if !matches!(fmt, WeightFormat::Q4_0 | WeightFormat::Q4_1)
-        || k == 0
-        || !k.is_multiple_of(32)
-        || len != n * fmt.row_bytes(k)
-    {
+    if fmt == WeightFormat::F32 || k == 0 || !k.is_multiple_of(32) || len != n * fmt.row_bytes(k) {
         return None;
     }
     let (bb, nb) = (fmt.row_bytes(32), k / 32);
     let rb = nb * bb;
-    let off = nibble_offset(fmt);
+    let off = quant_offset(fmt);
+    // 16-byte runs of a block's quants: one of nibbles, or Q8_0's two
+    // halves (stored half by half over the group's blocks: the activation
+    // pair layout).
+    let halves: &[usize] = if fmt == WeightFormat::Q8_0 {
+        &[0, 16]
+    } else {
+        &[0]
+    };
     // The f16 fields of a block: `d`, and `m` for Q4_1.
     let fields: &[usize] = if fmt == WeightFormat::Q4_1 {
         &[0, 2]
@@ -345,9 +349,11 @@ fn pack_moves(
         let at = |r: usize, b: usize| (t * PACK_ROWS + r) * rb + b * bb;
         let mut group = |blocks: &[usize]| {
             for r in 0..PACK_ROWS {
-                for &b in blocks {
-                    f(at(r, b) + off, o, 16);
-                    o += 16;
+                for &h in halves {
+                    for &b in blocks {
+                        f(at(r, b) + off + h, o, 16);
+                        o += 16;
+                    }
                 }
             }
             for &field in fields {
@@ -371,15 +377,16 @@ fn pack_moves(
     Some(())
 }
 
-/// GGML Q4_0 / Q4_1 weights (`n` rows of `k` values, as the file stores
-/// them) in the layout the 256-bit decode kernels stream fastest. Rows go
-/// in tiles of [`PACK_ROWS`]; a tile holds, for each pair of blocks
-/// `2p, 2p + 1`: the 16 nibble bytes of block `2p` then of `2p + 1` for
-/// each of its 4 rows (32 bytes a row: one load, already in the
-/// activation pair layout), then the 8 f16 scales `d` (block `2p` of rows
-/// 0-3, then block `2p + 1`), then for Q4_1 the 8 minimums `m` in the same
-/// order; an odd last block follows as 4 x 16 nibble bytes, 4 `d` (and 4
-/// `m`). A tile is exactly its 4 rows' bytes, so row `j` of a whole tile
+/// GGML Q4_0 / Q4_1 / Q8_0 weights (`n` rows of `k` values, as the file
+/// stores them) in the layout the 256-bit decode kernels stream fastest.
+/// Rows go in tiles of [`PACK_ROWS`]; a tile holds, for each pair of
+/// blocks `2p, 2p + 1`: each of its 4 rows' quants of the pair in the
+/// activation pair layout (Q4: the 16 nibble bytes of block `2p`, then of
+/// `2p + 1`: one 32-byte load; Q8_0: `A[0..16] B[0..16] A[16..32]
+/// B[16..32]`: two), then the 8 f16 scales `d` (block `2p` of rows 0-3,
+/// then block `2p + 1`), then for Q4_1 the 8 minimums `m` in the same
+/// order; an odd last block follows as each row's quants in element order,
+/// 4 `d` (and 4 `m`). A tile is exactly its 4 rows' bytes, so row `j` of a whole tile
 /// still starts its tile's span at `j * row_bytes`; rows after the last
 /// whole tile stay in GGML's layout.
 ///
@@ -414,7 +421,7 @@ pub(crate) fn packed_rows(
     k: usize,
     ids: &[usize],
 ) -> Option<Vec<u8>> {
-    if !matches!(fmt, WeightFormat::Q4_0 | WeightFormat::Q4_1)
+    if fmt == WeightFormat::F32
         || k == 0
         || !k.is_multiple_of(32)
         || packed.len() != n * fmt.row_bytes(k)
@@ -423,7 +430,8 @@ pub(crate) fn packed_rows(
     }
     let (bb, nb) = (fmt.row_bytes(32), k / 32);
     let rb = nb * bb;
-    let (off, pair) = (nibble_offset(fmt), 8 * bb);
+    let (off, pair) = (quant_offset(fmt), 8 * bb);
+    let halves = if fmt == WeightFormat::Q8_0 { 2 } else { 1 };
     let tiled = n / PACK_ROWS * PACK_ROWS;
     let mut out = Vec::with_capacity(ids.len() * rb);
     for &j in ids {
@@ -436,21 +444,24 @@ pub(crate) fn packed_rows(
         }
         let (base, r) = (j / PACK_ROWS * PACK_ROWS * rb, j % PACK_ROWS);
         for b in 0..nb {
-            // A block of a pair (8 blocks over the tile's rows) or the odd
-            // last one (4 blocks).
-            let (group, which, blocks) = if b < nb / 2 * 2 {
-                (base + b / 2 * pair, b % 2, 8)
+            // A block of a pair (2 blocks a row) or the odd last one.
+            let (group, which, per) = if b < nb / 2 * 2 {
+                (base + b / 2 * pair, b % 2, 2)
             } else {
-                (base + nb / 2 * pair, 0, 4)
+                (base + nb / 2 * pair, 0, 1)
             };
-            let nibbles = group + (blocks / 4) * 16 * r + 16 * which;
-            let field = |f: usize| group + 16 * blocks + 2 * blocks * f + 2 * (4 * which + r);
-            let mut block = [0u8; 20];
+            // Bytes of quants one row has in the group.
+            let row = 16 * per * halves;
+            let field = |f: usize| group + 4 * row + 8 * per * f + 2 * (4 * which + r);
+            let mut block = [0u8; 34];
             block[..2].copy_from_slice(&packed[field(0)..field(0) + 2]);
             if fmt == WeightFormat::Q4_1 {
                 block[2..4].copy_from_slice(&packed[field(1)..field(1) + 2]);
             }
-            block[off..off + 16].copy_from_slice(&packed[nibbles..nibbles + 16]);
+            for h in 0..halves {
+                let q = group + row * r + 16 * (h * per + which);
+                block[off + 16 * h..off + 16 * h + 16].copy_from_slice(&packed[q..q + 16]);
+            }
             out.extend_from_slice(&block[..bb]);
         }
     }
@@ -1216,9 +1227,12 @@ macro_rules! int8_kernels {
                 nb: usize,
             ) -> [f32; 4] {
                 let bb = block_bytes(F);
-                // Bytes of one pair of blocks over the tile's rows, and
-                // where its scales (then minimums) start.
-                let (pair, ds) = (8 * bb, 128);
+                // Bytes of one pair of blocks over the tile's rows, of one
+                // row's quants of a pair, and where the scales (then
+                // minimums) start.
+                let pair = 8 * bb;
+                let row = if F == Q8_0 { 64 } else { 32 };
+                let ds = 4 * row;
                 let mut acc = [[_mm256_setzero_ps(); 2]; 4];
                 let m4 = _mm256_set1_epi8(0x0f);
                 // SAFETY: pair p reads bytes p * pair.. + pair of the tile
@@ -1230,9 +1244,11 @@ macro_rules! int8_kernels {
                     let pf = 2 * 4 * nb * bb;
                     for p in 0..nb / 2 {
                         let tp = t.wrapping_add(p * pair);
-                        _mm_prefetch::<_MM_HINT_T0>(tp.wrapping_add(pf) as *const i8);
-                        _mm_prefetch::<_MM_HINT_T0>(tp.wrapping_add(pf + 64) as *const i8);
-                        _mm_prefetch::<_MM_HINT_T0>(tp.wrapping_add(pf + 128) as *const i8);
+                        let mut line = 0;
+                        while line < pair {
+                            _mm_prefetch::<_MM_HINT_T0>(tp.wrapping_add(pf + line) as *const i8);
+                            line += 64;
+                        }
                         let xp = x.wrapping_add(64 * p);
                         let (xl, xh) = (load32(xp), load32(xp.wrapping_add(32)));
                         // [d_x A, s_x A, d_x B, s_x B] (s_x: Q4_1's minimum term).
@@ -1257,9 +1273,16 @@ macro_rules! int8_kernels {
                         };
                         let init = start::<F>(xo, p);
                         for (r, a) in acc.iter_mut().enumerate() {
-                            let v = load32(tp.wrapping_add(32 * r));
-                            let l = _mm256_and_si256(v, m4);
-                            let h = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                            let q = tp.wrapping_add(row * r);
+                            let (l, h) = if F == Q8_0 {
+                                (load32(q), load32(q.wrapping_add(32)))
+                            } else {
+                                let v = load32(q);
+                                (
+                                    _mm256_and_si256(v, m4),
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                                )
+                            };
                             let s = dot_pair::<F>(init, l, h, xl, xh);
                             let mut v =
                                 _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), lane(dsc, r), a[p % 2]);
@@ -1274,12 +1297,13 @@ macro_rules! int8_kernels {
                         let tp = t.wrapping_add(p * pair);
                         let xsc = _mm_castsi128_ps(load16(xs.wrapping_add(4 * p)));
                         // Four f16 scales (then minimums) of rows 0-3.
-                        let d4 =
-                            _mm_cvtph_ps(_mm_loadl_epi64(tp.wrapping_add(64) as *const __m128i));
+                        let d4 = _mm_cvtph_ps(_mm_loadl_epi64(
+                            tp.wrapping_add(2 * row) as *const __m128i
+                        ));
                         let dsc = _mm_mul_ps(d4, _mm_permute_ps::<0>(xsc));
                         let msc = if F == Q4_1 {
                             let mins = _mm_cvtph_ps(_mm_loadl_epi64(
-                                tp.wrapping_add(72) as *const __m128i
+                                tp.wrapping_add(2 * row + 8) as *const __m128i
                             ));
                             _mm_mul_ps(mins, _mm_permute_ps::<0b01_01_01_01>(xsc))
                         } else {
@@ -1288,12 +1312,17 @@ macro_rules! int8_kernels {
                         let init = start::<F>(xo, p);
                         let xv = load32(x.wrapping_add(32 * b));
                         for (r, a) in acc.iter_mut().enumerate() {
-                            let raw = load16(tp.wrapping_add(16 * r));
-                            let low = _mm256_castsi256_si128(m4);
-                            let wv = _mm256_set_m128i(
-                                _mm_and_si128(_mm_srli_epi16::<4>(raw), low),
-                                _mm_and_si128(raw, low),
-                            );
+                            // The block in plain order, as `unpack_one` gives it.
+                            let wv = if F == Q8_0 {
+                                load32(tp.wrapping_add(32 * r))
+                            } else {
+                                let raw = load16(tp.wrapping_add(16 * r));
+                                let low = _mm256_castsi256_si128(m4);
+                                _mm256_set_m128i(
+                                    _mm_and_si128(_mm_srli_epi16::<4>(raw), low),
+                                    _mm_and_si128(raw, low),
+                                )
+                            };
                             let s = dot_i8::<F>(init, wv, xv);
                             let sc = _mm256_castps128_ps256(dsc);
                             let mut v = _mm256_fmadd_ps(
@@ -1467,8 +1496,9 @@ macro_rules! int8_kernels {
                         (WeightFormat::Q4_1, false) => rows_f::<Q4_1>(w, rb, xq, out),
                         (WeightFormat::Q4_0, true) => rows_packed_f::<Q4_0>(w, rb, xq, out),
                         (WeightFormat::Q4_1, true) => rows_packed_f::<Q4_1>(w, rb, xq, out),
+                        (WeightFormat::Q8_0, true) => rows_packed_f::<Q8_0>(w, rb, xq, out),
                         // matmul_with sends f32 weights to dot_f32 and
-                        // packs Q4 formats only, never here.
+                        // packs block formats only, never here.
                         _ => {}
                     }
                 }
@@ -2225,7 +2255,7 @@ mod tests {
     /// sizes are refused.
     #[test]
     fn packing_round_trips() {
-        for fmt in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
+        for fmt in QFORMATS {
             for k in [32usize, 64, 96, 160, 576] {
                 for n in [1usize, 3, 4, 5, 8, 13] {
                     let w = blocks(fmt, n, k, 31 + n as u32);
@@ -2246,13 +2276,7 @@ mod tests {
         assert!(pack(WeightFormat::Q4_1, &w, 4, 64).is_some());
         assert!(pack(WeightFormat::Q4_1, &w, 3, 64).is_none());
         assert!(pack(WeightFormat::Q4_1, &w, 4, 48).is_none());
-        assert!(pack(
-            WeightFormat::Q8_0,
-            &blocks(WeightFormat::Q8_0, 4, 64, 1),
-            4,
-            64
-        )
-        .is_none());
+        assert!(pack(WeightFormat::F32, &[0u8; 4 * 4 * 64], 4, 64).is_none());
     }
 
     /// The packed tile layout's known positions: row 1's nibbles of block
@@ -2283,7 +2307,7 @@ mod tests {
         if isas.is_empty() {
             eprintln!("no 256-bit int8 kernel on this machine: nothing packs");
         }
-        for fmt in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
+        for fmt in QFORMATS {
             for (n, k) in [
                 (1usize, 64usize),
                 (4, 32),
@@ -2305,8 +2329,7 @@ mod tests {
                 }
             }
         }
-        let w = blocks(WeightFormat::Q8_0, 4, 64, 1);
-        assert!(matmul_with(WeightFormat::Q8_0, &w, 4, &lcg(64, 1), 1, Isa::Avx2, true).is_none());
+        let w = blocks(WeightFormat::Q4_1, 4, 64, 1);
         assert!(matmul_with(
             WeightFormat::Q4_1,
             &w,
@@ -2322,7 +2345,7 @@ mod tests {
     /// Rows read in place from packed weights are the unpacked rows.
     #[test]
     fn packed_rows_are_the_ggml_rows() {
-        for fmt in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
+        for fmt in QFORMATS {
             for (n, k) in [(4usize, 32usize), (7, 96), (13, 576), (8, 64)] {
                 let w = blocks(fmt, n, k, 41);
                 let p = pack(fmt, &w, n, k).expect("fits");

@@ -268,9 +268,9 @@ fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result
             dev.cast(&w, dt)?
         };
         // Placed as a stage places its weights at load (huge pages on the
-        // CPU; Q4 matrices packed into the kernels' tiles). Raw candle
-        // below reads GGML's layout: the same memory for f32 and Q8_0, the
-        // unplaced tensor on huge pages too for Q4.
+        // CPU; quantized matrices packed into the kernels' tiles). Raw
+        // candle below reads GGML's layout: the same memory for f32, the
+        // unplaced tensor on huge pages too for quantized weights.
         ws.push(dev.place(&w)?);
         crate::cpu::huge_pages::advise(&w);
         unplaced.push(w);
@@ -335,6 +335,10 @@ fn qmatmul(
     let x = randn(&[m, k], 13)?;
     let cx = c(&x)?;
     let w = dev.cast(&randn(&[n, k], 14)?, dt)?;
+    // Ours placed as a stage places its weights (packed into the kernels'
+    // tiles where they read them packed); candle's QMatMul reads GGML's
+    // layout.
+    let placed = dev.place(&w)?;
     let edgeflow_runtime::Storage::Quantized(q) = w.storage() else {
         return Err(edgeflow_runtime::Error::bad_input(
             "bench",
@@ -345,7 +349,7 @@ fn qmatmul(
     let (r, kk) = ab(
         dev,
         o.min_time,
-        || dev.linear(&x, &w, None).map(|_| ()),
+        || dev.linear(&x, &placed, None).map(|_| ()),
         || {
             mm.forward(&cx)?;
             Ok(())

@@ -80,7 +80,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// the same one, or the same values in a layout this backend's kernels
     /// read faster (which it then [`holds`](Backend::holds), runs every op
     /// on and [`download`](Backend::download)s back). The CPU backend asks
-    /// the OS to back large weights with huge pages and packs Q4 matrices
+    /// the OS to back large weights with huge pages and packs block-quantized matrices
     /// into its kernels' tiles. The default returns `t` as it is.
     fn make_resident(&self, t: &Tensor) -> Result<Tensor> {
         Ok(t.clone())
