@@ -83,6 +83,31 @@ pub struct OpProfileRow {
     pub seconds: f64,
 }
 
+/// The `top` rows of an op profile ([`DeviceStats::op_profile`]) as a
+/// table, with each row's share of the total time.
+pub fn render_op_profile(rows: &[OpProfileRow], top: usize) -> String {
+    // A fold from +0.0: an empty float sum is -0.0, which prints as "-0.0".
+    let total = rows.iter().fold(0.0, |a, r| a + r.seconds);
+    let mut s = format!(
+        "op profile: {:.1} ms in {} ops\n{:>10} {:>6} {:>6}  op [input shapes]\n",
+        total * 1e3,
+        rows.iter().map(|r| r.calls).sum::<u64>(),
+        "ms",
+        "%",
+        "calls"
+    );
+    for r in rows.iter().take(top) {
+        s.push_str(&format!(
+            "{:>10.2} {:>6.1} {:>6}  {}\n",
+            r.seconds * 1e3,
+            100.0 * r.seconds / total.max(1e-12),
+            r.calls,
+            r.op
+        ));
+    }
+    s
+}
+
 /// A point-in-time copy of [`DeviceStats`], serializable for metrics JSON.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct DeviceStatsSnapshot {
@@ -374,5 +399,32 @@ impl Device {
             });
         }
         self.cpu.execute(op, &refs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_op_profile_renders_its_top_rows_with_their_shares() {
+        let row = |op: &str, calls, seconds| OpProfileRow {
+            op: op.into(),
+            calls,
+            seconds,
+        };
+        let rows = [
+            row("linear [1, 576] [3072, 576]", 30, 0.003),
+            row("rms_norm [1, 576] [576]", 61, 0.0005),
+            row("add [1, 576] [1, 576]", 60, 0.0005),
+        ];
+        let s = render_op_profile(&rows, 2);
+        assert!(s.starts_with("op profile: 4.0 ms in 151 ops\n"), "{s}");
+        assert!(
+            s.contains("      3.00   75.0     30  linear [1, 576] [3072, 576]"),
+            "{s}"
+        );
+        assert!(s.contains("rms_norm") && !s.contains("add ["), "{s}");
+        assert!(render_op_profile(&[], 5).starts_with("op profile: 0.0 ms in 0 ops"));
     }
 }

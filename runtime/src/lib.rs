@@ -39,7 +39,9 @@ mod tensor;
 pub mod weights;
 
 pub use backend::{Backend, DeviceKind};
-pub use device::{Device, DeviceSpec, DeviceStats, DeviceStatsSnapshot, OpProfileRow};
+pub use device::{
+    render_op_profile, Device, DeviceSpec, DeviceStats, DeviceStatsSnapshot, OpProfileRow,
+};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use op::{BinaryOp, Op, PadMode, ReduceOp, UnaryOp};

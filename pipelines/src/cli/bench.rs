@@ -31,7 +31,16 @@ pub enum BenchCommand {
     /// Thinker: SmolLM2-135M-Instruct (Q4_1 GGUF) prefill and decode
     /// tokens/s and decode's weight bandwidth (128-token prompt, 64 tokens,
     /// median of 3).
-    Thinker,
+    Thinker(ThinkerArgs),
+}
+
+/// `edgeflow bench thinker` options.
+#[derive(Debug, clap::Args)]
+pub struct ThinkerArgs {
+    /// After the timed runs, time every op of one more decode and print the
+    /// N costliest (op, input shapes) rows (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub profile_ops: usize,
 }
 
 /// Run a benchmark.
@@ -39,12 +48,13 @@ pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
     match b {
         BenchCommand::Ops(a) => super::bench_ops::run(a),
         BenchCommand::Tts(a) => bench_tts::run(a),
-        BenchCommand::Thinker => {
+        BenchCommand::Thinker(a) => {
             eprintln!("measuring SmolLM2 prefill and decode...");
-            print!(
-                "{}",
-                edgeflow_llm::bench(&edgeflow_llm::BenchOptions::default())?
-            );
+            let o = edgeflow_llm::BenchOptions {
+                profile_ops: a.profile_ops,
+                ..Default::default()
+            };
+            print!("{}", edgeflow_llm::bench(&o)?);
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Audio => {

@@ -48,26 +48,6 @@ pub struct BenchTtsArgs {
     pub profile_ops: usize,
 }
 
-/// Print the `top` rows of an op profile with their share of the total.
-fn print_op_profile(rows: &[edgeflow_runtime::OpProfileRow], top: usize) {
-    let total: f64 = rows.iter().map(|r| r.seconds).sum();
-    eprintln!(
-        "op profile of one run: {:.1} ms in {} ops",
-        total * 1e3,
-        rows.iter().map(|r| r.calls).sum::<u64>()
-    );
-    eprintln!("{:>10} {:>6} {:>6}  op [input shapes]", "ms", "%", "calls");
-    for r in rows.iter().take(top) {
-        eprintln!(
-            "{:>10.2} {:>6.1} {:>6}  {}",
-            r.seconds * 1e3,
-            100.0 * r.seconds / total.max(1e-12),
-            r.calls,
-            r.op
-        );
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 struct RunResult {
     first_audio_ms: f64,
@@ -247,7 +227,10 @@ pub fn run(a: BenchTtsArgs) -> anyhow::Result<ExitCode> {
         let stats = vits.device().stats();
         stats.profile_ops(true);
         ours_once(&fe, &vits, &text, rate, chunking)?;
-        print_op_profile(&stats.op_profile(), a.profile_ops);
+        eprint!(
+            "{}",
+            edgeflow_runtime::render_op_profile(&stats.op_profile(), a.profile_ops)
+        );
         stats.profile_ops(false);
     }
 

@@ -24,6 +24,9 @@ pub struct BenchOptions {
     pub runs: usize,
     /// Expand quantized weights to f32 at load (see [`Llama::load_with`]).
     pub dequantize: bool,
+    /// After the timed runs, time every op of one more decode and report
+    /// the N costliest (op, input shapes) rows (0: off).
+    pub profile_ops: usize,
 }
 
 impl Default for BenchOptions {
@@ -35,6 +38,7 @@ impl Default for BenchOptions {
             decode_tokens: 64,
             runs: 3,
             dequantize: false,
+            profile_ops: 0,
         }
     }
 }
@@ -90,6 +94,26 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
         }
         dec.push(o.decode_tokens as f64 / t.elapsed().as_secs_f64());
     }
+    let profile = if o.profile_ops > 0 {
+        // One more decode with every op timed (the timing itself costs a
+        // little, so the timed runs above go without it).
+        model.reset();
+        let mut logits = model.forward(&ids)?;
+        dev.stats().profile_ops(true);
+        for _ in 0..o.decode_tokens {
+            let id = sampling::argmax(&logits) as u32;
+            logits = model.forward(&[id])?;
+        }
+        let rows = dev.stats().op_profile();
+        dev.stats().profile_ops(false);
+        format!(
+            "decode of {} tokens, {}",
+            o.decode_tokens,
+            edgeflow_runtime::render_op_profile(&rows, o.profile_ops)
+        )
+    } else {
+        String::new()
+    };
     let (pre, dec) = (median(pre), median(dec));
     let bytes = model.weight_bytes_per_token() as f64;
     let gbs = bytes * dec / 1e9;
@@ -99,7 +123,7 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
          model: {} layers, d={}, {} heads / {} KV heads, vocab {}; {:.1} MB of weights, loaded in {:.2} s\n\
          prefill: {:.1} tokens/s ({} prompt tokens, median of {})\n\
          decode:  {:.1} tokens/s ({:.2} ms/token, {} tokens after the prompt, median of {})\n\
-         decode weight bandwidth: {:.2} GB/s ({:.1} MB read per token)\n",
+         decode weight bandwidth: {:.2} GB/s ({:.1} MB read per token)\n{}",
         path.display(),
         o.device,
         if o.dequantize { " (weights dequantized to f32)" } else { "" },
@@ -119,5 +143,6 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
         o.runs,
         gbs,
         bytes / 1e6,
+        profile,
     ))
 }
