@@ -1185,7 +1185,7 @@ macro_rules! int8_kernels {
             /// For Q4_0, `xo` points at `8 * (p + 1)` offsets.
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn start<const F: u8>(xo: *const i32, p: usize) -> __m256i {
+            pub(super) unsafe fn start<const F: u8>(xo: *const i32, p: usize) -> __m256i {
                 if F == Q4_0 {
                     // SAFETY: the caller's contract.
                     let o = unsafe { load32(xo.wrapping_add(8 * p)) };
@@ -1609,8 +1609,8 @@ mod wide {
     // The 256-bit AVX-512 VNNI kernel's helpers (same block layouts and
     // integer sums): the last pair and an odd last block use them as is.
     use super::avx512vnni::{
-        block_bytes, dot_i8, dot_pair, load16, load32, scale_pairs, unpack_one, unpack_pair, Q4_0,
-        Q4_1, Q8_0,
+        block_bytes, dot_i8, dot_pair, load16, load32, scale_pairs, start, unpack_one, unpack_pair,
+        Q4_0, Q4_1, Q8_0,
     };
 
     /// # Safety
@@ -1859,14 +1859,7 @@ mod wide {
                             let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
                             for i in 0..RX {
                                 let xp = x[i].wrapping_add(64 * p);
-                                let init = if F == Q4_0 {
-                                    _mm256_sub_epi32(
-                                        _mm256_setzero_si256(),
-                                        load32(xo[i].wrapping_add(8 * p)),
-                                    )
-                                } else {
-                                    _mm256_setzero_si256()
-                                };
+                                let init = start::<F>(xo[i], p);
                                 let s = dot_pair::<F>(
                                     init,
                                     l,
@@ -1897,14 +1890,7 @@ mod wide {
                             let first = load16(a);
                             let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
                             for i in 0..RX {
-                                let init = if F == Q4_0 {
-                                    _mm256_sub_epi32(
-                                        _mm256_setzero_si256(),
-                                        load32(xo[i].wrapping_add(8 * p)),
-                                    )
-                                } else {
-                                    _mm256_setzero_si256()
-                                };
+                                let init = start::<F>(xo[i], p);
                                 let s = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
                                 let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
                                 let sc = _mm_mul_ps(dm, xsc);
