@@ -886,6 +886,10 @@ fn cases() -> Vec<Case> {
         (8, 4, 33, 16, 8, 4, 0, 1),
         (3, 2, 1, 3, 1, 0, 0, 2),
         (4, 4, 9, 5, 3, 1, 2, 1),
+        // Kernel shorter than the stride, stride 1, padding past the kernel.
+        (6, 5, 13, 3, 5, 0, 0, 1),
+        (7, 9, 20, 7, 1, 3, 0, 1),
+        (8, 4, 25, 5, 2, 6, 1, 1),
     ] {
         let x = randn(&[2, cin, l], next());
         let w = scaled(&[cin, cout, k], next(), 0.3);
