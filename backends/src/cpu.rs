@@ -465,7 +465,7 @@ fn conv1d_direct(
 /// in its polyphase form: output `n = q * s + r` only sees the inputs the
 /// taps `j = (r + p) mod s + i * s` reach, so the `s` phases are one
 /// ordinary convolution with `s * c_out` output channels over a few taps
-/// ([`Polyphase`], rearranged once per weight tensor and cached), written
+/// ([`edgeflow_runtime::Polyphase`], rearranged once per weight tensor and cached), written
 /// interleaved in time by the kernel. candle scatters every input through
 /// all `k` taps instead (31 GFLOP/s on the bench shape, against ~140 for
 /// the direct kernel on the same machine). None for shapes it does not take.
@@ -488,12 +488,18 @@ fn conv_transpose1d_direct(
     }
     let Some(t_out) = ((l.saturating_sub(1)) * stride + k + output_padding)
         .checked_sub(2 * padding)
-        .filter(|&t| t > 0 && l > 0 && c_out > 0 && k > 0)
+        .filter(|&t| t > 0 && l > 0)
     else {
         return Ok(None);
     };
-    let Some(poly) = Polyphase::of(c_in, c_out, k, stride, padding, t_out.div_ceil(stride), l)
-    else {
+    let cfg = edgeflow_runtime::ConvTransposeCfg {
+        stride,
+        padding,
+        output_padding,
+        dilation,
+        groups,
+    };
+    let Some(poly) = cfg.polyphase(c_in, c_out, k) else {
         return Ok(None);
     };
     let kind = PackKind::Transposed {
@@ -502,7 +508,7 @@ fn conv_transpose1d_direct(
         output_padding,
     };
     let Some(pw) = packed_weights(w, kind, |ws| {
-        let wp = poly.rearrange(ws);
+        let wp = poly.rearrange(ws)?;
         cpu_conv::PackedWeights::new(stride * c_out, c_in, poly.taps, &wp, stride)
     })?
     else {
@@ -517,7 +523,7 @@ fn conv_transpose1d_direct(
         padding: poly.padding,
         dilation: 1,
     };
-    let Some(q_len) = shape.t_out() else {
+    let Some(q_len) = shape.t_out().filter(|&q| q * stride >= t_out) else {
         return Ok(None);
     };
     // Every phase carries the bias of its output channel.
@@ -525,7 +531,7 @@ fn conv_transpose1d_direct(
     if b.as_ref().is_some_and(|b| b.len() != c_out) {
         return Ok(None);
     }
-    let b = b.map(|b| b.repeat(stride));
+    let b = b.map(|b| poly.bias(&b));
     let x = dense(x)?;
     let fused = cpu_conv::Fused {
         phases: stride,
@@ -545,99 +551,6 @@ fn conv_transpose1d_direct(
     } else {
         y.narrow(2, 0, t_out)?.contiguous()?
     }))
-}
-
-/// A transposed convolution (weights `[c_in, c_out, k]`, stride `s`,
-/// padding `p`) as an ordinary one over `taps` taps and symmetric
-/// `padding`, whose `s * c_out` output channels (`r * c_out + o`) are the
-/// phases `r` of output channel `o`.
-///
-/// Output `n = q * s + r` sums `w[c, o, j] * x[c, m]` over
-/// `m * s + j = n + p`: with `a = r + p`, the taps `j = a % s + i * s` (`i` from 0 while
-/// `j < k`) read input `m = q + a / s - i`, an offset `e = a / s - i` from
-/// `q`. The ordinary convolution reads `x[q + t - padding]` at tap `t`, so
-/// tap `t` holds offset `e = t - padding`; `padding` is large enough for
-/// the most negative offset and for `q_len` steps of every phase, and taps
-/// no phase uses stay zero (the kernel skips them).
-#[derive(Debug, Clone, Copy)]
-struct Polyphase {
-    c_in: usize,
-    c_out: usize,
-    k: usize,
-    s: usize,
-    p: usize,
-    /// Taps of the ordinary convolution.
-    taps: usize,
-    /// Its zero padding on each side.
-    padding: usize,
-}
-
-impl Polyphase {
-    /// The form for `l` input steps and `q_len` output steps per phase;
-    /// None when no phase has a tap (not a shape to take).
-    fn of(
-        c_in: usize,
-        c_out: usize,
-        k: usize,
-        s: usize,
-        p: usize,
-        q_len: usize,
-        l: usize,
-    ) -> Option<Self> {
-        let (mut lo, mut hi) = (isize::MAX, isize::MIN);
-        for r in 0..s {
-            let a = r + p;
-            let first = a % s;
-            if first < k {
-                let used = (k - first).div_ceil(s) as isize;
-                let base = (a / s) as isize;
-                lo = lo.min(base - (used - 1));
-                hi = hi.max(base);
-            }
-        }
-        if lo > hi {
-            return None;
-        }
-        // Step q_len - 1 reads up to input q_len - 1 + hi, which must lie
-        // within l - 1 + padding.
-        let padding = 0.max(-lo).max(q_len as isize + hi - l as isize);
-        let taps = usize::try_from(hi + padding + 1).ok()?;
-        Some(Polyphase {
-            c_in,
-            c_out,
-            k,
-            s,
-            p,
-            taps,
-            padding: usize::try_from(padding).ok()?,
-        })
-    }
-
-    /// `w` `[c_in, c_out, k]` as the ordinary convolution's weights
-    /// `[s * c_out, c_in, taps]`.
-    fn rearrange(&self, w: &[f32]) -> Vec<f32> {
-        let (c_in, c_out, k, s, l) = (self.c_in, self.c_out, self.k, self.s, self.taps);
-        let mut wp = vec![0f32; s * c_out * c_in * l];
-        for r in 0..s {
-            let a = r + self.p;
-            let (first, base) = (a % s, (a / s) as isize);
-            for t in 0..l {
-                // Tap t holds offset e = t - padding, reached by i = base - e.
-                let i = base - (t as isize - self.padding as isize);
-                let Ok(i) = usize::try_from(i) else { continue };
-                let j = first + i * s;
-                if j >= k {
-                    continue;
-                }
-                for o in 0..c_out {
-                    for c in 0..c_in {
-                        wp[((r * c_out + o) * c_in + c) * l + t] = w[(c * c_out + o) * k + j];
-                    }
-                }
-            }
-        }
-        wp
-    }
 }
 
 /// The values of an optional host tensor (a bias) as f32, flattened.
@@ -721,7 +634,7 @@ enum PackKind {
     /// (which order the packed rows).
     Conv { phases: usize },
     /// A transposed convolution's `[c_in, c_out, k]` in its polyphase form
-    /// ([`Polyphase`]), which these parameters fix.
+    /// ([`edgeflow_runtime::Polyphase`]), which these parameters fix.
     Transposed {
         stride: usize,
         padding: usize,

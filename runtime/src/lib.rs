@@ -45,7 +45,7 @@ pub use device::{
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use op::{BinaryOp, Op, PadMode, ReduceOp, UnaryOp};
-pub use ops_api::{ConvCfg, ConvTransposeCfg, KvCache};
+pub use ops_api::{ConvCfg, ConvTransposeCfg, KvCache, Polyphase};
 pub use tensor::{DeviceBuffer, Storage, Tensor};
 
 /// Re-exported so backends and models use the same candle version.

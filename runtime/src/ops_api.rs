@@ -64,6 +64,127 @@ impl Default for ConvTransposeCfg {
     }
 }
 
+impl ConvTransposeCfg {
+    /// This transposed convolution of weights `[c_in, c_out, k]` as an
+    /// ordinary one ([`Polyphase`]); None with dilation or groups, or when
+    /// no output phase has a tap.
+    pub fn polyphase(&self, c_in: usize, c_out: usize, k: usize) -> Option<Polyphase> {
+        Polyphase::of(self, c_in, c_out, k)
+    }
+}
+
+/// A transposed convolution (weights `[c_in, c_out, k]`, stride `s`,
+/// padding `p`, one group, no dilation) as an ordinary stride-1
+/// convolution over [`Self::taps`] taps with symmetric [`Self::padding`],
+/// whose `s * c_out` output channels (`r * c_out + o`) are the phases `r`
+/// of output channel `o`: interleaved in time ([`Device::conv1d_fused_phases`]
+/// with `s` phases) they are the transposed convolution's output, whole
+/// steps of every phase, of which the first `(l - 1) * s - 2p + k +
+/// output_padding` are its length. A vocoder's upsampling then runs on a
+/// backend's fast convolution instead of a scatter through all `k` taps.
+///
+/// Output `n = q * s + r` sums `w[c, o, j] * x[c, m]` over
+/// `m * s + j = n + p`: with `a = r + p`, the taps `j = a % s + i * s`
+/// (`i` from 0 while `j < k`) read input `m = q + a / s - i`, an offset
+/// `e = a / s - i` from `q`. The ordinary convolution reads
+/// `x[q + t - padding]` at tap `t`, so tap `t` holds offset
+/// `e = t - padding`; `padding` is large enough for the most negative
+/// offset and for every output step, and taps no phase uses stay zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Polyphase {
+    c_in: usize,
+    c_out: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+    /// Taps of the ordinary convolution.
+    pub taps: usize,
+    /// Its zero padding on each side.
+    pub padding: usize,
+}
+
+impl Polyphase {
+    fn of(cfg: &ConvTransposeCfg, c_in: usize, c_out: usize, k: usize) -> Option<Self> {
+        let (s, p) = (cfg.stride, cfg.padding);
+        if s == 0 || cfg.dilation != 1 || cfg.groups != 1 || c_in == 0 || c_out == 0 || k == 0 {
+            return None;
+        }
+        let (mut lo, mut hi) = (isize::MAX, isize::MIN);
+        for r in 0..s {
+            let a = r + p;
+            let first = a % s;
+            if first < k {
+                let used = (k - first).div_ceil(s) as isize;
+                let base = (a / s) as isize;
+                lo = lo.min(base - (used - 1));
+                hi = hi.max(base);
+            }
+        }
+        if lo > hi {
+            return None;
+        }
+        // Steps per phase for l inputs: ceil(((l - 1) s + x) / s) = l - 1 +
+        // ceil(x / s), x = k + output_padding - 2p; the last reads input
+        // steps - 1 + hi, which must lie within l - 1 + padding.
+        let x = (k + cfg.output_padding) as isize - 2 * p as isize;
+        let extra = -(-x).div_euclid(s as isize) - 1;
+        let padding = 0.max(-lo).max(extra + hi);
+        Some(Polyphase {
+            c_in,
+            c_out,
+            k,
+            s,
+            p,
+            taps: usize::try_from(hi + padding + 1).ok()?,
+            padding: usize::try_from(padding).ok()?,
+        })
+    }
+
+    /// `w` `[c_in, c_out, k]` as the ordinary convolution's weights
+    /// `[s * c_out, c_in, taps]`; None when `w` does not have that size.
+    pub fn rearrange(&self, w: &[f32]) -> Option<Vec<f32>> {
+        let (c_in, c_out, k, s, l) = (self.c_in, self.c_out, self.k, self.s, self.taps);
+        if w.len() != c_in * c_out * k {
+            return None;
+        }
+        let mut wp = vec![0f32; s * c_out * c_in * l];
+        for r in 0..s {
+            let a = r + self.p;
+            let (first, base) = (a % s, (a / s) as isize);
+            for t in 0..l {
+                // Tap t holds offset e = t - padding, reached by i = base - e.
+                let i = base - (t as isize - self.padding as isize);
+                let Ok(i) = usize::try_from(i) else { continue };
+                let j = first + i * s;
+                if j >= k {
+                    continue;
+                }
+                for o in 0..c_out {
+                    for c in 0..c_in {
+                        wp[((r * c_out + o) * c_in + c) * l + t] = w[(c * c_out + o) * k + j];
+                    }
+                }
+            }
+        }
+        Some(wp)
+    }
+
+    /// The bias `[c_out]` of every phase: `[s * c_out]`.
+    pub fn bias(&self, b: &[f32]) -> Vec<f32> {
+        b.repeat(self.s)
+    }
+
+    /// The ordinary convolution's parameters.
+    pub fn conv_cfg(&self) -> ConvCfg {
+        ConvCfg {
+            stride: 1,
+            padding: self.padding,
+            dilation: 1,
+            groups: 1,
+        }
+    }
+}
+
 fn with_opt<'a>(base: &[&'a Tensor], opt: Option<&'a Tensor>) -> Vec<&'a Tensor> {
     let mut v = base.to_vec();
     if let Some(t) = opt {
@@ -679,5 +800,106 @@ impl KvCache {
         self.v = None;
         self.len = 0;
         self.in_place = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The transposed convolution by its definition: every input scattered
+    /// through every tap, `[c_out, t_out]` for one batch item.
+    fn scatter(
+        x: &[f64],
+        w: &[f64],
+        (c_in, c_out, k, l): (usize, usize, usize, usize),
+        cfg: &ConvTransposeCfg,
+    ) -> Vec<f64> {
+        let t_out = (l - 1) * cfg.stride + k + cfg.output_padding - 2 * cfg.padding;
+        let mut y = vec![0f64; c_out * t_out];
+        for c in 0..c_in {
+            for m in 0..l {
+                for o in 0..c_out {
+                    for j in 0..k {
+                        let n = (m * cfg.stride + j) as isize - cfg.padding as isize;
+                        if (0..t_out as isize).contains(&n) {
+                            y[o * t_out + n as usize] += w[(c * c_out + o) * k + j] * x[c * l + m];
+                        }
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// Every small (stride, kernel, padding, output padding) with a
+    /// nonempty output: the ordinary convolution over the rearranged
+    /// weights, its phases interleaved, is the transposed convolution
+    /// (exactly: small integers, sums exact in f64), over whole steps of
+    /// every phase that cover the output.
+    #[test]
+    fn polyphase_form_is_the_transposed_convolution() {
+        let (c_in, c_out, l) = (2, 3, 6);
+        let x: Vec<f64> = (0..c_in * l).map(|i| ((i * 7) % 11) as f64 - 5.0).collect();
+        let mut checked = 0;
+        for s in 1..=5 {
+            for k in 1..=9 {
+                for p in 0..=6 {
+                    for op in 0..s {
+                        let cfg = ConvTransposeCfg {
+                            stride: s,
+                            padding: p,
+                            output_padding: op,
+                            ..ConvTransposeCfg::default()
+                        };
+                        let Some(t_out) = ((l - 1) * s + k + op).checked_sub(2 * p) else {
+                            continue;
+                        };
+                        if t_out == 0 {
+                            continue;
+                        }
+                        let w: Vec<f32> = (0..c_in * c_out * k)
+                            .map(|i| ((i * 5) % 13) as f32 - 6.0)
+                            .collect();
+                        let w64: Vec<f64> = w.iter().map(|&v| v as f64).collect();
+                        let want = scatter(&x, &w64, (c_in, c_out, k, l), &cfg);
+                        let poly = cfg.polyphase(c_in, c_out, k).expect("a form");
+                        let wp = poly.rearrange(&w).expect("size");
+                        let taps = poly.taps;
+                        let pad = poly.padding;
+                        let steps = (l + 2 * pad).checked_sub(taps - 1).expect("steps");
+                        assert!(steps * s >= t_out, "s{s} k{k} p{p} op{op}: short");
+                        for o in 0..c_out {
+                            for (n, &v) in want[o * t_out..][..t_out].iter().enumerate() {
+                                let (q, r) = (n / s, n % s);
+                                let mut got = 0f64;
+                                for c in 0..c_in {
+                                    for t in 0..taps {
+                                        let m = (q + t) as isize - pad as isize;
+                                        if (0..l as isize).contains(&m) {
+                                            got += wp[((r * c_out + o) * c_in + c) * taps + t]
+                                                as f64
+                                                * x[c * l + m as usize];
+                                        }
+                                    }
+                                }
+                                assert_eq!(got, v, "s{s} k{k} p{p} op{op}: o{o} n{n}");
+                            }
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 400, "{checked}");
+        let cfg = ConvTransposeCfg {
+            dilation: 2,
+            ..ConvTransposeCfg::default()
+        };
+        assert!(cfg.polyphase(2, 3, 4).is_none());
+        let poly = ConvTransposeCfg::default()
+            .polyphase(2, 3, 4)
+            .expect("form");
+        assert!(poly.rearrange(&[0.0; 5]).is_none());
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::{Error, Result};
 use edgeflow_runtime::candle_core;
-use edgeflow_runtime::{ConvCfg, Device, Tensor};
+use edgeflow_runtime::{ConvCfg, ConvTransposeCfg, Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -192,17 +192,20 @@ impl Pointwise {
 /// kernel `k` and padding `p` where `k = u + 2p`, so the output is exactly
 /// `u` times longer.
 ///
-/// It runs as its polyphase form: output sample `n*u + r` only sees inputs
-/// `n-1`, `n`, `n+1`, so one ordinary convolution (kernel 3, `u * c_out`
-/// output channels, weights rearranged once at load) computes all `u`
-/// phases, written interleaved in time by the convolution itself where
-/// the device can ([`Device::conv1d_fused_phases`]). Same result as
-/// `ConvTranspose1d`, but on the fast convolution path of every backend.
+/// It runs as its polyphase form ([`edgeflow_runtime::Polyphase`]): output sample `n*u + r`
+/// only sees inputs `n-1`, `n`, `n+1`, so one ordinary convolution
+/// (kernel 3, `u * c_out` output channels, weights rearranged once at
+/// load) computes all `u` phases, written interleaved in time by the
+/// convolution itself where the device can
+/// ([`Device::conv1d_fused_phases`]), with the leaky ReLU before it folded
+/// in. Same result as `ConvTranspose1d`, on the fast convolution path of
+/// every backend.
 #[derive(Debug, Clone)]
 pub struct ConvTranspose1d {
     w: Tensor,
     b: Tensor,
     u: usize,
+    cfg: ConvCfg,
 }
 
 impl ConvTranspose1d {
@@ -221,38 +224,38 @@ impl ConvTranspose1d {
                 "{prefix}: kernel {k} with stride {u} is not an exact {u}x upsampling"
             )));
         }
-        let p = (k - u) / 2;
+        let t = ConvTransposeCfg {
+            stride: u,
+            padding: (k - u) / 2,
+            ..ConvTransposeCfg::default()
+        };
+        let poly = t.polyphase(c_in, c_out, k).ok_or_else(|| {
+            Error::BadInput(format!(
+                "{prefix}: no polyphase form for kernel {k}, stride {u}"
+            ))
+        })?;
         let w = ws.host(
             &format!("{prefix}.weight"),
             &[c_in, c_out, k],
             &[c_in, c_out, k],
         )?;
-        let w = w.to_vec_f32()?;
+        let wp = poly.rearrange(&w.to_vec_f32()?).ok_or_else(|| {
+            Error::BadInput(format!("{prefix}.weight: not [{c_in}, {c_out}, {k}]"))
+        })?;
         let b = ws
             .host(&format!("{prefix}.bias"), &[c_out], &[c_out])?
             .to_vec_f32()?;
-        // W'[(r, o), c, q] = w[c, o, (1 - q) * u + r + p] (tap q sees input n - 1 + q).
-        let mut wp = vec![0f32; u * c_out * c_in * 3];
-        for r in 0..u {
-            for o in 0..c_out {
-                for c in 0..c_in {
-                    for q in 0..3usize {
-                        let j = (2 - q) as isize * u as isize - u as isize + (r + p) as isize;
-                        if (0..k as isize).contains(&j) {
-                            wp[((r * c_out + o) * c_in + c) * 3 + q] =
-                                w[(c * c_out + o) * k + j as usize];
-                        }
-                    }
-                }
-            }
-        }
-        let bp: Vec<f32> = (0..u).flat_map(|_| b.iter().copied()).collect();
         let dev = ws.device();
-        let w = dev.place(&Tensor::from_vec(wp, &[u * c_out, c_in, 3])?)?;
-        let b = dev.place(&Tensor::from_vec(bp, &[u * c_out])?)?;
+        let w = dev.place(&Tensor::from_vec(wp, &[u * c_out, c_in, poly.taps])?)?;
+        let b = dev.place(&Tensor::from_vec(poly.bias(&b), &[u * c_out])?)?;
         dev.stats()
             .add_resident((w.size_bytes() + b.size_bytes()) as i64);
-        Ok(ConvTranspose1d { w, b, u })
+        Ok(ConvTranspose1d {
+            w,
+            b,
+            u,
+            cfg: poly.conv_cfg(),
+        })
     }
 
     /// x[1, c_in, t] -> [1, c_out, t * u].
@@ -270,14 +273,9 @@ impl ConvTranspose1d {
     /// [`Self::forward`] of `leaky_relu(x, pre_slope)`, the activation
     /// folded into the convolution where the device can.
     pub fn forward_pre(&self, dev: &Device, x: &Tensor, pre_slope: Option<f64>) -> Result<Tensor> {
-        let cfg = ConvCfg {
-            stride: 1,
-            padding: 1,
-            dilation: 1,
-            groups: 1,
-        };
-        // u * c_out channels over t steps, interleaved: [1, c_out, t * u].
-        Ok(dev.conv1d_fused_phases(x, &self.w, &self.b, cfg, pre_slope, None, self.u)?)
+        // u * c_out channels over t steps, interleaved: [1, c_out, t * u]
+        // (k = u + 2p makes the steps exactly t).
+        Ok(dev.conv1d_fused_phases(x, &self.w, &self.b, self.cfg, pre_slope, None, self.u)?)
     }
 }
 
