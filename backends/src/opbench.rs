@@ -12,14 +12,26 @@
 //! - Prefill-shaped quantized matmuls (`m` activation rows) reuse one weight
 //!   matrix, as a prompt's rows do, and report GFLOP/s.
 //! - The bandwidth ceiling is a multi-threaded f32 sum over a buffer of the
-//!   same size (read-only, like a GEMV), best of 8 passes, measured before
-//!   and after the rows (the higher counts).
+//!   same size (read-only, like a GEMV) on huge pages, best of 8 passes
+//!   that alternate a plain loop and one that prefetches ahead in software
+//!   as the GEMV kernels do.
+//! - The run's ceiling, probed at both ends, is the best of 8 passes each
+//!   time; the higher counts (a busy moment can only lower a probe) and
+//!   the lower is printed too, so a reader sees how much the machine
+//!   moved. Every GEMV row's "% of BW" is against it.
+//! - "of BW then" is the same row against the bandwidth of the moments it
+//!   ran: one probe pass after every pair of its blocks (5 ms after, once
+//!   both sides' threads have stopped spinning), the median pass against
+//!   the median call. On this shared VM the probes of one run spread 17-27
+//!   GB/s, so a ceiling taken a minute away says less about a row; a pass
+//!   is also one 10 ms sample where the ceiling is the best of 8.
 //! - ratio = candle time / runtime time: 1.0 means no overhead.
 
 use crate::cpu_backend;
 use candle_core::quantized::QMatMul;
 use candle_core::{Module, Tensor as CTensor};
 use edgeflow_runtime::{ConvCfg, DType, Device, Result, Tensor};
+use rayon::prelude::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +42,8 @@ pub struct BenchOptions {
     pub working_set_mb: usize,
     /// Minimum measuring time per row.
     pub min_time: Duration,
-    /// Threads for the bandwidth ceiling (candle's kernels use rayon's pool).
+    /// Parts the bandwidth ceiling splits its buffer into, run on rayon's
+    /// pool (where candle's kernels run too).
     pub threads: usize,
     /// Row groups to run (`gemm`, `gemv`, `matmul`, `conv`, `attention`);
     /// empty runs them all.
@@ -75,6 +88,10 @@ pub struct BenchRow {
     pub candle_s: f64,
     /// What a call does, for GFLOP/s or GB/s.
     pub throughput: Throughput,
+    /// The bandwidth probed while this row ran (the median of single
+    /// probe passes between its blocks), for its "% of BW"; None: the
+    /// run's ceiling.
+    pub ceiling_gbs: Option<f64>,
 }
 
 impl BenchRow {
@@ -87,8 +104,12 @@ impl BenchRow {
 /// The whole run.
 #[derive(Debug, Clone)]
 pub struct BenchReport {
-    /// Measured read bandwidth ceiling, GB/s.
+    /// Measured read bandwidth ceiling, GB/s: the highest probe.
     pub bandwidth_gbs: f64,
+    /// The lowest probe of the run, GB/s.
+    pub bandwidth_low_gbs: f64,
+    /// Probes taken.
+    pub probes: usize,
     /// Threads used for the ceiling.
     pub threads: usize,
     /// Rows.
@@ -99,8 +120,17 @@ impl BenchReport {
     /// A text table.
     pub fn render(&self) -> String {
         let mut s = format!(
-            "memory bandwidth ceiling (f32 sum, {} threads): {:.1} GB/s\n\n{:<44} {:>10} {:>10} {:>8} {:>14} {:>9}\n",
-            self.threads, self.bandwidth_gbs, "op", "runtime", "candle", "ratio", "throughput", "% of BW"
+            "memory bandwidth ceiling (f32 sum, {} threads): {:.1} GB/s (best of {} probes; lowest {:.1})\n\n{:<44} {:>10} {:>10} {:>8} {:>14}  {:<20}\n",
+            self.threads,
+            self.bandwidth_gbs,
+            self.probes,
+            self.bandwidth_low_gbs,
+            "op",
+            "runtime",
+            "candle",
+            "ratio",
+            "throughput",
+            "% of BW (of BW then)"
         );
         for r in &self.rows {
             let (tp, bw) = match r.throughput {
@@ -110,15 +140,19 @@ impl BenchReport {
                 ),
                 Throughput::Bytes(b) => {
                     let gbs = b / r.runtime_s / 1e9;
+                    let then = match r.ceiling_gbs {
+                        Some(c) => format!(" ({:.0}% of {c:.1})", 100.0 * gbs / c),
+                        None => String::new(),
+                    };
                     (
                         format!("{gbs:.1} GB/s"),
-                        format!("{:.0}%", 100.0 * gbs / self.bandwidth_gbs),
+                        format!("{:.0}%{then}", 100.0 * gbs / self.bandwidth_gbs),
                     )
                 }
                 Throughput::None => (String::new(), String::new()),
             };
             s.push_str(&format!(
-                "{:<44} {:>10} {:>10} {:>7.2}x {:>14} {:>9}\n",
+                "{:<44} {:>10} {:>10} {:>7.2}x {:>14}  {:<20}\n",
                 r.name,
                 fmt_time(r.runtime_s),
                 fmt_time(r.candle_s),
@@ -148,9 +182,23 @@ fn median(v: &mut [f64]) -> f64 {
 fn ab(
     dev: &Device,
     min_time: Duration,
+    a: impl FnMut() -> Result<()> + Send,
+    b: impl FnMut() -> Result<()> + Send,
+) -> Result<(f64, f64)> {
+    let (ta, tb, _) = ab_probed(dev, min_time, a, b, None)?;
+    Ok((ta, tb))
+}
+
+/// [`ab`], with one pass of `probe` (a reading, e.g. GB/s) after every
+/// pair of blocks: readings of the machine at the moments the row ran;
+/// their median is the third value.
+fn ab_probed(
+    dev: &Device,
+    min_time: Duration,
     mut a: impl FnMut() -> Result<()> + Send,
     mut b: impl FnMut() -> Result<()> + Send,
-) -> Result<(f64, f64)> {
+    mut probe: Option<&mut dyn FnMut() -> f64>,
+) -> Result<(f64, f64, Option<f64>)> {
     // Alternating blocks of calls rather than alternating calls: a side's
     // threads keep running a little after its call returns (candle's pool
     // spins at a barrier; ours are held awake for a batch), which would
@@ -169,57 +217,152 @@ fn ab(
             }
         }
     };
-    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let (mut ta, mut tb, mut tp) = (Vec::new(), Vec::new(), Vec::new());
     dev.batch(&mut a)?;
     rayon::scope(|_| b())?;
     let start = Instant::now();
     while start.elapsed() < min_time * 2 || ta.len() < 5 || tb.len() < 5 {
         dev.batch(|| block(&mut a, &mut ta))?;
         rayon::scope(|_| block(&mut b, &mut tb))?;
+        if let Some(p) = probe.as_mut() {
+            // After both sides' threads have stopped spinning: right
+            // after candle's block a pass read 13-18 GB/s against 20-22
+            // two or more milliseconds later (same runs).
+            std::thread::sleep(Duration::from_millis(5));
+            tp.push(p());
+        }
         if ta.len() >= 10_000 || tb.len() >= 10_000 {
             break;
         }
     }
-    Ok((median(&mut ta), median(&mut tb)))
+    let p = (!tp.is_empty()).then(|| median(&mut tp));
+    Ok((median(&mut ta), median(&mut tb), p))
 }
 
 /// Read bandwidth: `threads` threads summing disjoint parts of an `mb` MB
-/// f32 buffer; best of eight passes, in GB/s.
+/// f32 buffer; best of eight passes (plain and prefetching loops in
+/// turn), in GB/s.
 pub fn bandwidth_gbs(mb: usize, threads: usize) -> f64 {
+    stream(&probe_buffer(mb), threads, 0, 8)
+}
+
+/// `mb` MB of f32 on the pages weights get (Device::place): the ceiling
+/// is what the machine streams at its best.
+fn probe_buffer(mb: usize) -> Vec<f32> {
     let n = mb * (1 << 20) / 4;
     let buf: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-    // On the pages weights get (Device::place): the ceiling is what the
-    // machine streams at its best.
     crate::cpu::huge_pages::advise_range(buf.as_ptr() as usize, 4 * n);
+    buf
+}
+
+/// [`bandwidth_gbs`] over `buf`: best of `passes` (from pass number
+/// `first`, which picks the loops).
+fn stream(buf: &[f32], threads: usize, first: usize, passes: usize) -> f64 {
+    let n = buf.len();
     let threads = threads.max(1);
     let chunk = n.div_ceil(threads);
     let mut best = f64::INFINITY;
     let mut sink = 0.0f32;
-    for _ in 0..8 {
+    for pass in first..first + passes {
+        let prefetch = pass % 2 == 1;
         let t = Instant::now();
-        let total: f32 = std::thread::scope(|s| {
-            let hs: Vec<_> = buf
-                .chunks(chunk)
-                .map(|part| {
-                    s.spawn(move || {
-                        let mut acc = [0f32; 16];
-                        let mut it = part.chunks_exact(16);
-                        for c in &mut it {
-                            for (a, x) in acc.iter_mut().zip(c) {
-                                *a += *x;
-                            }
-                        }
-                        acc.iter().sum::<f32>() + it.remainder().iter().sum::<f32>()
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
-        });
+        // On rayon's warm workers (threads spawned per pass read 1-2 GB/s
+        // less at the run's ends, same runs).
+        let total: f32 = buf.par_chunks(chunk).map(|part| sum(part, prefetch)).sum();
         best = best.min(t.elapsed().as_secs_f64());
         sink += total;
     }
     std::hint::black_box(sink);
     (n * 4) as f64 / best / 1e9
+}
+
+/// The sum of `part`, prefetching ahead in software where asked and the
+/// machine has AVX2.
+fn sum(part: &[f32], prefetch: bool) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if prefetch && std::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected.
+        return unsafe { sum_prefetching(part) };
+    }
+    let _ = prefetch;
+    let mut acc = [0f32; 16];
+    let mut it = part.chunks_exact(16);
+    for c in &mut it {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a += *x;
+        }
+    }
+    acc.iter().sum::<f32>() + it.remainder().iter().sum::<f32>()
+}
+
+/// [`sum`] in 128-byte steps, each prefetching the two lines 512 bytes
+/// ahead (the GEMV kernels prefetch two tiles, a few hundred bytes, ahead
+/// of each row stream).
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_prefetching(part: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    const AHEAD: usize = 512;
+    let mut it = part.chunks_exact(32);
+    // SAFETY: each chunk holds 32 floats, read as 4 unaligned vectors;
+    // prefetches never fault.
+    unsafe {
+        let mut a = [_mm256_setzero_ps(); 4];
+        for c in &mut it {
+            let p = c.as_ptr();
+            let b = p.cast::<i8>();
+            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(AHEAD));
+            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(AHEAD + 64));
+            for (v, acc) in a.iter_mut().enumerate() {
+                *acc = _mm256_add_ps(*acc, _mm256_loadu_ps(p.add(8 * v)));
+            }
+        }
+        let s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), s);
+        lanes.iter().sum::<f32>() + it.remainder().iter().sum::<f32>()
+    }
+}
+
+/// The ceiling probes of a run (one buffer): the highest and lowest reading.
+struct Probes {
+    buf: Vec<f32>,
+    threads: usize,
+    high: f64,
+    low: f64,
+    count: usize,
+    /// Single passes taken.
+    passes: usize,
+}
+
+impl Probes {
+    fn new(mb: usize, threads: usize) -> Self {
+        Probes {
+            buf: probe_buffer(mb),
+            threads,
+            high: 0.0,
+            low: f64::INFINITY,
+            count: 0,
+            passes: 0,
+        }
+    }
+
+    /// A full probe (best of 8 passes), counted in the run's range.
+    fn probe(&mut self) {
+        let g = stream(&self.buf, self.threads, 0, 8);
+        self.high = self.high.max(g);
+        self.low = self.low.min(g);
+        self.count += 1;
+    }
+
+    /// One pass (the loops in turn), for a row's interleaved readings.
+    fn pass(&mut self) -> f64 {
+        self.passes += 1;
+        stream(&self.buf, self.threads, self.passes, 1)
+    }
 }
 
 fn randn(dims: &[usize], seed: u64) -> Result<Tensor> {
@@ -244,12 +387,20 @@ fn gemm(dev: &Device, n: usize, o: &BenchOptions) -> Result<BenchRow> {
         runtime_s: r,
         candle_s: k,
         throughput: Throughput::Flops(2.0 * (n * n * n) as f64),
+        ceiling_gbs: None,
     })
 }
 
 /// Decode GEMV `x[1, k] @ w[n, k]^T` over enough weight copies to stream
 /// `working_set_mb` per pass.
-fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result<BenchRow> {
+fn gemv(
+    dev: &Device,
+    k: usize,
+    n: usize,
+    dt: DType,
+    o: &BenchOptions,
+    probes: &mut Probes,
+) -> Result<BenchRow> {
     let x = randn(&[1, k], 3)?;
     let cx = c(&x)?;
     let w0 = randn(&[n, k], 4)?;
@@ -296,7 +447,8 @@ fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result
         Raw::Q(v)
     };
     let (mut i, mut j) = (0usize, 0usize);
-    let (r, kk) = ab(
+    let mut pass = || probes.pass();
+    let (r, kk, ceiling) = ab_probed(
         dev,
         o.min_time,
         || {
@@ -312,12 +464,14 @@ fn gemv(dev: &Device, k: usize, n: usize, dt: DType, o: &BenchOptions) -> Result
             }
             Ok(())
         },
+        Some(&mut pass),
     )?;
     Ok(BenchRow {
         name: format!("gemv {dt} 1x{k}x{n} ({copies} weight copies)"),
         runtime_s: r,
         candle_s: kk,
         throughput: Throughput::Bytes(one as f64),
+        ceiling_gbs: ceiling,
     })
 }
 
@@ -360,6 +514,7 @@ fn qmatmul(
         runtime_s: r,
         candle_s: kk,
         throughput: Throughput::Flops(2.0 * (m * k * n) as f64),
+        ceiling_gbs: None,
     })
 }
 
@@ -403,6 +558,7 @@ fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
             runtime_s: r,
             candle_s: k,
             throughput: Throughput::Flops(2.0 * (ci * co * kk * l) as f64),
+            ceiling_gbs: None,
         });
     }
     // Vocoder upsampling: 256 -> 128 channels, stride 8, kernel 16.
@@ -427,6 +583,7 @@ fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
         runtime_s: r,
         candle_s: k,
         throughput: Throughput::Flops(2.0 * 256.0 * 128.0 * 16.0 * 200.0),
+        ceiling_gbs: None,
     });
     Ok(rows)
 }
@@ -483,6 +640,7 @@ fn attention(dev: &Device, s: usize, t: usize, o: &BenchOptions) -> Result<Bench
         runtime_s: r,
         candle_s: kk,
         throughput: Throughput::Flops(4.0 * (h * s * t * d) as f64),
+        ceiling_gbs: None,
     })
 }
 
@@ -498,7 +656,8 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
     let cpu = cpu_backend();
     let dev = Device::new(cpu.clone(), cpu);
     progress("memory bandwidth");
-    let bw_start = bandwidth_gbs(o.working_set_mb, o.threads);
+    let mut probes = Probes::new(o.working_set_mb, o.threads);
+    probes.probe();
     let mut rows = Vec::new();
     // Each row's calls run in blocks (see `ab`): ours inside Device::batch,
     // as a model's forward pass issues them, candle's on a rayon worker.
@@ -512,7 +671,7 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
     {
         for dt in [DType::F32, DType::Q8_0, DType::Q4_1, DType::Q4_0] {
             progress(&format!("gemv {dt} 1x{k}x{n}"));
-            rows.push(gemv(&dev, k, n, dt, o)?);
+            rows.push(gemv(&dev, k, n, dt, o, &mut probes)?);
         }
     }
     for dt in [DType::Q4_1, DType::Q8_0]
@@ -531,12 +690,13 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
         rows.push(attention(&dev, 128, 128, o)?);
         rows.push(attention(&dev, 1, 512, o)?);
     }
-    // Measured before and after the rows; the higher is the ceiling (a busy
-    // machine can only lower it).
+    // The highest probe is the ceiling (a busy machine can only lower it).
     progress("memory bandwidth again");
-    let bw = bw_start.max(bandwidth_gbs(o.working_set_mb, o.threads));
+    probes.probe();
     Ok(BenchReport {
-        bandwidth_gbs: bw,
+        bandwidth_gbs: probes.high,
+        bandwidth_low_gbs: probes.low,
+        probes: probes.count,
         threads: o.threads,
         rows,
     })
@@ -545,6 +705,46 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A GEMV row reads against the run's ceiling and, in brackets,
+    /// against the bandwidth probed while it ran; other rows get neither.
+    #[test]
+    fn gemv_rows_read_against_both_ceilings() {
+        let row = |name: &str, throughput, ceiling_gbs| BenchRow {
+            name: name.into(),
+            runtime_s: 1e-4,
+            candle_s: 2e-4,
+            throughput,
+            ceiling_gbs,
+        };
+        let report = BenchReport {
+            bandwidth_gbs: 25.0,
+            bandwidth_low_gbs: 20.0,
+            probes: 2,
+            threads: 2,
+            rows: vec![
+                row("gemv a", Throughput::Bytes(2e6), Some(16.0)),
+                row("gemv b", Throughput::Bytes(2e6), None),
+                row("gemm", Throughput::Flops(1e9), None),
+            ],
+        };
+        let text = report.render();
+        assert!(
+            text.contains("25.0 GB/s (best of 2 probes; lowest 20.0)"),
+            "{text}"
+        );
+        let line = |n: &str| {
+            text.lines()
+                .find(|l| l.starts_with(n))
+                .expect(n)
+                .to_string()
+        };
+        // 2 MB in 100 us: 20 GB/s, 80% of 25 and 125% of 16.
+        assert!(line("gemv a").contains("80% (125% of 16.0)"), "{text}");
+        assert!(line("gemv b").trim_end().ends_with("80%"), "{text}");
+        assert!(!line("gemm").contains('%'), "{text}");
+        assert!(line("gemm").contains("2.00x"), "{text}");
+    }
 
     #[test]
     fn an_unknown_row_group_is_refused_before_measuring() {

@@ -13,7 +13,7 @@ pub struct BenchOpsArgs {
     /// Minimum measuring time per row, ms.
     #[arg(long, default_value_t = 600)]
     pub min_time_ms: u64,
-    /// Threads for the bandwidth ceiling (default: all cores).
+    /// Parts the bandwidth ceiling is read in, on the worker pool (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Run only these row groups (comma-separated: gemm, gemv, matmul, conv,
