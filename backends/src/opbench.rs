@@ -521,10 +521,14 @@ fn qmatmul(
 fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
     let mut rows = Vec::new();
     // (c_in, c_out, k, dilation, length): a VITS flow / text-encoder conv,
-    // then the HiFi-GAN residual convs of Piper's medium voices at each
-    // upsampling stage (one second of audio), and Whisper's first conv.
-    let shapes: [(usize, usize, usize, usize, usize); 5] = [
+    // the flow's WaveNet input and 1x1 convs on a sentence's frames (Piper's
+    // costliest conv1d calls in `bench tts --profile-ops`), then the
+    // HiFi-GAN residual convs of Piper's medium voices at each upsampling
+    // stage (one second of audio), and Whisper's first conv.
+    let shapes: [(usize, usize, usize, usize, usize); 7] = [
         (192, 192, 5, 1, 1024),
+        (192, 384, 5, 1, 363),
+        (192, 384, 1, 1, 363),
         (128, 128, 5, 2, 689),
         (64, 64, 7, 3, 5512),
         (32, 32, 7, 12, 22050),
