@@ -256,11 +256,14 @@ fn probe_buffer(mb: usize) -> Vec<f32> {
 }
 
 /// [`bandwidth_gbs`] over `buf`: best of `passes` (from pass number
-/// `first`, which picks the loops).
+/// `first`, which picks the loops). A pass reads at least 64 MB: a
+/// smaller buffer (`--working-set-mb 1`, weights in cache) is read over
+/// several times, so dispatching the pass does not dominate it.
 fn stream(buf: &[f32], threads: usize, first: usize, passes: usize) -> f64 {
     let n = buf.len();
     let threads = threads.max(1);
-    let chunk = n.div_ceil(threads);
+    let chunk = n.div_ceil(threads).max(1);
+    let reps = (64usize << 20).div_ceil((4 * n).max(1));
     let mut best = f64::INFINITY;
     let mut sink = 0.0f32;
     for pass in first..first + passes {
@@ -268,12 +271,15 @@ fn stream(buf: &[f32], threads: usize, first: usize, passes: usize) -> f64 {
         let t = Instant::now();
         // On rayon's warm workers (threads spawned per pass read 1-2 GB/s
         // less at the run's ends, same runs).
-        let total: f32 = buf.par_chunks(chunk).map(|part| sum(part, prefetch)).sum();
+        let total: f32 = buf
+            .par_chunks(chunk)
+            .map(|part| (0..reps).map(|_| sum(part, prefetch)).sum::<f32>())
+            .sum();
         best = best.min(t.elapsed().as_secs_f64());
         sink += total;
     }
     std::hint::black_box(sink);
-    (n * 4) as f64 / best / 1e9
+    (n * 4 * reps) as f64 / best / 1e9
 }
 
 /// The sum of `part`, prefetching ahead in software where asked and the
