@@ -882,14 +882,20 @@ fn unary(u: UnaryOp, x: &CTensor) -> Result<CTensor> {
         UnaryOp::Sin => x.sin()?,
         UnaryOp::Cos => x.cos()?,
         UnaryOp::Tanh => x.tanh()?,
-        UnaryOp::Sigmoid => candle_nn::ops::sigmoid(x)?,
+        UnaryOp::Sigmoid => match with_f32_slice(x, cpu_act::sigmoid)?.flatten() {
+            Some(y) => CTensor::from_vec(y, x.shape(), &cdev())?,
+            None => candle_nn::ops::sigmoid(x)?,
+        },
         UnaryOp::Relu => x.relu()?,
         UnaryOp::Gelu => x.gelu()?,
         UnaryOp::GeluErf => match with_f32_slice(x, cpu_act::gelu_erf)?.flatten() {
             Some(y) => CTensor::from_vec(y, x.shape(), &cdev())?,
             None => x.gelu_erf()?,
         },
-        UnaryOp::Silu => x.silu()?,
+        UnaryOp::Silu => match with_f32_slice(x, cpu_act::silu)?.flatten() {
+            Some(y) => CTensor::from_vec(y, x.shape(), &cdev())?,
+            None => x.silu()?,
+        },
         // log(1 + e^x) = relu(x) + log(1 + e^-|x|): no overflow for large |x|.
         UnaryOp::Softplus => (x.relu()? + (x.abs()?.neg()?.exp()? + 1.0)?.log()?)?,
     })
