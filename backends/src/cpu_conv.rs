@@ -362,7 +362,8 @@ fn blocked<const N: usize>(
                     row,
                 };
                 for (i, a) in acc.iter_mut().enumerate() {
-                    tile(isa, &geo, xs, wb, t_lo - q0 + i * TT, a);
+                    let cols = (t_hi - t_lo - i * TT).min(TT);
+                    tile(isa, &geo, xs, wb, t_lo - q0 + i * TT, cols, a);
                 }
                 c_lo = c_hi;
             }
@@ -729,13 +730,15 @@ struct Geo {
 }
 
 /// Add input channels `c_lo..c_hi` to one `N` x 48 output tile starting at
-/// time `t0`.
+/// time `t0`, of which the first `cols` columns are output (AVX2 skips the
+/// thirds past them: a 193-step output is 5 tiles, the last with 1).
 fn tile<const N: usize>(
     isa: Isa,
     g: &Geo,
     xp: &[f32],
     wb: &[f32],
     t0: usize,
+    cols: usize,
     acc: &mut [[f32; TT]; N],
 ) {
     // Every index either kernel reads.
@@ -754,7 +757,7 @@ fn tile<const N: usize>(
             // SAFETY: AVX2 and FMA were detected at run time; the assertions
             // above bound every read; each call covers a third of the tile.
             unsafe {
-                for col in (0..TT).step_by(TT / 3) {
+                for col in (0..cols.min(TT)).step_by(TT / 3) {
                     tile_avx2(g, xp, wb, t0, acc, col);
                 }
             }

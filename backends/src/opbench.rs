@@ -527,14 +527,17 @@ fn qmatmul(
 fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
     let mut rows = Vec::new();
     // (c_in, c_out, k, dilation, length): a VITS flow / text-encoder conv,
-    // the flow's WaveNet input and 1x1 convs on a sentence's frames (Piper's
-    // costliest conv1d calls in `bench tts --profile-ops`), then the
+    // the flow's WaveNet input and 1x1 convs on a sentence's frames and the
+    // text encoder's FFN convs on its phonemes (Piper's costliest conv1d
+    // calls in `bench tts --profile-ops`), then the
     // HiFi-GAN residual convs of Piper's medium voices at each upsampling
     // stage (one second of audio), and Whisper's first conv.
-    let shapes: [(usize, usize, usize, usize, usize); 7] = [
+    let shapes: [(usize, usize, usize, usize, usize); 9] = [
         (192, 192, 5, 1, 1024),
         (192, 384, 5, 1, 363),
         (192, 384, 1, 1, 363),
+        (192, 768, 3, 1, 193),
+        (768, 192, 3, 1, 193),
         (128, 128, 5, 2, 689),
         (64, 64, 7, 3, 5512),
         (32, 32, 7, 12, 22050),
