@@ -118,7 +118,7 @@ fn sigmoid_scalar<const SILU: bool>(x: f32) -> f32 {
     if x.is_nan() {
         return x;
     }
-    let e = if -x.abs() < -87.3 {
+    let e = if -x.abs() < EXP_MIN {
         0.0
     } else {
         (-x.abs()).exp()
@@ -146,7 +146,7 @@ fn gelu_erf_scalar(x: f32) -> f32 {
         .mul_add(t, A[2])
         .mul_add(t, A[1])
         .mul_add(t, A[0]);
-    let e = poly * (-a * a).max(-87.3).exp();
+    let e = poly * (-a * a).max(EXP_MIN).exp();
     let erf = (1.0 - e).copysign(z);
     let one_plus_erf = 1.0 + erf;
     0.5 * x * one_plus_erf
@@ -162,9 +162,24 @@ const A: [f32; 5] = [
     1.061_405_4,
 ];
 
+/// Cephes' `expf`: `e^v = 2^n e^r`, `n = round(v log2 e)`, `r = v - n ln 2`
+/// with ln 2 in two parts, `e^r = 1 + r + r^2 p(r)`.
+const EXP_LN2: [f32; 2] = [0.693_359_4, -2.121_944_4e-4];
+/// `p(r)`, highest power first.
+const EXP_P: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    0.166_666_65,
+    0.5,
+];
+/// `e^v` is taken at this for smaller `v` (`2^n` stays normal).
+const EXP_MIN: f32 = -87.3;
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{gelu_erf_scalar, A, P};
+    use super::{gelu_erf_scalar, A, EXP_LN2, EXP_MIN, EXP_P, P};
     use std::arch::x86_64::*;
 
     /// `e^v` for `v <= 0`, 16 lanes: Cephes' `expf` (range reduction by
@@ -172,20 +187,14 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn exp_neg(v: __m512) -> __m512 {
-        let v = _mm512_max_ps(v, _mm512_set1_ps(-87.3));
+        let v = _mm512_max_ps(v, _mm512_set1_ps(EXP_MIN));
         let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
             _mm512_mul_ps(v, _mm512_set1_ps(std::f32::consts::LOG2_E)),
         );
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), v);
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm512_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            0.166_666_65,
-            0.5,
-        ] {
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2[0]), v);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2[1]), r);
+        let mut p = _mm512_set1_ps(EXP_P[0]);
+        for &c in &EXP_P[1..] {
             p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
         }
         let y = _mm512_add_ps(
@@ -240,20 +249,14 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     fn exp_neg_avx2(v: __m256) -> __m256 {
-        let v = _mm256_max_ps(v, _mm256_set1_ps(-87.3));
+        let v = _mm256_max_ps(v, _mm256_set1_ps(EXP_MIN));
         let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
             _mm256_mul_ps(v, _mm256_set1_ps(std::f32::consts::LOG2_E)),
         );
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), v);
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm256_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            0.166_666_65,
-            0.5,
-        ] {
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2[0]), v);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2[1]), r);
+        let mut p = _mm256_set1_ps(EXP_P[0]);
+        for &c in &EXP_P[1..] {
             p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
         }
         let y = _mm256_add_ps(
@@ -320,9 +323,9 @@ mod x86 {
             // SAFETY: i + 8 <= len for both slices.
             let xv = unsafe { _mm256_loadu_ps(xp.add(i)) };
             let nx = _mm256_or_ps(xv, sign);
-            // e^-|x|, 0 below -87.3 (where it would be denormal).
+            // e^-|x|, 0 below EXP_MIN (where it would be denormal).
             let e = _mm256_andnot_ps(
-                _mm256_cmp_ps::<_CMP_LT_OQ>(nx, _mm256_set1_ps(-87.3)),
+                _mm256_cmp_ps::<_CMP_LT_OQ>(nx, _mm256_set1_ps(EXP_MIN)),
                 exp_neg_avx2(nx),
             );
             let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(xv, _mm256_setzero_ps());
