@@ -89,8 +89,9 @@ pub struct BenchRow {
     /// What a call does, for GFLOP/s or GB/s.
     pub throughput: Throughput,
     /// The bandwidth probed while this row ran (the median of single
-    /// probe passes between its blocks), for its "% of BW"; None: the
-    /// run's ceiling.
+    /// probe passes between its blocks), for its "of BW then" reading;
+    /// None for rows without one. "% of BW" is always against the run's
+    /// ceiling.
     pub ceiling_gbs: Option<f64>,
 }
 
