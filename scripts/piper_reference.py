@@ -3,7 +3,7 @@
 
 Two modes:
 
-  fixtures  Writes the parity fixtures under stages/tests/fixtures/piper_joe/:
+  fixtures  Writes the parity fixtures under stages/piper/tests/fixtures/piper_joe/:
             for each sentence, Piper's phonemes and phoneme ids, the
             per-phoneme-id durations in frames (the model's `w_ceil`, exposed
             as an extra graph output the way piper's
@@ -157,7 +157,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fixtures")
-    f.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "stages/tests/fixtures/piper_joe")
+    f.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "stages/piper/tests/fixtures/piper_joe")
     b = sub.add_parser("bench")
     b.add_argument("--text", required=True)
     b.add_argument("--threads", type=int, default=2)

@@ -78,7 +78,7 @@ fn models() -> bool {
     if edgeflow_llm::fetch::locate().is_err() {
         missing.push("smollm2: edgeflow models fetch smollm2".into());
     }
-    if edgeflow_stages::piper::fetch::locate(&edgeflow_stages::piper::fetch::PIPER_JOE).is_err() {
+    if edgeflow_piper::piper::fetch::locate(&edgeflow_piper::piper::fetch::PIPER_JOE).is_err() {
         missing.push("piper-joe: edgeflow models fetch piper-joe".into());
     }
     assert!(

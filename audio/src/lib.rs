@@ -13,7 +13,6 @@
 //! | `mel` | Whisper-compatible log-mel features |
 //! | `denoise` | RNNoise (nnnoiseless) at 48 kHz with resampling around it |
 //! | `gain`, `channel_mix`, `chunker` | small utilities |
-//! | `turn` | turn-taking and barge-in for voice loops (epochs, cancels, latencies) |
 //!
 //! The signal-processing pieces are also plain types usable without a
 //! pipeline: [`StreamResampler`], [`LogMel`], [`Denoiser`], [`Chunker`],
@@ -25,7 +24,6 @@ pub mod device;
 mod error;
 pub mod mel;
 pub mod resample;
-pub mod turn;
 pub mod util;
 pub mod wav;
 
@@ -49,7 +47,6 @@ pub fn register(r: &mut Registry) {
     r.register(util::GainKind);
     r.register(util::ChannelMixKind);
     r.register(util::ChunkerKind);
-    r.register(turn::TurnKind);
 }
 
 /// A registry with the engine's built-in kinds plus every audio kind.

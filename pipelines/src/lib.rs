@@ -15,7 +15,8 @@ pub use edgeflow_runtime as runtime;
 pub fn registry() -> Registry {
     let mut r = Registry::builtin();
     edgeflow_audio::register(&mut r);
-    edgeflow_stages::register(&mut r);
+    edgeflow_piper::register(&mut r);
+    edgeflow_dialogue::register(&mut r);
     edgeflow_llm::register(&mut r);
     edgeflow_speech::register(&mut r);
     r

@@ -10,8 +10,8 @@
 
 use anyhow::Context;
 use edgeflow_runtime::DeviceSpec;
-use edgeflow_stages::piper::{fetch, FrontEnd, InferenceScales, VoiceConfig};
-use edgeflow_stages::vits::{AudioAhead, Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_piper::piper::{fetch, FrontEnd, InferenceScales, VoiceConfig};
+use edgeflow_piper::vits::{AudioAhead, Chunking, SynthesisParams, Vits, VitsConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;

@@ -1,7 +1,7 @@
 //! `edgeflow models ...`: fetch model weights into the local cache and list
 //! what is cached.
 
-use edgeflow_stages::piper::fetch;
+use edgeflow_piper::piper::fetch;
 use std::process::ExitCode;
 
 /// Model cache commands.

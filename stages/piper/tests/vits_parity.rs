@@ -4,8 +4,8 @@
 mod common;
 
 use edgeflow_runtime::DeviceSpec;
-use edgeflow_stages::piper::{InferenceScales, VoiceConfig};
-use edgeflow_stages::vits::{SynthesisParams, Vits, VitsConfig};
+use edgeflow_piper::piper::{InferenceScales, VoiceConfig};
+use edgeflow_piper::vits::{SynthesisParams, Vits, VitsConfig};
 
 /// Waveform agreement required with onnxruntime's output (f32 in both, the
 /// reference stored as 16-bit PCM). Differences come from float summation

@@ -6,13 +6,13 @@ mod common;
 
 use edgeflow_graph::{Payload, Pipeline, Registry};
 use edgeflow_runtime::DeviceSpec;
-use edgeflow_stages::piper::{FrontEnd, InferenceScales, VoiceConfig};
-use edgeflow_stages::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_piper::piper::{FrontEnd, InferenceScales, VoiceConfig};
+use edgeflow_piper::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
 use std::time::Duration;
 
 fn registry() -> Registry {
     let mut r = Registry::builtin();
-    edgeflow_stages::register(&mut r);
+    edgeflow_piper::register(&mut r);
     r
 }
 

@@ -4,8 +4,8 @@
 mod common;
 
 use edgeflow_runtime::DeviceSpec;
-use edgeflow_stages::piper::{FrontEnd, InferenceScales, VoiceConfig};
-use edgeflow_stages::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_piper::piper::{FrontEnd, InferenceScales, VoiceConfig};
+use edgeflow_piper::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
 
 /// Chunked and one-shot decoding compute the same sums on the same inputs
 /// (only the convolution matrix sizes differ), so they agree to float

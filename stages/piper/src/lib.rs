@@ -1,6 +1,6 @@
-//! # edgeflow-stages
+//! # edgeflow-piper
 //!
-//! Model stages written against the edgeflow tensor runtime.
+//! Piper text to speech on the edgeflow tensor runtime.
 //!
 //! - [`piper`]: Piper voices (fetching, text front end) and the TTS stages;
 //! - [`vits`]: the VITS model (text encoder, stochastic duration predictor,

@@ -3,7 +3,7 @@
 
 mod common;
 
-use edgeflow_stages::piper::{FrontEnd, VoiceConfig};
+use edgeflow_piper::piper::{FrontEnd, VoiceConfig};
 
 #[test]
 fn phoneme_ids_match_piper() {

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use edgeflow_stages::piper::fetch::{self, VoiceFiles};
+use edgeflow_piper::piper::fetch::{self, VoiceFiles};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
