@@ -36,29 +36,16 @@
 //!   transfer between two NPU stages is that hand-off.
 
 pub mod cpu;
-mod cpu_act;
-mod cpu_attn;
-mod cpu_conv;
-mod cpu_gemm;
-mod cpu_gemv;
-mod cpu_gemv_f16;
-mod cpu_math;
-mod cpu_team;
 pub mod gpu;
 pub mod npu;
 pub mod opbench;
 
+pub use cpu::cpu_backend;
 pub use edgeflow_runtime::probe::ProbeReport;
 use edgeflow_runtime::probe::{probe_backend, ProbeCache};
 use edgeflow_runtime::{Backend, Device, DeviceKind, DeviceSpec, Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// The process-wide CPU backend (stateless; shared by every device as the fallback).
-pub fn cpu_backend() -> Arc<dyn Backend> {
-    static CPU: OnceLock<Arc<dyn Backend>> = OnceLock::new();
-    CPU.get_or_init(|| Arc::new(cpu::CpuBackend::new())).clone()
-}
 
 /// Fix the CPU thread count in the environment (`RAYON_NUM_THREADS`, when it
 /// is not set already) to the count candle picks by default, so candle stops

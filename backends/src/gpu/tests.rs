@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::cpu::CpuBackend;
-use edgeflow_runtime::{Backend, Device, ReduceOp};
+use edgeflow_runtime::{Backend, BinaryOp, Device, PadMode, ReduceOp, UnaryOp};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::sync::OnceLock;
 

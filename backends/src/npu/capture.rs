@@ -217,7 +217,7 @@ pub fn capture(
     inputs: &[Tensor],
     f: impl FnOnce(&Device, &[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Subgraph> {
-    let cpu = crate::cpu_backend();
+    let cpu = crate::cpu::cpu_backend();
     let rec = Arc::new(Recorder {
         cpu: cpu.clone(),
         state: Mutex::new(State::default()),

@@ -17,7 +17,7 @@
 //! dims) are supported; anything else (another dtype) returns `None` and
 //! the caller takes the unfused path.
 
-use crate::cpu_gemm::{with_view, View};
+use crate::cpu::gemm::{with_view, View};
 use candle_core::Tensor as CTensor;
 use edgeflow_runtime::Result;
 use gemm::Parallelism;

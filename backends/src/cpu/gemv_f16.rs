@@ -13,7 +13,7 @@
 //! Per weight row: 16 (AVX-512F) or 8 (AVX2 + F16C) halves at a time are
 //! converted with `vcvtph2ps` and FMA'd against the activations into four
 //! independent accumulators, then summed; the rows go through the shared
-//! streaming GEMV ([`crate::cpu_gemv::gemv_rows_with`]). Other machines run
+//! streaming GEMV ([`crate::cpu::gemv::gemv_rows_with`]). Other machines run
 //! portable code (same products, sums in another order).
 
 use half::f16;
@@ -49,7 +49,7 @@ pub(crate) fn matmul(w: &[f16], n: usize, x: &[f32], m: usize) -> Option<Vec<f32
 }
 
 fn matmul_with(w: &[f16], n: usize, x: &[f32], m: usize, isa: Isa) -> Option<Vec<f32>> {
-    crate::cpu_gemv::gemv_rows_with(w, x, m, n, |row, xr| dot(row, xr, isa))
+    crate::cpu::gemv::gemv_rows_with(w, x, m, n, |row, xr| dot(row, xr, isa))
 }
 
 fn dot(row: &[f16], x: &[f32], isa: Isa) -> f32 {
@@ -95,7 +95,7 @@ mod x86 {
         let xp = x.as_ptr();
         let mut acc = [_mm512_setzero_ps(); 4];
         let mut i = 0;
-        // SAFETY (all loads): i + 64 (or + 16) <= k, so every 16-lane load
+        // SAFETY: (all loads) i + 64 (or + 16) <= k, so every 16-lane load
         // of `row` (32 bytes) and `x` is in bounds; loadu has no alignment
         // requirement.
         unsafe {
@@ -131,7 +131,7 @@ mod x86 {
         let xp = x.as_ptr();
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
-        // SAFETY (all loads): i + 32 (or + 8) <= k, so every 8-lane load of
+        // SAFETY: (all loads) i + 32 (or + 8) <= k, so every 8-lane load of
         // `row` (16 bytes) and `x` is in bounds; loadu has no alignment
         // requirement.
         unsafe {

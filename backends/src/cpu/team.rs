@@ -184,7 +184,7 @@ pub(crate) fn for_ranges(units: usize, min_claim: usize, f: impl Fn(Range<usize>
             }
         }
     };
-    if crate::cpu::spinners() == 0 || !run(parts - 1, &part) {
+    if super::spinners::spinners() == 0 || !run(parts - 1, &part) {
         use rayon::prelude::*;
         (0..parts).into_par_iter().for_each(part);
     }

@@ -1,0 +1,611 @@
+/// The int8 kernels for one x86 instruction set: `$features` for
+/// `target_feature`, `$dot4(acc, u8s, i8s)` adding the 4-product sums of
+/// each i32 lane, and `$vnni` when that is one instruction (both nibble
+/// halves then go through it; without VNNI they add as i16 first).
+#[cfg(target_arch = "x86_64")]
+macro_rules! int8_kernels {
+    ($name:ident, $features:literal, $dot4:path, $vnni:literal, $wide:literal, $vbmi:literal) => {
+        pub(in crate::cpu::gemv) mod $name {
+            use crate::cpu::gemv::avx2::hsum;
+            use crate::cpu::gemv::{QuantRows, WeightFormat};
+            use std::arch::x86_64::*;
+
+            pub(in crate::cpu::gemv) const Q8_0: u8 = 0;
+            pub(in crate::cpu::gemv) const Q4_0: u8 = 1;
+            pub(in crate::cpu::gemv) const Q4_1: u8 = 2;
+
+            /// Bytes of one block.
+            pub(in crate::cpu::gemv) const fn block_bytes(f: u8) -> usize {
+                match f {
+                    Q8_0 => 34,
+                    Q4_0 => 18,
+                    _ => 20,
+                }
+            }
+
+            // Loads: `_mm*_lddqu_si*` (unaligned, like loadu). stdarch implements
+            // the `loadu` intrinsics with `ptr::copy_nonoverlapping`, whose
+            // precondition checks (on in the dev profile the product builds with)
+            // put a branch pair on every load of these loops and cost about half
+            // their speed; `lddqu` maps straight to the instruction.
+
+            /// 16 bytes at `p`.
+            ///
+            /// # Safety
+            /// `p..p + 16` is readable.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) unsafe fn load16<T>(p: *const T) -> __m128i {
+                // SAFETY: the caller's contract.
+                unsafe { _mm_lddqu_si128(p as *const __m128i) }
+            }
+
+            /// 32 bytes at `p`.
+            ///
+            /// # Safety
+            /// `p..p + 32` is readable.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) unsafe fn load32<T>(p: *const T) -> __m256i {
+                // SAFETY: the caller's contract.
+                unsafe { _mm256_lddqu_si256(p as *const __m256i) }
+            }
+
+            /// The f16 scales of blocks `a` and `b` (their first 16 bytes) as f16
+            /// pairs in 32-bit lanes 0 and 1: `(d, m)` for Q4_1, `(d, +0)` for the
+            /// others (whose second f16 slot holds quants).
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) fn scale_pairs<const F: u8>(
+                a: __m128i,
+                b: __m128i,
+            ) -> __m128i {
+                let dm = _mm_unpacklo_epi32(a, b);
+                if F == Q4_1 {
+                    dm
+                } else {
+                    _mm_blend_epi16::<0b1010_1010>(dm, _mm_setzero_si128())
+                }
+            }
+
+            /// The weights of blocks `a` and `b` in the activation pair layout:
+            /// (`A[0..16] B[0..16]`, `A[16..32] B[16..32]`).
+            ///
+            /// # Safety
+            /// AVX2 available; `a` and `b` point at whole blocks.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) unsafe fn unpack_pair<const F: u8>(
+                a: *const u8,
+                b: *const u8,
+            ) -> (__m256i, __m256i) {
+                // SAFETY: the 16-byte loads stay inside the blocks: nibbles at 2..18
+                // (Q4_0) or 4..20 (Q4_1), quants at 2..34 (Q8_0).
+                unsafe {
+                    if F == Q8_0 {
+                        let l =
+                            _mm256_set_m128i(load16(b.wrapping_add(2)), load16(a.wrapping_add(2)));
+                        let h = _mm256_set_m128i(
+                            load16(b.wrapping_add(18)),
+                            load16(a.wrapping_add(18)),
+                        );
+                        return (l, h);
+                    }
+                    let off = if F == Q4_1 { 4 } else { 2 };
+                    let v =
+                        _mm256_set_m128i(load16(b.wrapping_add(off)), load16(a.wrapping_add(off)));
+                    let m4 = _mm256_set1_epi8(0x0f);
+                    (
+                        _mm256_and_si256(v, m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                    )
+                }
+            }
+
+            /// The weights of one block in plain element order.
+            ///
+            /// # Safety
+            /// AVX2 available; `a` points at a whole block.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) unsafe fn unpack_one<const F: u8>(a: *const u8) -> __m256i {
+                // SAFETY: as in `unpack_pair`.
+                unsafe {
+                    if F == Q8_0 {
+                        return load32(a.wrapping_add(2));
+                    }
+                    let off = if F == Q4_1 { 4 } else { 2 };
+                    let raw = load16(a.wrapping_add(off));
+                    let m4 = _mm_set1_epi8(0x0f);
+                    _mm256_set_m128i(
+                        _mm_and_si128(_mm_srli_epi16::<4>(raw), m4),
+                        _mm_and_si128(raw, m4),
+                    )
+                }
+            }
+
+            /// `sum w * x` over byte quads, as 8 i32 partial sums of 4 products
+            /// each, added to `acc`.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) fn dot_i8<const F: u8>(
+                acc: __m256i,
+                w: __m256i,
+                x: __m256i,
+            ) -> __m256i {
+                if F == Q8_0 {
+                    // The unsigned operand must be |w|, and x carries w's sign
+                    // (|-128| reads as the unsigned 128).
+                    return $dot4(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+                }
+                $dot4(acc, w, x)
+            }
+
+            /// The pair's i32 sums: lanes 0-3 block `A`, 4-7 block `B`, added to
+            /// `acc`.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) fn dot_pair<const F: u8>(
+                acc: __m256i,
+                l: __m256i,
+                h: __m256i,
+                xl: __m256i,
+                xh: __m256i,
+            ) -> __m256i {
+                if $vnni || F == Q8_0 {
+                    return dot_i8::<F>(dot_i8::<F>(acc, l, xl), h, xh);
+                }
+                // Nibbles on maddubs: at most 4 * 15 * 127 per i16 lane, so both
+                // halves add as i16 before one widening.
+                let ones = _mm256_set1_epi16(1);
+                let p = _mm256_add_epi16(_mm256_maddubs_epi16(l, xl), _mm256_maddubs_epi16(h, xh));
+                _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones))
+            }
+
+            /// Dot products of `RX` activation rows with `RW` weight rows:
+            /// `out[i][r]` = weight row `w[r]` . activation row `x[i]`.
+            ///
+            /// # Safety
+            /// AVX2, FMA and F16C available; each `w[r]` points at `nb` blocks of
+            /// format `F`; each `x[i]` at `32 * nb` codes, each `xs[i]` at
+            /// `4 * ceil(nb / 2)` scales and, for Q4_0, each `xo[i]` at
+            /// `8 * ceil(nb / 2)` offsets of a [`QuantRows`] row made for `F`.
+            #[target_feature(enable = $features)]
+            unsafe fn tile<const F: u8, const RX: usize, const RW: usize>(
+                w: [*const u8; RW],
+                x: [*const i8; RX],
+                xs: [*const f32; RX],
+                xo: [*const i32; RX],
+                nb: usize,
+            ) -> [[f32; RW]; RX] {
+                if $wide {
+                    // SAFETY: the same contract; this instance's features
+                    // include the wide kernel's (and VBMI where `$vbmi`).
+                    return unsafe {
+                        if $vbmi {
+                            crate::cpu::gemv::avx512::tile_vbmi::<F, RX, RW>(w, x, xs, xo, nb)
+                        } else {
+                            crate::cpu::gemv::avx512::tile::<F, RX, RW>(w, x, xs, xo, nb)
+                        }
+                    };
+                }
+                let bb = block_bytes(F);
+                // Even pairs accumulate in [0], odd ones in [1] (the two
+                // halves of one 512-bit register in the wide kernel, which
+                // gives the same bits).
+                let mut acc = [[[_mm256_setzero_ps(); 2]; RW]; RX];
+                // d_w d_x of block A to lanes 0-3, of B to 4-7; then the minimum terms.
+                let to_scale = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+                let to_min = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+                // SAFETY: pair p reads blocks 2p and 2p + 1 < nb of every weight
+                // row, codes 64p..64p + 64, scales 4p..4p + 4 and (Q4_0) offsets
+                // 8p..8p + 8 of every activation row; the odd last block reads
+                // block nb - 1, codes 32 (nb - 1).. + 32, scales 4 (nb / 2).. + 4
+                // and offsets 8 (nb / 2).. + 8 (the contract). The 16-byte scale
+                // loads at a block's start stay inside it (blocks are 18 to 34
+                // bytes).
+                unsafe {
+                    // Software prefetch two tiles ahead: the tile's RW rows are RW
+                    // short interleaved streams (a few hundred bytes each), which
+                    // the hardware prefetchers follow too late to keep DRAM busy
+                    // (one tile ahead: about 1.5x the weight throughput of none on
+                    // one thread streaming 256 MB; two tiles a little more).
+                    // Prefetches never fault, so running past the rows is harmless.
+                    let pf = 2 * RW * nb * bb;
+                    for p in 0..nb / 2 {
+                        for r in 0..RW {
+                            let a = w[r].wrapping_add(2 * p * bb);
+                            let b = a.wrapping_add(bb);
+                            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
+                            let (l, h) = unpack_pair::<F>(a, b);
+                            let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
+                            for i in 0..RX {
+                                let xp = x[i].wrapping_add(64 * p);
+                                let init = start::<F>(xo[i], p);
+                                let s = dot_pair::<F>(
+                                    init,
+                                    l,
+                                    h,
+                                    load32(xp),
+                                    load32(xp.wrapping_add(32)),
+                                );
+                                let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
+                                let sc = _mm256_castps128_ps256(_mm_mul_ps(dm, xsc));
+                                let mut v = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(s),
+                                    _mm256_permutevar8x32_ps(sc, to_scale),
+                                    acc[i][r][p % 2],
+                                );
+                                if F == Q4_1 {
+                                    v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(sc, to_min));
+                                }
+                                acc[i][r][p % 2] = v;
+                            }
+                        }
+                    }
+                    if nb % 2 == 1 {
+                        let (b, p) = (nb - 1, nb / 2);
+                        for r in 0..RW {
+                            let a = w[r].wrapping_add(b * bb);
+                            let wv = unpack_one::<F>(a);
+                            let first = load16(a);
+                            let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
+                            for i in 0..RX {
+                                let init = start::<F>(xo[i], p);
+                                let s = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
+                                let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
+                                let sc = _mm_mul_ps(dm, xsc);
+                                let mut v = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(s),
+                                    _mm256_broadcastss_ps(sc),
+                                    acc[i][r][0],
+                                );
+                                if F == Q4_1 {
+                                    let m = _mm_shuffle_ps::<0b01_01_01_01>(sc, sc);
+                                    v = _mm256_add_ps(v, _mm256_set_m128(m, m));
+                                }
+                                acc[i][r][0] = v;
+                            }
+                        }
+                    }
+                }
+                let mut out = [[0f32; RW]; RX];
+                for i in 0..RX {
+                    for r in 0..RW {
+                        out[i][r] = hsum(_mm256_add_ps(acc[i][r][0], acc[i][r][1]));
+                    }
+                }
+                out
+            }
+
+            /// Where pair `p`'s i32 sums start: for Q4_0 minus its offset
+            /// term (`xo`: a [`QuantRows`] row's offsets), else zero.
+            ///
+            /// # Safety
+            /// For Q4_0, `xo` points at `8 * (p + 1)` offsets.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) unsafe fn start<const F: u8>(
+                xo: *const i32,
+                p: usize,
+            ) -> __m256i {
+                if F == Q4_0 {
+                    // SAFETY: the caller's contract.
+                    let o = unsafe { load32(xo.wrapping_add(8 * p)) };
+                    _mm256_sub_epi32(_mm256_setzero_si256(), o)
+                } else {
+                    _mm256_setzero_si256()
+                }
+            }
+
+            /// Element `r` of each 128-bit half of `v` in all four lanes of
+            /// that half.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn lane(v: __m256, r: usize) -> __m256 {
+                match r {
+                    0 => _mm256_permute_ps::<0x00>(v),
+                    1 => _mm256_permute_ps::<0x55>(v),
+                    2 => _mm256_permute_ps::<0xaa>(v),
+                    _ => _mm256_permute_ps::<0xff>(v),
+                }
+            }
+
+            /// [`tile`] for one activation row and the 4 weight rows of a
+            /// packed tile at `t` ([`crate::cpu::gemv::pack::pack`]): the same operations on
+            /// every lane in the same order, so the same bits. The scales
+            /// of the tile's 8 blocks of a pair come in one load and
+            /// convert and multiply together; a row's lanes then take
+            /// theirs with one in-lane permute.
+            ///
+            /// # Safety
+            /// As [`tile`], with `t` pointing at a whole packed tile of `nb`
+            /// blocks a row.
+            #[target_feature(enable = $features)]
+            unsafe fn tile_packed<const F: u8>(
+                t: *const u8,
+                x: *const i8,
+                xs: *const f32,
+                xo: *const i32,
+                nb: usize,
+            ) -> [f32; 4] {
+                let bb = block_bytes(F);
+                // Bytes of one pair of blocks over the tile's rows, of one
+                // row's quants of a pair, and where the scales (then
+                // minimums) start.
+                let pair = 8 * bb;
+                let row = if F == Q8_0 { 64 } else { 32 };
+                let ds = 4 * row;
+                let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+                let m4 = _mm256_set1_epi8(0x0f);
+                // SAFETY: pair p reads bytes p * pair.. + pair of the tile
+                // and, as in `tile`, codes 64p.. + 64, scales 4p.. + 4 and
+                // (Q4_0) offsets 8p.. + 8; the odd last block reads the
+                // tile's last 4 * bb bytes. Prefetches never fault.
+                unsafe {
+                    // Two tiles ahead, every line of the pair's span.
+                    let pf = 2 * 4 * nb * bb;
+                    for p in 0..nb / 2 {
+                        let tp = t.wrapping_add(p * pair);
+                        let mut line = 0;
+                        while line < pair {
+                            _mm_prefetch::<_MM_HINT_T0>(tp.wrapping_add(pf + line) as *const i8);
+                            line += 64;
+                        }
+                        let xp = x.wrapping_add(64 * p);
+                        let (xl, xh) = (load32(xp), load32(xp.wrapping_add(32)));
+                        // [d_x A, s_x A, d_x B, s_x B] (s_x: Q4_1's minimum term).
+                        let xsc = _mm_castsi128_ps(load16(xs.wrapping_add(4 * p)));
+                        let dsc = _mm256_mul_ps(
+                            _mm256_cvtph_ps(load16(tp.wrapping_add(ds))),
+                            _mm256_set_m128(
+                                _mm_permute_ps::<0b10_10_10_10>(xsc),
+                                _mm_permute_ps::<0>(xsc),
+                            ),
+                        );
+                        let msc = if F == Q4_1 {
+                            _mm256_mul_ps(
+                                _mm256_cvtph_ps(load16(tp.wrapping_add(ds + 16))),
+                                _mm256_set_m128(
+                                    _mm_permute_ps::<0b11_11_11_11>(xsc),
+                                    _mm_permute_ps::<0b01_01_01_01>(xsc),
+                                ),
+                            )
+                        } else {
+                            _mm256_setzero_ps()
+                        };
+                        let init = start::<F>(xo, p);
+                        for (r, a) in acc.iter_mut().enumerate() {
+                            let q = tp.wrapping_add(row * r);
+                            let (l, h) = if F == Q8_0 {
+                                (load32(q), load32(q.wrapping_add(32)))
+                            } else {
+                                let v = load32(q);
+                                (
+                                    _mm256_and_si256(v, m4),
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                                )
+                            };
+                            let s = dot_pair::<F>(init, l, h, xl, xh);
+                            let mut v =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), lane(dsc, r), a[p % 2]);
+                            if F == Q4_1 {
+                                v = _mm256_add_ps(v, lane(msc, r));
+                            }
+                            a[p % 2] = v;
+                        }
+                    }
+                    if nb % 2 == 1 {
+                        let (b, p) = (nb - 1, nb / 2);
+                        let tp = t.wrapping_add(p * pair);
+                        let xsc = _mm_castsi128_ps(load16(xs.wrapping_add(4 * p)));
+                        // Four f16 scales (then minimums) of rows 0-3.
+                        let d4 = _mm_cvtph_ps(_mm_loadl_epi64(
+                            tp.wrapping_add(2 * row) as *const __m128i
+                        ));
+                        let dsc = _mm_mul_ps(d4, _mm_permute_ps::<0>(xsc));
+                        let msc = if F == Q4_1 {
+                            let mins = _mm_cvtph_ps(_mm_loadl_epi64(
+                                tp.wrapping_add(2 * row + 8) as *const __m128i
+                            ));
+                            _mm_mul_ps(mins, _mm_permute_ps::<0b01_01_01_01>(xsc))
+                        } else {
+                            _mm_setzero_ps()
+                        };
+                        let init = start::<F>(xo, p);
+                        let xv = load32(x.wrapping_add(32 * b));
+                        for (r, a) in acc.iter_mut().enumerate() {
+                            // The block in plain order, as `unpack_one` gives it.
+                            let wv = if F == Q8_0 {
+                                load32(tp.wrapping_add(32 * r))
+                            } else {
+                                let raw = load16(tp.wrapping_add(16 * r));
+                                let low = _mm256_castsi256_si128(m4);
+                                _mm256_set_m128i(
+                                    _mm_and_si128(_mm_srli_epi16::<4>(raw), low),
+                                    _mm_and_si128(raw, low),
+                                )
+                            };
+                            let s = dot_i8::<F>(init, wv, xv);
+                            let sc = _mm256_castps128_ps256(dsc);
+                            let mut v = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(s),
+                                _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(r as i32)),
+                                a[0],
+                            );
+                            if F == Q4_1 {
+                                let m = _mm256_castps128_ps256(msc);
+                                v = _mm256_add_ps(
+                                    v,
+                                    _mm256_permutevar8x32_ps(m, _mm256_set1_epi32(r as i32)),
+                                );
+                            }
+                            a[0] = v;
+                        }
+                    }
+                }
+                let mut out = [0f32; 4];
+                for (o, a) in out.iter_mut().zip(&acc) {
+                    *o = hsum(_mm256_add_ps(a[0], a[1]));
+                }
+                out
+            }
+
+            /// [`rows_f`] over packed weights ([`crate::cpu::gemv::pack::pack`]): `w` starts
+            /// at a tile boundary; its whole tiles are packed, any rows
+            /// after them are in GGML's layout.
+            ///
+            /// # Safety
+            /// As [`rows`] with `packed`, with `F` the format's code.
+            #[target_feature(enable = $features)]
+            unsafe fn rows_packed_f<const F: u8>(
+                w: &[u8],
+                rb: usize,
+                xq: &QuantRows,
+                out: &mut [f32],
+            ) {
+                const T: usize = crate::cpu::gemv::PACK_ROWS;
+                let (n, m, nb) = (w.len() / rb, xq.m, xq.k / 32);
+                let tiles = n / T;
+                for t in 0..tiles {
+                    let tp = w[t * T * rb..].as_ptr();
+                    // Activation rows innermost: the tile (4 rows) stays in
+                    // L1 while every row of a prefill passes over it.
+                    for i in 0..m {
+                        // SAFETY: tile t is whole (t < n / T) and row i < m
+                        // of `xq` has the lengths `tile_packed` reads.
+                        let y = unsafe {
+                            tile_packed::<F>(
+                                tp,
+                                xq.codes(i).as_ptr(),
+                                xq.scales(i).as_ptr(),
+                                xq.offsets(i).as_ptr(),
+                                nb,
+                            )
+                        };
+                        for (r, v) in y.iter().enumerate() {
+                            out[(t * T + r) * m + i] = *v;
+                        }
+                    }
+                }
+                for j in tiles * T..n {
+                    for i in 0..m {
+                        // SAFETY: row j < n is in GGML's layout, i < m.
+                        unsafe { run_tile::<F, 1, 1>(w, rb, xq, i, j, out) };
+                    }
+                }
+            }
+
+            /// Run one `RX x RW` tile at activation row `i0`, weight row `j0`.
+            ///
+            /// # Safety
+            /// As [`rows`]; `i0 + RX <= xq.m` and `j0 + RW` rows fit in `w`.
+            #[target_feature(enable = $features)]
+            unsafe fn run_tile<const F: u8, const RX: usize, const RW: usize>(
+                w: &[u8],
+                rb: usize,
+                xq: &QuantRows,
+                i0: usize,
+                j0: usize,
+                out: &mut [f32],
+            ) {
+                let wp: [*const u8; RW] = std::array::from_fn(|r| w[(j0 + r) * rb..].as_ptr());
+                let xp: [*const i8; RX] = std::array::from_fn(|i| xq.codes(i0 + i).as_ptr());
+                let sp: [*const f32; RX] = std::array::from_fn(|i| xq.scales(i0 + i).as_ptr());
+                let op: [*const i32; RX] = std::array::from_fn(|i| xq.offsets(i0 + i).as_ptr());
+                // SAFETY: the pointers start whole rows of the lengths `tile` needs
+                // (slicing above checked the starts; rows are rb = nb blocks; the
+                // offsets are read for Q4_0 only, whose QuantRows has them).
+                let y = unsafe { tile::<F, RX, RW>(wp, xp, sp, op, xq.k / 32) };
+                for (i, yr) in y.iter().enumerate() {
+                    for (r, v) in yr.iter().enumerate() {
+                        out[(j0 + r) * xq.m + i0 + i] = *v;
+                    }
+                }
+            }
+
+            /// # Safety
+            /// As [`rows`], with `F` the format's code.
+            #[target_feature(enable = $features)]
+            unsafe fn rows_f<const F: u8>(w: &[u8], rb: usize, xq: &QuantRows, out: &mut [f32]) {
+                let n = w.len() / rb;
+                let m = xq.m;
+                // SAFETY: (every tile) rows j..j + RW < n of `w` and activation
+                // rows i..i + RX < m, checked by the loop bounds.
+                unsafe {
+                    if m == 1 {
+                        let mut j = 0;
+                        while j + 4 <= n {
+                            run_tile::<F, 1, 4>(w, rb, xq, 0, j, out);
+                            j += 4;
+                        }
+                        for j in j..n {
+                            run_tile::<F, 1, 1>(w, rb, xq, 0, j, out);
+                        }
+                        return;
+                    }
+                    let mut i = 0;
+                    while i < m {
+                        let mut j = 0;
+                        if i + 4 <= m {
+                            while j + 2 <= n {
+                                run_tile::<F, 4, 2>(w, rb, xq, i, j, out);
+                                j += 2;
+                            }
+                            for j in j..n {
+                                run_tile::<F, 4, 1>(w, rb, xq, i, j, out);
+                            }
+                            i += 4;
+                        } else {
+                            while j + 2 <= n {
+                                run_tile::<F, 1, 2>(w, rb, xq, i, j, out);
+                                j += 2;
+                            }
+                            for j in j..n {
+                                run_tile::<F, 1, 1>(w, rb, xq, i, j, out);
+                            }
+                            i += 1;
+                        }
+                    }
+                }
+            }
+
+            /// All activation rows of `xq` against the weight rows in `w` (`rb`
+            /// bytes each, `fmt` blocks; in [`crate::cpu::gemv::pack::pack`]'s layout when
+            /// `packed`, from a tile boundary); `out[j * m + r]` = weight
+            /// row j . activation row r.
+            ///
+            /// # Safety
+            /// AVX2, FMA and F16C available; `xq` was made for `fmt` with `rb` =
+            /// `fmt.row_bytes(xq.k)`; `out` has `m` slots per weight row.
+            #[target_feature(enable = $features)]
+            pub(in crate::cpu::gemv) unsafe fn rows(
+                fmt: WeightFormat,
+                w: &[u8],
+                rb: usize,
+                xq: &QuantRows,
+                out: &mut [f32],
+                packed: bool,
+            ) {
+                assert!(rb == fmt.row_bytes(xq.k) && out.len() == w.len() / rb * xq.m);
+                assert!(
+                    fmt != WeightFormat::Q4_0 || xq.offsets.len() == xq.m * 8 * xq.k.div_ceil(64)
+                );
+                // SAFETY: the caller's contract; the assert checks the lengths.
+                unsafe {
+                    match (fmt, packed) {
+                        (WeightFormat::Q8_0, false) => rows_f::<Q8_0>(w, rb, xq, out),
+                        (WeightFormat::Q4_0, false) => rows_f::<Q4_0>(w, rb, xq, out),
+                        (WeightFormat::Q4_1, false) => rows_f::<Q4_1>(w, rb, xq, out),
+                        (WeightFormat::Q4_0, true) => rows_packed_f::<Q4_0>(w, rb, xq, out),
+                        (WeightFormat::Q4_1, true) => rows_packed_f::<Q4_1>(w, rb, xq, out),
+                        (WeightFormat::Q8_0, true) => rows_packed_f::<Q8_0>(w, rb, xq, out),
+                        // matmul_with sends f32 weights to dot_f32 and
+                        // packs block formats only, never here.
+                        _ => {}
+                    }
+                }
+            }
+        }
+    };
+}

@@ -1,0 +1,136 @@
+//! [`Op::Linear`](edgeflow_runtime::Op::Linear) on the CPU: this crate's GEMV kernels where they
+//! apply, candle's GEMM / quantized matmul otherwise.
+
+use super::gemv::{self, WeightFormat};
+use super::placed::PackedWeights;
+use super::plain::{f32_values, plain};
+use super::tensors::{cdev, with_host_slice};
+use super::{gemm, gemv_f16};
+use candle_core::quantized::QMatMul;
+use candle_core::{DType as CDType, Module, Tensor as CTensor};
+use edgeflow_runtime::{Error, Result, Storage, Tensor};
+use std::sync::Arc;
+
+/// `x[..., k] @ w[n, k]^T (+ b)` with a plain (f32/f16/bf16) or quantized `w`.
+pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CTensor> {
+    let x = plain(x, "linear")?;
+    let dims = x.dims().to_vec();
+    let (Some(&k), true) = (dims.last(), w.rank() == 2) else {
+        return Err(Error::bad_input(
+            "linear",
+            format!(
+                "x {:?} must have rank >= 1 and w {:?} rank 2",
+                dims,
+                w.dims()
+            ),
+        ));
+    };
+    let (n, wk) = (w.dims()[0], w.dims()[1]);
+    if wk != k {
+        return Err(Error::bad_input(
+            "linear",
+            format!(
+                "x {:?} and w {:?}: inner dims differ ({k} vs {wk})",
+                dims,
+                w.dims()
+            ),
+        ));
+    }
+    let rows: usize = dims[..dims.len() - 1].iter().product();
+    if let Some(y) = own_kernels(&x, w, rows)? {
+        let y = match bias {
+            Some(b) => y.broadcast_add(&plain(b, "linear")?.to_dtype(y.dtype())?)?,
+            None => y,
+        };
+        let mut out = dims;
+        if let Some(last) = out.last_mut() {
+            *last = n;
+        }
+        return Ok(y.reshape(out)?);
+    }
+    let x2 = x.reshape((rows, k))?;
+    if let (Storage::Host(wc), CDType::F32) = (w.storage(), x.dtype()) {
+        if wc.dtype() == CDType::F32 {
+            let b = f32_values(bias, "linear")?;
+            if let Some(y) = gemm::matmul(&x2, &wc.t()?, b.as_deref())? {
+                let mut out = dims;
+                if let Some(last) = out.last_mut() {
+                    *last = n;
+                }
+                return Ok(y.reshape(out)?);
+            }
+        }
+    }
+    let y = match w.storage() {
+        Storage::Quantized(q) => {
+            let mm = QMatMul::from_arc(Arc::clone(q))?;
+            let xf = x2.to_dtype(CDType::F32)?.contiguous()?;
+            mm.forward(&xf)?.to_dtype(x.dtype())?
+        }
+        _ => {
+            let w = plain(w, "linear")?.to_dtype(x.dtype())?;
+            x2.matmul(&w.t()?)?
+        }
+    };
+    let y = match bias {
+        Some(b) => y.broadcast_add(&plain(b, "linear")?.to_dtype(y.dtype())?)?,
+        None => y,
+    };
+    let mut out = dims;
+    if let Some(last) = out.last_mut() {
+        *last = n;
+    }
+    Ok(y.reshape(out)?)
+}
+
+/// Activation rows up to which f16 weights run the f16 GEMV kernel; more
+/// rows go through candle's GEMM on the weights cast to f32.
+const F16_GEMV_ROWS: usize = 8;
+
+/// Activation rows up to which f32 weights take the streaming GEMV
+/// ([`gemv::gemv_f32_rows`]) instead of candle's GEMM, whose packing
+/// costs more than the product for a few rows (the VAD's 4 STFT frames).
+const F32_GEMV_ROWS: usize = 4;
+
+/// f32 activations through this crate's kernels ([`crate::cpu::gemv`],
+/// [`crate::cpu::gemv_f16`]): Q8_0 / Q4_0 / Q4_1 weights for any number of
+/// rows (int8 activations, one arithmetic for decode and prefill), f32
+/// weights for one row, f16 weights (converted in registers, f32
+/// products and sums) for up to [`F16_GEMV_ROWS`] rows; None when another
+/// path applies.
+pub(crate) fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> {
+    if x.dtype() != CDType::F32 {
+        return Ok(None);
+    }
+    let n = w.dims()[0];
+    let y = match w.storage() {
+        Storage::Quantized(q) => {
+            let Some(fmt) = WeightFormat::of_ggml(q.dtype()) else {
+                return Ok(None);
+            };
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            let data = q.data()?;
+            gemv::matmul(fmt, &data, n, &xv, rows)
+        }
+        Storage::Device(_) => {
+            let Some(p) = PackedWeights::of(w) else {
+                return Ok(None);
+            };
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            gemv::matmul_packed(p.fmt, &p.bytes, n, &xv, rows)
+        }
+        Storage::Host(c) if c.dtype() == CDType::F32 && rows <= F32_GEMV_ROWS => {
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            with_host_slice::<f32, _>(c, |w| gemv::gemv_f32_rows(w, &xv, rows, n))?.flatten()
+        }
+        Storage::Host(c) if c.dtype() == CDType::F16 && rows <= F16_GEMV_ROWS => {
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            with_host_slice::<half::f16, _>(c, |w| gemv_f16::matmul(w, n, &xv, rows))?.flatten()
+        }
+        _ => None,
+    };
+    Ok(match y {
+        Some(y) => Some(CTensor::from_vec(y, (rows, n), &cdev())?),
+        None => None,
+    })
+}

@@ -1,0 +1,144 @@
+use super::gemv::WeightFormat;
+use super::tensors::ggml_dtype;
+use super::*;
+use edgeflow_runtime::{DType, Device};
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_vec_f32()
+        .expect("host f32")
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+/// A quantized matrix placed on the CPU (packed into the kernels' tiles where
+/// this machine reads them packed) gives what the GGML-layout tensor
+/// gives, bit for bit: linear (decode, prefill, bias), embedding rows,
+/// dequantization, any other op, and the bytes it downloads to.
+#[test]
+fn placed_quantized_weights_give_the_ggml_layout_results() {
+    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+    let dev = Device::new(cpu.clone(), cpu);
+    for dt in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+        // 13 rows: three whole tiles and a tail row; 96 values: an odd
+        // block count.
+        let w = dev
+            .cast(
+                &rng::rand_normal_host(&[13, 96], 0.0, 0.3, 7).expect("w"),
+                dt,
+            )
+            .expect("quantize");
+        let placed = dev.place(&w).expect("place");
+        let packed = PackedWeights::of(&placed).is_some();
+        let fmt =
+            WeightFormat::of_ggml(ggml_dtype(dt).expect("block format")).expect("block format");
+        assert_eq!(
+            packed,
+            gemv::packs(fmt),
+            "{dt}: packed where the kernels read it"
+        );
+        assert_eq!(placed.size_bytes(), w.size_bytes());
+        assert_eq!(placed.dtype(), dt);
+        // Placing again keeps it as it is.
+        let again = dev.place(&placed).expect("place again");
+        assert_eq!(PackedWeights::of(&again).is_some(), packed);
+        let b = rng::rand_normal_host(&[13], 0.0, 1.0, 8).expect("b");
+        for rows in [1usize, 3, 6] {
+            let x = rng::rand_normal_host(&[rows, 96], 0.0, 1.0, rows as u64).expect("x");
+            let want = dev.linear(&x, &w, Some(&b)).expect("ggml layout");
+            let got = dev.linear(&x, &placed, Some(&b)).expect("placed");
+            assert_eq!(bits(&got), bits(&want), "{dt} linear, {rows} rows");
+        }
+        let idx = Tensor::from_i64(vec![12, 0, 5, 3, 12], &[5]).expect("idx");
+        let want = dev.index_select(&w, &idx, 0).expect("ggml rows");
+        let got = dev.index_select(&placed, &idx, 0).expect("placed rows");
+        assert_eq!(bits(&got), bits(&want), "{dt} index_select");
+        let bad = Tensor::from_i64(vec![13], &[1]).expect("idx");
+        let e = dev
+            .index_select(&placed, &bad, 0)
+            .expect_err("out of range");
+        assert!(e.to_string().contains("out of range"), "{e}");
+        let want = dev.cast(&w, DType::F32).expect("dequantize");
+        let got = dev.cast(&placed, DType::F32).expect("dequantize placed");
+        assert_eq!(bits(&got), bits(&want), "{dt} cast");
+        let got = dev.transpose(&placed, 0, 1).expect("another op");
+        let want = dev.transpose(&w, 0, 1).expect("another op");
+        assert_eq!(bits(&got), bits(&want), "{dt} transpose");
+        let back = dev.to_host(&placed).expect("download");
+        let (Storage::Quantized(a), Storage::Quantized(o)) = (back.storage(), w.storage()) else {
+            panic!("{dt}: downloads as a quantized host tensor");
+        };
+        assert_eq!(
+            a.data().expect("bytes").as_ref(),
+            o.data().expect("bytes").as_ref()
+        );
+    }
+}
+
+/// `conv_transpose1d` on the polyphase direct kernel agrees with
+/// candle's scatter form (plus the bias) over upsampling shapes and
+/// the odd ones: kernel shorter than the stride, stride 1, padding
+/// past the kernel, output padding, a long input (spans padded inside
+/// the tasks), one output channel, batch 2. Dilation and groups fall
+/// back to candle. Tolerance: 1e-4 of the output's largest value (f32
+/// sums in a different order over up to 256 x 3 products).
+#[test]
+fn transposed_convolution_in_polyphase_form_matches_candle() {
+    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+    let dev = Device::new(cpu.clone(), cpu);
+    // (batch, c_in, c_out, l, k, stride, padding, output_padding, dilation, groups, direct)
+    let cases = [
+        (1, 256, 128, 200, 16, 8, 4, 0, 1, 1, true),
+        (1, 64, 32, 37, 10, 5, 3, 0, 1, 1, true),
+        (2, 5, 3, 7, 4, 2, 1, 0, 1, 1, true),
+        (1, 6, 5, 13, 3, 5, 0, 0, 1, 1, true),
+        (1, 4, 4, 9, 5, 3, 1, 2, 1, 1, true),
+        (1, 7, 9, 20, 7, 1, 3, 0, 1, 1, true),
+        (1, 3, 2, 11, 1, 2, 0, 1, 1, 1, true),
+        (1, 8, 4, 25, 5, 2, 6, 0, 1, 1, true),
+        (2, 16, 1, 3000, 8, 4, 2, 0, 1, 1, true),
+        (1, 3, 2, 9, 3, 2, 0, 0, 2, 1, false),
+        (1, 4, 4, 9, 4, 2, 1, 0, 1, 2, false),
+    ];
+    for (i, &(batch, c_in, c_out, l, k, stride, padding, op, dil, groups, direct)) in
+        cases.iter().enumerate()
+    {
+        let seed = 100 + 3 * i as u64;
+        let x = rng::rand_normal_host(&[batch, c_in, l], 0.0, 1.0, seed).expect("x");
+        let w = rng::rand_normal_host(&[c_in, c_out / groups, k], 0.0, 0.3, seed + 1).expect("w");
+        let b = rng::rand_normal_host(&[c_out], 0.0, 1.0, seed + 2).expect("b");
+        let cfg = edgeflow_runtime::ConvTransposeCfg {
+            stride,
+            padding,
+            output_padding: op,
+            dilation: dil,
+            groups,
+        };
+        let got = dev.conv_transpose1d(&x, &w, Some(&b), cfg).expect("ours");
+        let (cx, cw) = (x.candle("x").expect("x"), w.candle("w").expect("w"));
+        let cb = b.candle("b").expect("b").reshape((1, c_out, 1)).expect("b");
+        let want = cx
+            .conv_transpose1d(cw, padding, op, stride, dil, groups)
+            .and_then(|y| y.broadcast_add(&cb))
+            .expect("candle");
+        let name = format!("case {i}: {:?}", cases[i]);
+        assert_eq!(got.dims(), want.dims(), "{name}");
+        let took = conv_transpose1d_direct(cx, cw, Some(&b), stride, padding, op, dil, groups)
+            .expect("direct");
+        assert_eq!(took.is_some(), direct, "{name}: direct kernel taken");
+        let got = got.to_vec_f32().expect("f32");
+        let want = want
+            .flatten_all()
+            .and_then(|t| t.to_vec1::<f32>())
+            .expect("f32");
+        let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = got
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            worst <= 1e-4 * top,
+            "{name}: off by {worst} (largest {top})"
+        );
+    }
+}
