@@ -159,3 +159,23 @@ fn schema_matches_the_committed_file() {
     assert_eq!(v["title"], "PipelineSpec");
     assert_eq!(v["additionalProperties"], false);
 }
+
+/// `edgeflow devices` prints its table and nothing from the graphics stack,
+/// even with no desktop session (no `XDG_RUNTIME_DIR`, as on a server).
+#[test]
+fn devices_prints_no_graphics_stack_warnings() {
+    let out = Command::new(env!("CARGO_BIN_EXE_edgeflow"))
+        .arg("devices")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("WAYLAND_SOCKET")
+        .output()
+        .expect("failed to start the edgeflow binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr: {stderr}");
+    assert!(!stderr.contains("XDG_RUNTIME_DIR"), "stderr: {stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("device "),
+        "the table comes first"
+    );
+}

@@ -177,3 +177,106 @@ fn set_paths_are_relative_to_the_current_directory() {
     assert!(cwd.path().join("out.wav").exists());
     assert!(!pipeline_dir.path().join("out.wav").exists());
 }
+
+/// `pipelines/transcribe.yaml` runs as shipped, on its default clip, and
+/// prints the words spoken in it.
+#[test]
+fn transcribe_yaml_runs_as_shipped() {
+    if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("skipped: EDGEFLOW_SKIP_MODEL_TESTS=1");
+        return;
+    }
+    let out = edgeflow(&["run", "pipelines/transcribe.yaml", "--quiet"]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    // Whisper tiny.en's transcript of the clip (faster-whisper's too).
+    assert_eq!(
+        lines,
+        ["The quick brown fox jump over the lazy dog."],
+        "{stdout}"
+    );
+}
+
+/// Long text on stdin streams through as sentences, however long: 1 MB in,
+/// every sentence out, in order, none longer than the limit.
+#[test]
+fn text_source_streams_long_stdin_as_sentences() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_yaml(
+        &dir,
+        "long.yaml",
+        "stages:\n  - { id: t, kind: text }\n  - { id: o, kind: stdout }\nedges:\n  - { from: t.out, to: o.in, capacity: 2 }\n",
+    );
+    let sentences = 40_000;
+    let mut input = String::new();
+    for i in 0..sentences {
+        input.push_str(&format!("Sentence number {i} is here."));
+        input.push(if i % 10 == 9 { '\n' } else { ' ' });
+    }
+    // One run-on "sentence" of 5,000 words without punctuation.
+    let words: Vec<String> = (0..5000).map(|i| format!("w{i}")).collect();
+    input.push_str(&words.join(" "));
+    assert!(input.len() > 1_000_000, "{}", input.len());
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_edgeflow"))
+        .args(["run", p.to_str().unwrap(), "--quiet"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || stdin.write_all(input.as_bytes()).unwrap());
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    for (i, l) in lines.iter().take(sentences).enumerate() {
+        assert_eq!(*l, format!("Sentence number {i} is here."));
+    }
+    let tail = &lines[sentences.min(lines.len())..];
+    assert!(
+        tail.len() >= 5,
+        "the run-on text is cut: {} pieces",
+        tail.len()
+    );
+    for l in tail {
+        assert!(l.chars().count() <= 1000, "{} chars", l.chars().count());
+    }
+    // Cut at word boundaries: every word arrives whole, in order.
+    let got: Vec<&str> = tail.iter().flat_map(|l| l.split(' ')).collect();
+    assert_eq!(got, words);
+}
+
+/// `--set STAGE.threads|inline` are accepted by `run` and `run --help` says so.
+#[test]
+fn run_takes_placement_overrides() {
+    let out = edgeflow(&[
+        "run",
+        "pipelines/hello.yaml",
+        "--set",
+        "tick.count=2",
+        "--set",
+        "tick.rate_hz=100",
+        "--set",
+        "show.inline=true",
+        "--set",
+        "show.threads=2",
+        "--set",
+        "show.device=cpu",
+    ]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 2);
+    let out = edgeflow(&["run", "pipelines/hello.yaml", "--set", "show.device=banana"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("bad device `banana`"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let out = edgeflow(&["run", "--help"]);
+    let help = text(&out.stdout);
+    for needle in ["STAGE.device=", "STAGE.threads=", "STAGE.inline="] {
+        assert!(help.contains(needle), "{needle} in {help}");
+    }
+}

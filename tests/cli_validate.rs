@@ -204,6 +204,107 @@ fn shipped_pipelines_validate() {
     }
 }
 
+/// Every shipped pipeline validates as shipped, with nothing given on the
+/// command line (a pipeline that reads a file ships a default one). The
+/// models they name must be in the cache (`scripts/test.sh` fetches them);
+/// `EDGEFLOW_SKIP_MODEL_TESTS=1` checks only the pipelines without models.
+#[test]
+fn every_shipped_pipeline_validates_as_shipped() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let skip_models = std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1");
+    let model_kinds = [
+        "kind: vits",
+        "kind: piper_frontend",
+        "kind: thinker",
+        "kind: vad",
+        "kind: asr",
+    ];
+    let mut checked = 0;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root)
+        .expect("pipelines folder")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    for f in &files {
+        let body = std::fs::read_to_string(f).expect("read pipeline");
+        if skip_models && model_kinds.iter().any(|k| body.contains(k)) {
+            eprintln!("{}: skipped (EDGEFLOW_SKIP_MODEL_TESTS=1)", f.display());
+            continue;
+        }
+        let out = edgeflow(&["validate", f.to_str().expect("path")]);
+        assert!(
+            out.status.success(),
+            "{} does not validate as shipped: {}",
+            f.display(),
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).starts_with("OK "),
+            "{}",
+            text(&out.stdout)
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 3,
+        "only {checked} of {} pipelines checked",
+        files.len()
+    );
+}
+
+/// `--set STAGE.device|threads|inline` place a stage like the file's fields,
+/// and bad values are located and explained.
+#[test]
+fn set_overrides_placement() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = write(&dir, "p.yaml", GOOD.as_bytes());
+    let path = p.to_str().expect("path");
+    let out = edgeflow(&[
+        "graph",
+        path,
+        "--set",
+        "show.device=gpu:1",
+        "--set",
+        "show.threads=2",
+        "--set",
+        "show.inline=true",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("stdout · gpu:1"),
+        "{}",
+        text(&out.stdout)
+    );
+    let (_, err) = rejects(GOOD.as_bytes(), &["--set", "show.device=banana"]);
+    assert!(
+        err.contains(":5:5: stage `show`, --set show.device=banana: bad device `banana`"),
+        "{err}"
+    );
+    assert!(err.contains("fix: pass `--set show.device=cpu`"), "{err}");
+    let (_, err) = rejects(GOOD.as_bytes(), &["--set", "show.threads=0"]);
+    assert!(
+        err.contains("threads must be a whole number 1..=256, got 0"),
+        "{err}"
+    );
+    let (_, err) = rejects(GOOD.as_bytes(), &["--set", "show.inline=maybe"]);
+    assert!(err.contains("inline must be true or false"), "{err}");
+    if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+        return;
+    }
+    // A model stage (the case: `vits` has no `device` param).
+    let out = edgeflow(&["graph", "pipelines/tts.yaml", "--set", "tts.device=npu"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("vits · npu:0"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = edgeflow(&["validate", "pipelines/tts.yaml", "--set", "tts.device=cpu"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 #[test]
 fn help_for_every_inspection_command() {
     for cmd in ["validate", "graph", "stages", "schema"] {

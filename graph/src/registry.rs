@@ -264,16 +264,10 @@ impl fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// An empty registry.
+    /// An empty registry. [`Registry::builtin`] (in `builtin/`) holds the
+    /// engine's own kinds.
     pub fn empty() -> Self {
         Self::default()
-    }
-
-    /// The engine's built-in kinds (timer, text, stdout, passthrough, host ports...).
-    pub fn builtin() -> Self {
-        let mut r = Self::empty();
-        crate::builtin::register(&mut r);
-        r
     }
 
     /// Add (or replace) a kind.

@@ -1,6 +1,5 @@
 //! The actor contract every stage implements, and the context it runs in.
 
-use crate::exec::{Inbox, OutPort, PushError, Shared};
 use crate::message::{Epoch, Message, Payload, Timestamp};
 use crate::metrics::StageMetrics;
 use edgeflow_runtime::DeviceStats;
@@ -104,13 +103,42 @@ pub trait Stage: Send + 'static {
     }
 }
 
+/// What a [`StageCtx`] needs from the engine that runs its stage: the
+/// pipeline's stop flag and epochs, and a sleep that wakes on control
+/// messages. The executor implements it; the public contract sees only this.
+pub(crate) trait EngineLink: Send + Sync {
+    /// The pipeline is shutting down.
+    fn is_stopping(&self) -> bool;
+    /// `epoch` has been cancelled.
+    fn is_cancelled(&self, epoch: Epoch) -> bool;
+    /// The pipeline's current epoch.
+    fn current_epoch(&self) -> Epoch;
+    /// Start a new epoch and return it.
+    fn new_epoch(&self) -> Epoch;
+    /// Cancel `epoch` across the pipeline (acknowledged asynchronously).
+    fn cancel(&self, epoch: Epoch);
+    /// Sleep until `t`; false when woken early by stop or a control message.
+    fn sleep_until(&self, t: Instant) -> bool;
+}
+
+/// A message was not delivered because its epoch was cancelled or the
+/// pipeline is stopping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refused;
+
+/// One output port of a stage: numbers each message and delivers it to
+/// every consumer (blocking on full `block` edges). The executor implements it.
+pub(crate) trait Outlet: Send {
+    /// Deliver `msg` (its `seq` is assigned here, per port).
+    fn send(&mut self, msg: Message) -> Result<(), Refused>;
+}
+
 /// What a stage uses to talk to the engine: emit, check cancellation, start
 /// or cancel epochs, record metrics.
 pub struct StageCtx {
     pub(crate) id: Arc<str>,
-    pub(crate) outputs: Vec<OutPort>,
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) inbox: Option<Arc<Inbox>>,
+    pub(crate) outputs: Vec<Box<dyn Outlet>>,
+    pub(crate) engine: Arc<dyn EngineLink>,
     pub(crate) metrics: Arc<StageMetrics>,
     /// Epoch and timestamp of the message in hand (sources: current epoch, now).
     pub(crate) epoch: Epoch,
@@ -136,7 +164,7 @@ impl StageCtx {
     /// Epoch of the message in hand (for sources: the pipeline's current epoch).
     pub fn epoch(&self) -> Epoch {
         if self.timestamp.is_none() {
-            self.shared.current_epoch()
+            self.engine.current_epoch()
         } else {
             self.epoch
         }
@@ -159,7 +187,7 @@ impl StageCtx {
 
     /// Emit a fully formed message (sources setting their own capture time).
     /// The sequence number is assigned per port.
-    pub fn emit_msg(&mut self, port: usize, mut msg: Message) -> StageResult {
+    pub fn emit_msg(&mut self, port: usize, msg: Message) -> StageResult {
         let Some(out) = self.outputs.get_mut(port) else {
             return Err(StageError::msg(format!(
                 "stage `{}` emitted on output #{port}, but it has {} output(s)",
@@ -167,23 +195,7 @@ impl StageCtx {
                 self.outputs.len()
             )));
         };
-        out.seq += 1;
-        msg.seq = out.seq;
-        let n = out.targets.len();
-        for (i, t) in out.targets.iter().enumerate() {
-            let m = if i + 1 == n {
-                std::mem::replace(&mut msg, Message::placeholder())
-            } else {
-                msg.clone()
-            };
-            match t.push(m, &self.shared) {
-                Ok(()) => {}
-                Err(PushError::Cancelled) | Err(PushError::Stopped) => {
-                    return Err(StageError::Cancelled)
-                }
-            }
-        }
-        Ok(())
+        out.send(msg).map_err(|Refused| StageError::Cancelled)
     }
 
     /// Number of output ports.
@@ -194,7 +206,7 @@ impl StageCtx {
     /// True when the epoch in hand has been cancelled or the pipeline is
     /// stopping. Long loops (decode, denoising steps) call this each step.
     pub fn is_cancelled(&self) -> bool {
-        self.shared.is_stopping() || self.shared.is_cancelled(self.epoch())
+        self.engine.is_stopping() || self.engine.is_cancelled(self.epoch())
     }
 
     /// `Err(Cancelled)` when [`Self::is_cancelled`]; use with `?` in loops.
@@ -208,29 +220,29 @@ impl StageCtx {
 
     /// True once the pipeline is shutting down (sources should return `Done`).
     pub fn should_stop(&self) -> bool {
-        self.shared.is_stopping()
+        self.engine.is_stopping()
     }
 
     /// Whether `epoch` has been cancelled.
     pub fn epoch_cancelled(&self, epoch: Epoch) -> bool {
-        self.shared.is_cancelled(epoch)
+        self.engine.is_cancelled(epoch)
     }
 
     /// Cancel `epoch` across the whole pipeline (barge-in, new goal). Returns
     /// at once; every stage resets and acknowledges asynchronously, and the
     /// time until the last acknowledgement is recorded in the metrics.
     pub fn cancel_epoch(&self, epoch: Epoch) {
-        self.shared.cancel(epoch);
+        self.engine.cancel(epoch);
     }
 
     /// Start a new epoch (turn); sources stamp new data with it. Returns it.
     pub fn new_epoch(&self) -> Epoch {
-        self.shared.new_epoch()
+        self.engine.new_epoch()
     }
 
     /// The pipeline's current epoch.
     pub fn current_epoch(&self) -> Epoch {
-        self.shared.current_epoch()
+        self.engine.current_epoch()
     }
 
     /// Use this epoch for what this source emits next (sources only).
@@ -258,16 +270,7 @@ impl StageCtx {
     /// Sleep until `t`, waking early (returning false) if the pipeline
     /// stops or a control message (cancel) arrives for this stage.
     pub fn sleep_until(&self, t: Instant) -> bool {
-        match &self.inbox {
-            Some(inbox) => inbox.sleep_until(t, &self.shared),
-            None => {
-                let now = Instant::now();
-                if t > now {
-                    std::thread::sleep(t - now);
-                }
-                !self.shared.is_stopping()
-            }
-        }
+        self.engine.sleep_until(t)
     }
 
     /// Sleep for `d` (see [`Self::sleep_until`]).

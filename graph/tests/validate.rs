@@ -485,6 +485,75 @@ fn set_overrides_apply() {
 }
 
 #[test]
+fn set_overrides_placement_like_a_param() {
+    let case = write(TICK.as_bytes());
+    let o: Vec<Override> = ["show.device=npu:1", "show.threads=2", "show.inline=true"]
+        .iter()
+        .map(|s| s.parse().expect("override"))
+        .collect();
+    let plan = load_file(&case.path, &registry(), &o).expect("valid");
+    let show = &plan.stages[1];
+    assert_eq!(show.env.device, edgeflow_runtime::DeviceSpec::Npu(1));
+    assert_eq!(show.env.threads, 2);
+    assert!(show.inline);
+    // Not params: the factory never sees them.
+    assert!(!show.params.contains("device"), "{:?}", show.params);
+    // The file's own placement is what an override replaces.
+    let yaml = TICK.replace(
+        "    kind: stdout\n",
+        "    kind: stdout\n    device: npu\n    threads: 3\n",
+    );
+    let case = write(yaml.as_bytes());
+    let o: Vec<Override> = vec!["show.device=cpu".parse().expect("override")];
+    let plan = load_file(&case.path, &registry(), &o).expect("valid");
+    assert_eq!(plan.stages[1].env.device, edgeflow_runtime::DeviceSpec::Cpu);
+    assert_eq!(plan.stages[1].env.threads, 3);
+}
+
+#[test]
+fn bad_set_placement_is_located_and_explained() {
+    let d = find(TICK, &["show.device=banana"], "bad device `banana`");
+    assert_eq!(d.context, "stage `show`, --set show.device=banana");
+    at(&d, 5, 5);
+    fix_has(&d, "--set show.device=cpu");
+    let d = find(TICK, &["show.device=gpu:x"], "bad device `gpu:x`");
+    fix_has(&d, "gpu:0");
+    for bad in ["0", "999", "two", "-1"] {
+        let d = find(TICK, &[&format!("show.threads={bad}")], "threads must be");
+        assert_eq!(d.context, format!("stage `show`, --set show.threads={bad}"));
+        fix_has(&d, "--set show.threads=N");
+    }
+    let d = find(TICK, &["show.inline=yes"], "inline must be true or false");
+    fix_has(&d, "--set show.inline=true");
+    // A kind with its own `device` param gets the override as that param.
+    let yaml = "stages:\n  - { id: t, kind: text, params: { text: hi } }\n  - { id: o, kind: devnamed }\nedges:\n  - { from: t.out, to: o.in }\n";
+    let case = write(yaml.as_bytes());
+    let mut r = registry();
+    r.register(Kind {
+        kind: "devnamed",
+        params: vec![ParamInfo::optional(
+            "device",
+            ParamType::String,
+            "an audio device name",
+        )],
+        ports: Ports {
+            inputs: vec![port("in", PortType::Text)],
+            outputs: vec![],
+        },
+    });
+    let o: Vec<Override> = vec!["o.device=banana".parse().expect("override")];
+    let plan = load_file(&case.path, &r, &o).expect("a param, not a placement");
+    assert_eq!(
+        plan.stages[1]
+            .params
+            .get::<String>("device")
+            .expect("device"),
+        "banana"
+    );
+    assert_eq!(plan.stages[1].env.device, edgeflow_runtime::DeviceSpec::Cpu);
+}
+
+#[test]
 fn missing_field_and_duplicate_key_and_two_documents() {
     let d = find("stages:\n  - id: tick\n", &[], "missing field `kind`");
     at(&d, 2, 5);

@@ -19,9 +19,32 @@ pub(super) fn backends() -> wgpu::Backends {
 
 /// A wgpu instance over `backends`.
 pub(super) fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+    quiet_wayland_probe();
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
     desc.backends = backends;
     wgpu::Instance::new(desc)
+}
+
+/// Mesa's Vulkan device-select layer asks the Wayland compositor which GPU
+/// drives the display. Without a session (`XDG_RUNTIME_DIR` unset, as on a
+/// server or over ssh) libwayland prints "error: XDG_RUNTIME_DIR is invalid
+/// or not set in the environment." on stderr, once per Vulkan instance,
+/// then fails. In exactly that case, point `WAYLAND_DISPLAY` at an absolute
+/// socket path that does not exist: the connection fails the same way, but
+/// silently, and the layer orders the adapters as before. A reachable
+/// session (a valid runtime dir, or `WAYLAND_DISPLAY` / `WAYLAND_SOCKET`
+/// set) is left alone.
+fn quiet_wayland_probe() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
+            .is_some_and(|d| std::path::Path::new(&d).is_absolute());
+        let session = std::env::var_os("WAYLAND_DISPLAY").is_some()
+            || std::env::var_os("WAYLAND_SOCKET").is_some();
+        if cfg!(target_os = "linux") && !runtime_dir && !session {
+            std::env::set_var("WAYLAND_DISPLAY", "/nonexistent/edgeflow-no-wayland-session");
+        }
+    });
 }
 
 /// One line per adapter: `name (backend, device type)`.

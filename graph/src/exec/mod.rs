@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::message::{Epoch, Message, Payload, Timestamp};
 use crate::metrics::{CancelReport, EdgeStats, MetricsSnapshot, StageMetrics};
 use crate::plan::Plan;
-use crate::stage::{Input, Poll, Stage, StageCtx, StageError};
+use crate::stage::{EngineLink, Input, Outlet, Poll, Refused, Stage, StageCtx, StageError};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -142,6 +142,7 @@ impl Shared {
 }
 
 /// One consumer edge reached from an output port.
+#[derive(Clone)]
 pub(crate) struct Target {
     pub(crate) inbox: Arc<Inbox>,
     pub(crate) edge: usize,
@@ -158,15 +159,77 @@ impl Target {
     }
 }
 
-/// An output port and where it leads.
+/// An output port and where it leads: a stage's [`Outlet`].
 pub(crate) struct OutPort {
     pub(crate) targets: Vec<Target>,
     pub(crate) seq: u64,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Outlet for OutPort {
+    fn send(&mut self, mut msg: Message) -> std::result::Result<(), Refused> {
+        self.seq += 1;
+        msg.seq = self.seq;
+        let n = self.targets.len();
+        for (i, t) in self.targets.iter().enumerate() {
+            let m = if i + 1 == n {
+                std::mem::replace(&mut msg, Message::placeholder())
+            } else {
+                msg.clone()
+            };
+            match t.push(m, &self.shared) {
+                Ok(()) => {}
+                Err(PushError::Cancelled) | Err(PushError::Stopped) => return Err(Refused),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A stage's view of the engine: the pipeline's shared state and its own
+/// inbox (for sleeps that wake on control messages).
+struct StageLink {
+    shared: Arc<Shared>,
+    inbox: Arc<Inbox>,
+}
+
+impl EngineLink for StageLink {
+    fn is_stopping(&self) -> bool {
+        self.shared.is_stopping()
+    }
+
+    fn is_cancelled(&self, epoch: Epoch) -> bool {
+        self.shared.is_cancelled(epoch)
+    }
+
+    fn current_epoch(&self) -> Epoch {
+        self.shared.current_epoch()
+    }
+
+    fn new_epoch(&self) -> Epoch {
+        self.shared.new_epoch()
+    }
+
+    fn cancel(&self, epoch: Epoch) {
+        self.shared.cancel(epoch);
+    }
+
+    fn sleep_until(&self, t: Instant) -> bool {
+        self.inbox.sleep_until(t, &self.shared)
+    }
+}
+
+/// A stage with its context and where its outputs lead (every target, in
+/// port order: the executor finishes and resets inline consumers through it).
+struct Actor {
+    stage: Box<dyn Stage>,
+    ctx: StageCtx,
+    downstream: Vec<Target>,
 }
 
 /// A stage run on its producer's thread.
 pub(crate) struct InlineStage {
-    stage: Mutex<(Box<dyn Stage>, StageCtx)>,
+    actor: Mutex<Actor>,
     port: usize,
     edge_stats: Arc<EdgeStats>,
 }
@@ -184,8 +247,8 @@ impl InlineStage {
         }
         self.edge_stats.sent.fetch_add(1, Ordering::Relaxed);
         self.edge_stats.delivered.fetch_add(1, Ordering::Relaxed);
-        let mut g = self.stage.lock();
-        let (stage, ctx) = &mut *g;
+        let mut g = self.actor.lock();
+        let Actor { stage, ctx, .. } = &mut *g;
         ctx.epoch = msg.epoch;
         ctx.timestamp = Some(msg.timestamp);
         ctx.deadline = msg.deadline;
@@ -357,9 +420,10 @@ impl Running {
         // its consumers are).
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(topo_depth(&plan, i)));
-        let mut ctxs: Vec<Option<StageCtx>> = (0..n).map(|_| None).collect();
+        let mut ctxs: Vec<Option<(StageCtx, Vec<Target>)>> = (0..n).map(|_| None).collect();
         for &i in &order {
-            let mut outputs = Vec::new();
+            let mut outputs: Vec<Box<dyn Outlet>> = Vec::new();
+            let mut downstream = Vec::new();
             for p in 0..plan.stages[i].ports.outputs.len() {
                 let mut targets = Vec::new();
                 for (k, e) in plan.edges.iter().enumerate() {
@@ -371,13 +435,20 @@ impl Running {
                         });
                     }
                 }
-                outputs.push(OutPort { targets, seq: 0 });
+                downstream.extend(targets.iter().cloned());
+                outputs.push(Box::new(OutPort {
+                    targets,
+                    seq: 0,
+                    shared: shared.clone(),
+                }));
             }
             let ctx = StageCtx {
                 id: Arc::from(plan.stages[i].id.as_str()),
                 outputs,
-                shared: shared.clone(),
-                inbox: Some(inboxes[i].clone()),
+                engine: Arc::new(StageLink {
+                    shared: shared.clone(),
+                    inbox: inboxes[i].clone(),
+                }),
                 metrics: metrics[i].clone(),
                 epoch: 0,
                 timestamp: None,
@@ -388,7 +459,11 @@ impl Running {
                 let k = plan.edges.iter().position(|e| e.to.0 == i).unwrap_or(0);
                 if let Some(stage) = built[i].take() {
                     inline[i] = Some(Arc::new(InlineStage {
-                        stage: Mutex::new((stage, ctx)),
+                        actor: Mutex::new(Actor {
+                            stage,
+                            ctx,
+                            downstream,
+                        }),
                         port: plan.edges[k].to.1,
                         edge_stats: edge_slots[k].stats.clone(),
                     }));
@@ -399,14 +474,19 @@ impl Running {
                     continue;
                 }
             }
-            ctxs[i] = Some(ctx);
+            ctxs[i] = Some((ctx, downstream));
         }
 
         let finished = Arc::new((Mutex::new(0usize), Condvar::new()));
         let mut threads = Vec::new();
         for i in 0..n {
-            let (Some(stage), Some(ctx)) = (built[i].take(), ctxs[i].take()) else {
+            let (Some(stage), Some((ctx, downstream))) = (built[i].take(), ctxs[i].take()) else {
                 continue;
+            };
+            let actor = Actor {
+                stage,
+                ctx,
+                downstream,
             };
             let st = &plan.stages[i];
             let source = st.source;
@@ -417,7 +497,7 @@ impl Running {
             let h = std::thread::Builder::new()
                 .name(name.chars().take(15).collect())
                 .spawn(move || {
-                    run_actor(stage, ctx, inbox, shared2, source);
+                    run_actor(actor, inbox, shared2, source);
                     let (m, cv) = &*fin;
                     *m.lock() += 1;
                     cv.notify_all();
@@ -677,13 +757,12 @@ fn topo_depth(plan: &Plan, i: usize) -> usize {
 type StageCall<'a> = dyn Fn(&mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool + 'a;
 
 /// The body of a stage thread.
-fn run_actor(
-    mut stage: Box<dyn Stage>,
-    mut ctx: StageCtx,
-    inbox: Arc<Inbox>,
-    shared: Arc<Shared>,
-    source: bool,
-) {
+fn run_actor(actor: Actor, inbox: Arc<Inbox>, shared: Arc<Shared>, source: bool) {
+    let Actor {
+        mut stage,
+        mut ctx,
+        downstream,
+    } = actor;
     let id = ctx.id.to_string();
     let call = |f: &mut dyn FnMut() -> std::result::Result<(), StageError>| -> bool {
         match catch_unwind(AssertUnwindSafe(f)) {
@@ -710,7 +789,7 @@ fn run_actor(
             // Control first, then one poll.
             match inbox.pop(&shared, false) {
                 Some(Item::Control(c)) => {
-                    ok = handle_control(c, &mut *stage, &mut ctx, &call);
+                    ok = handle_control(c, &mut *stage, &mut ctx, &downstream, &call);
                     continue;
                 }
                 Some(Item::Stop) => break,
@@ -734,7 +813,9 @@ fn run_actor(
             continue;
         }
         match inbox.pop(&shared, true) {
-            Some(Item::Control(c)) => ok = handle_control(c, &mut *stage, &mut ctx, &call),
+            Some(Item::Control(c)) => {
+                ok = handle_control(c, &mut *stage, &mut ctx, &downstream, &call)
+            }
             Some(Item::Msg(port, msg)) => {
                 ctx.epoch = msg.epoch;
                 ctx.timestamp = Some(msg.timestamp);
@@ -761,19 +842,15 @@ fn run_actor(
         }
     }
     // Inline consumers finish with their producer (recursively).
-    for out in &ctx.outputs {
-        for t in &out.targets {
-            if let Some(inl) = &t.inline {
-                finish_inline(inl, &call);
-            }
+    for t in &downstream {
+        if let Some(inl) = &t.inline {
+            finish_inline(inl, &call);
         }
     }
     inbox.kill();
-    for out in &ctx.outputs {
-        for t in &out.targets {
-            if t.inline.is_none() {
-                t.inbox.close_edge(t.edge);
-            }
+    for t in &downstream {
+        if t.inline.is_none() {
+            t.inbox.close_edge(t.edge);
         }
     }
 }
@@ -781,29 +858,33 @@ fn run_actor(
 /// End an inline stage: `finish`, then its own inline consumers, then close
 /// its queued edges so end-of-stream travels on.
 fn finish_inline(inl: &InlineStage, call: &StageCall<'_>) {
-    let mut g = inl.stage.lock();
-    let (s, c) = &mut *g;
-    c.timestamp = None;
-    let _ = call(&mut || s.finish(c));
-    for o in &c.outputs {
-        for t in &o.targets {
-            match &t.inline {
-                Some(next) => finish_inline(next, call),
-                None => t.inbox.close_edge(t.edge),
-            }
+    let mut g = inl.actor.lock();
+    let Actor {
+        stage,
+        ctx,
+        downstream,
+    } = &mut *g;
+    ctx.timestamp = None;
+    let _ = call(&mut || stage.finish(ctx));
+    for t in downstream.iter() {
+        match &t.inline {
+            Some(next) => finish_inline(next, call),
+            None => t.inbox.close_edge(t.edge),
         }
     }
 }
 
-fn reset_inline(outputs: &[OutPort], epoch: Epoch, call: &StageCall<'_>) {
-    for out in outputs {
-        for t in &out.targets {
-            if let Some(inl) = &t.inline {
-                let mut g = inl.stage.lock();
-                let (s, c) = &mut *g;
-                let _ = call(&mut || s.reset(epoch, c));
-                reset_inline(&c.outputs, epoch, call);
-            }
+fn reset_inline(downstream: &[Target], epoch: Epoch, call: &StageCall<'_>) {
+    for t in downstream {
+        if let Some(inl) = &t.inline {
+            let mut g = inl.actor.lock();
+            let Actor {
+                stage,
+                ctx,
+                downstream,
+            } = &mut *g;
+            let _ = call(&mut || stage.reset(epoch, ctx));
+            reset_inline(downstream, epoch, call);
         }
     }
 }
@@ -812,13 +893,14 @@ fn handle_control(
     c: Control,
     stage: &mut dyn Stage,
     ctx: &mut StageCtx,
+    downstream: &[Target],
     call: &StageCall<'_>,
 ) -> bool {
     match c {
         Control::Cancel(epoch, ack) => {
             let ok = call(&mut || stage.reset(epoch, ctx));
             // Inline consumers reset with their producer.
-            reset_inline(&ctx.outputs, epoch, call);
+            reset_inline(downstream, epoch, call);
             ack.ack();
             ok
         }

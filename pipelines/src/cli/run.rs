@@ -9,6 +9,12 @@ pub struct RunArgs {
     /// Pipeline YAML file.
     pub file: PathBuf,
     /// Override a param: STAGE.PARAM=VALUE (repeatable).
+    ///
+    /// `STAGE.device=cpu|gpu|gpu:N|npu|npu:N|auto`, `STAGE.threads=N` (1..=256)
+    /// and `STAGE.inline=true|false` override the stage's placement like
+    /// params (a kind with its own `device` param, such as `mic` or
+    /// `speaker`, gets that param instead). Values are checked as in the file.
+    /// Paths are relative to the current directory.
     #[arg(long = "set", value_name = "STAGE.PARAM=VALUE")]
     pub set: Vec<String>,
     /// Write metrics as JSON to this file at exit.

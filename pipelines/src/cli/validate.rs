@@ -12,6 +12,12 @@ pub struct ValidateArgs {
     /// Pipeline YAML file.
     pub file: PathBuf,
     /// Override a param: STAGE.PARAM=VALUE (repeatable).
+    ///
+    /// `STAGE.device=cpu|gpu|gpu:N|npu|npu:N|auto`, `STAGE.threads=N` (1..=256)
+    /// and `STAGE.inline=true|false` override the stage's placement like
+    /// params (a kind with its own `device` param, such as `mic` or
+    /// `speaker`, gets that param instead). Values are checked as in the file.
+    /// Paths are relative to the current directory.
     #[arg(long = "set", value_name = "STAGE.PARAM=VALUE")]
     pub set: Vec<String>,
     /// Print the result as JSON on stdout (for editors and CI): `ok`, counts,
