@@ -42,7 +42,10 @@ fn quiet_wayland_probe() {
         let session = std::env::var_os("WAYLAND_DISPLAY").is_some()
             || std::env::var_os("WAYLAND_SOCKET").is_some();
         if cfg!(target_os = "linux") && !runtime_dir && !session {
-            std::env::set_var("WAYLAND_DISPLAY", "/nonexistent/edgeflow-no-wayland-session");
+            std::env::set_var(
+                "WAYLAND_DISPLAY",
+                "/nonexistent/edgeflow-no-wayland-session",
+            );
         }
     });
 }

@@ -636,7 +636,11 @@ mod tests {
             assert_eq!(long, ["x".repeat(20), "x".repeat(5)], "{out:?}");
             let words: Vec<&str> = out.iter().flat_map(|p| p.split_whitespace()).collect();
             let want: Vec<&str> = text.split_whitespace().collect();
-            assert_eq!(words, want[..want.len() - 1], "every word whole, in order: {out:?}");
+            assert_eq!(
+                words,
+                want[..want.len() - 1],
+                "every word whole, in order: {out:?}"
+            );
             for p in &out {
                 assert!(p.chars().count() <= 20, "{p:?}");
             }

@@ -9,9 +9,9 @@
 //! pinned venv of `scripts/piper_reference.py`.
 
 use anyhow::Context;
-use edgeflow_runtime::DeviceSpec;
 use edgeflow_piper::piper::{fetch, FrontEnd, InferenceScales, VoiceConfig};
 use edgeflow_piper::vits::{AudioAhead, Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_runtime::DeviceSpec;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;

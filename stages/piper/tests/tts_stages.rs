@@ -5,9 +5,9 @@
 mod common;
 
 use edgeflow_graph::{Payload, Pipeline, Registry};
-use edgeflow_runtime::DeviceSpec;
 use edgeflow_piper::piper::{FrontEnd, InferenceScales, VoiceConfig};
 use edgeflow_piper::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_runtime::DeviceSpec;
 use std::time::Duration;
 
 fn registry() -> Registry {

@@ -3,9 +3,9 @@
 
 mod common;
 
-use edgeflow_runtime::DeviceSpec;
 use edgeflow_piper::piper::{InferenceScales, VoiceConfig};
 use edgeflow_piper::vits::{SynthesisParams, Vits, VitsConfig};
+use edgeflow_runtime::DeviceSpec;
 
 /// Waveform agreement required with onnxruntime's output (f32 in both, the
 /// reference stored as 16-bit PCM). Differences come from float summation

@@ -3,9 +3,9 @@
 
 mod common;
 
-use edgeflow_runtime::DeviceSpec;
 use edgeflow_piper::piper::{FrontEnd, InferenceScales, VoiceConfig};
 use edgeflow_piper::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_runtime::DeviceSpec;
 
 /// Chunked and one-shot decoding compute the same sums on the same inputs
 /// (only the convolution matrix sizes differ), so they agree to float
