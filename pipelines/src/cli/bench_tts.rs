@@ -9,9 +9,9 @@
 //! pinned venv of `scripts/piper_reference.py`.
 
 use anyhow::Context;
-use edgeflow_runtime::DeviceSpec;
 use edgeflow_piper::piper::{fetch, FrontEnd, InferenceScales, VoiceConfig};
 use edgeflow_piper::vits::{AudioAhead, Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_runtime::DeviceSpec;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -208,7 +208,10 @@ pub fn run(a: BenchTtsArgs) -> anyhow::Result<ExitCode> {
         ..VitsConfig::default()
     };
     let dev = edgeflow_backends::open(spec)?;
-    let vits = Vits::load(&voice.weights, cfg, &dev)?;
+    let vits = Vits::load(
+        &edgeflow_piper::VarBuilder::open(&[&voice.weights], &dev)?,
+        &cfg,
+    )?;
     let fe = FrontEnd::new(vc, true);
     let ours_load = t0.elapsed().as_secs_f64();
     let chunking = Chunking {

@@ -5,9 +5,9 @@
 mod common;
 
 use edgeflow_graph::{Payload, Pipeline, Registry};
-use edgeflow_runtime::DeviceSpec;
 use edgeflow_piper::piper::{FrontEnd, InferenceScales, VoiceConfig};
 use edgeflow_piper::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_runtime::DeviceSpec;
 use std::time::Duration;
 
 fn registry() -> Registry {
@@ -119,7 +119,11 @@ fn npu_simulator_error_is_reported() {
     };
     let load = |spec| {
         let dev = edgeflow_backends::open(spec).expect("device");
-        Vits::load(&voice.weights, cfg.clone(), &dev).expect("load")
+        Vits::load(
+            &edgeflow_piper::VarBuilder::open(&[&voice.weights], &dev).expect("open"),
+            &cfg,
+        )
+        .expect("load")
     };
     let (cpu, npu) = (load(DeviceSpec::Cpu), load(DeviceSpec::Npu(0)));
     let p = SynthesisParams {

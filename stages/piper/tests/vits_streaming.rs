@@ -3,9 +3,9 @@
 
 mod common;
 
-use edgeflow_runtime::DeviceSpec;
 use edgeflow_piper::piper::{FrontEnd, InferenceScales, VoiceConfig};
 use edgeflow_piper::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_runtime::DeviceSpec;
 
 /// Chunked and one-shot decoding compute the same sums on the same inputs
 /// (only the convolution matrix sizes differ), so they agree to float
@@ -21,7 +21,8 @@ fn load() -> Option<(FrontEnd, Vits)> {
         ..VitsConfig::default()
     };
     let dev = edgeflow_backends::open(DeviceSpec::Cpu).expect("cpu device");
-    let vits = Vits::load(&voice.weights, cfg, &dev).expect("load vits");
+    let vb = edgeflow_piper::VarBuilder::open(&[&voice.weights], &dev).expect("open weights");
+    let vits = Vits::load(&vb, &cfg).expect("load vits");
     Some((FrontEnd::new(vc, true), vits))
 }
 
