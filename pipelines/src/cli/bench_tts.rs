@@ -208,7 +208,10 @@ pub fn run(a: BenchTtsArgs) -> anyhow::Result<ExitCode> {
         ..VitsConfig::default()
     };
     let dev = edgeflow_backends::open(spec)?;
-    let vits = Vits::load(&voice.weights, cfg, &dev)?;
+    let vits = Vits::load(
+        &edgeflow_piper::VarBuilder::open(&[&voice.weights], &dev)?,
+        &cfg,
+    )?;
     let fe = FrontEnd::new(vc, true);
     let ours_load = t0.elapsed().as_secs_f64();
     let chunking = Chunking {

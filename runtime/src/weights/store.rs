@@ -98,29 +98,13 @@ impl WeightStore {
                 return Ok(t.clone());
             }
         }
-        let Some(reader) = self.inner.readers.iter().find(|r| r.contains(&full)) else {
-            let path = self
-                .inner
-                .readers
-                .first()
-                .map(|r| r.path().to_path_buf())
-                .unwrap_or_default();
-            return Err(tensor_err(
-                &path,
-                &full,
-                format!(
-                    "not found in {} file(s); the checkpoint does not match the model config",
-                    self.inner.readers.len()
-                ),
-            ));
-        };
-        let host = reader.load(&full)?;
+        let host = self.load_host(name)?;
         let placed = self.inner.device.place(&host)?;
         let mut m = self
             .inner
             .placed
             .lock()
-            .map_err(|_| weights_err(reader.path(), "weight store lock poisoned"))?;
+            .map_err(|_| weights_err(&self.path(), "weight store lock poisoned"))?;
         if let Some(t) = m.get(&full) {
             return Ok(t.clone());
         }
@@ -130,6 +114,40 @@ impl WeightStore {
             .add_resident(placed.size_bytes() as i64);
         m.insert(full, placed.clone());
         Ok(placed)
+    }
+
+    /// Dims and stored dtype of `name` (under this view's prefix), without
+    /// loading it.
+    pub fn info(&self, name: &str) -> Option<super::TensorInfo> {
+        let full = self.full(name);
+        self.inner.readers.iter().find_map(|r| r.info(&full))
+    }
+
+    /// Load `name` (under this view's prefix) to host memory as stored,
+    /// without placing it or caching it: for weights a model rearranges
+    /// (stacks, reshapes, folds) before placing them itself.
+    pub fn load_host(&self, name: &str) -> Result<Tensor> {
+        let full = self.full(name);
+        match self.inner.readers.iter().find(|r| r.contains(&full)) {
+            Some(reader) => reader.load(&full),
+            None => Err(tensor_err(
+                &self.path(),
+                &full,
+                format!(
+                    "not found in {} file(s); the checkpoint does not match the model config",
+                    self.inner.readers.len()
+                ),
+            )),
+        }
+    }
+
+    /// The first file's path (for messages; empty with no files).
+    pub fn path(&self) -> std::path::PathBuf {
+        self.inner
+            .readers
+            .first()
+            .map(|r| r.path().to_path_buf())
+            .unwrap_or_default()
     }
 
     /// [`WeightStore::get`], checking the dims.

@@ -3,7 +3,7 @@
 //!
 //! `cargo run -p edgeflow-llm --example thinker_parity_f32`
 
-use edgeflow_llm::{fetch, greedy, Llama};
+use edgeflow_llm::{fetch, greedy, Config, Llama, VarBuilder};
 use edgeflow_runtime::weights::GgufFile;
 
 fn main() -> anyhow::Result<()> {
@@ -13,7 +13,12 @@ fn main() -> anyhow::Result<()> {
     let fx: serde_json::Value =
         serde_json::from_str(include_str!("../tests/fixtures/smollm2_greedy.json"))?;
     for dequantize in [true, false] {
-        let mut m = Llama::load_with(&dev, &g, dequantize)?;
+        let cfg = Config {
+            dequantize,
+            ..Config::from_gguf(&g)?
+        };
+        let vb = VarBuilder::from_reader(GgufFile::open(&path)?, &dev);
+        let mut m = Llama::load(&vb, &cfg)?;
         let mut same = 0;
         let cases = fx["cases"].as_array().cloned().unwrap_or_default();
         let t = std::time::Instant::now();

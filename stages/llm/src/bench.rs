@@ -22,7 +22,7 @@ pub struct BenchOptions {
     pub decode_tokens: usize,
     /// Repetitions; the median is reported.
     pub runs: usize,
-    /// Expand quantized weights to f32 at load (see [`Llama::load_with`]).
+    /// Expand quantized weights to f32 at load (see [`crate::Config::dequantize`]).
     pub dequantize: bool,
     /// After the timed runs, time every op of one more decode and report
     /// the N costliest (op, input shapes) rows (0: off).
@@ -66,9 +66,13 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
     let dev = edgeflow_backends::open(o.device)?;
     let t = Instant::now();
     let gguf = edgeflow_runtime::weights::GgufFile::open(&path)?;
-    let mut model = Llama::load_with(&dev, &gguf, o.dequantize)?;
-    let load_s = t.elapsed().as_secs_f64();
+    let cfg = crate::Config {
+        dequantize: o.dequantize,
+        ..crate::Config::from_gguf(&gguf)?
+    };
     let tok = TextTokenizer::from_gguf(&gguf)?;
+    let mut model = Llama::load(&crate::VarBuilder::from_reader(gguf, &dev), &cfg)?;
+    let load_s = t.elapsed().as_secs_f64();
     let filler = "The history of the printing press begins in the fifteenth century, when \
                   movable type changed how books were made, sold and read across Europe. ";
     let text = tok.render_chat(

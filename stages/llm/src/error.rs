@@ -41,6 +41,9 @@ pub enum Error {
     /// The tensor runtime failed.
     #[error(transparent)]
     Runtime(edgeflow_runtime::Error),
+    /// A shared layer failed in another way (see [`edgeflow_nn::Error`]).
+    #[error(transparent)]
+    Layers(edgeflow_nn::Error),
     /// File I/O.
     #[error("{path}: {error}")]
     Io {
@@ -67,6 +70,20 @@ impl From<edgeflow_runtime::Error> for Error {
             edgeflow_runtime::Error::Fetch { model, msg } => Error::Fetch { model, msg },
             edgeflow_runtime::Error::Io { path, error } => Error::Io { path, error },
             other => Error::Runtime(other),
+        }
+    }
+}
+
+impl From<edgeflow_nn::Error> for Error {
+    fn from(e: edgeflow_nn::Error) -> Self {
+        match e {
+            edgeflow_nn::Error::Runtime(e) => e.into(),
+            edgeflow_nn::Error::Weights { path, name, msg } => Error::Model {
+                path,
+                msg: format!("tensor `{name}` {msg}"),
+            },
+            edgeflow_nn::Error::BadInput(msg) => Error::BadInput(msg),
+            other => Error::Layers(other),
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod stage;
 pub mod tokenizer;
 
 pub use bench::{bench, BenchOptions};
+pub use edgeflow_nn::VarBuilder;
 pub use error::{Error, Result};
 pub use model::{Config, Llama};
 pub use sampling::{Sampler, SamplingParams};

@@ -10,9 +10,12 @@
 //! the half-split form: the same function).
 
 use crate::{Error, Result};
+use edgeflow_nn::{
+    stack_rows, Attention, Embedding, KvCache, Linear, Masking, Projections, RmsNorm, RopeLayout,
+    RotaryEmbedding, VarBuilder,
+};
 use edgeflow_runtime::weights::{GgufFile, WeightReader};
-use edgeflow_runtime::{DType, Device, KvCache, Tensor};
-use std::path::Path;
+use edgeflow_runtime::{DType, Device, Tensor};
 
 /// Hyper-parameters read from the GGUF metadata (`llama.*`).
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +40,11 @@ pub struct Config {
     pub rms_eps: f64,
     /// Trained context length (`llama.context_length`).
     pub context_length: usize,
+    /// A load option, not read from the file: expand quantized weights to
+    /// f32 at load (what PyTorch `transformers` does with a GGUF): four to
+    /// eight times the memory and the bandwidth, but the arithmetic of the
+    /// f32 reference, for parity checks. False from [`Config::from_gguf`].
+    pub dequantize: bool,
 }
 
 impl Config {
@@ -100,20 +108,20 @@ impl Config {
                 .meta_f64("llama.attention.layer_norm_rms_epsilon")
                 .unwrap_or(1e-5),
             context_length,
+            dequantize: false,
         })
     }
 }
 
 #[derive(Debug)]
 struct Block {
-    attn_norm: Tensor,
+    attn_norm: RmsNorm,
     /// Q, K and V projections stacked by output rows: one GEMV per token.
-    wqkv: Tensor,
-    wo: Tensor,
-    ffn_norm: Tensor,
+    attn: Attention,
+    ffn_norm: RmsNorm,
     /// Gate and up projections stacked by output rows.
-    gate_up: Tensor,
-    down: Tensor,
+    gate_up: Linear,
+    down: Linear,
     cache: KvCache,
 }
 
@@ -122,40 +130,35 @@ struct Block {
 pub struct Llama {
     cfg: Config,
     dev: Device,
-    embed: Tensor,
+    embed: Embedding,
     blocks: Vec<Block>,
-    norm: Tensor,
-    lm_head: Tensor,
-    cos: Tensor,
-    sin: Tensor,
+    norm: RmsNorm,
+    lm_head: Linear,
+    rope: RotaryEmbedding,
     pos: usize,
     weight_bytes: usize,
 }
 
 impl Llama {
-    /// Load every weight of `g` for `dev`. Weights go to the placed backend
-    /// when it can hold them; those it cannot (e.g. quantized blocks on a
-    /// backend without quantized kernels) stay on the host and their ops
-    /// fall back to the CPU per op, counted in the device's stats.
-    pub fn load(dev: &Device, g: &GgufFile) -> Result<Self> {
-        Self::load_with(dev, g, false)
-    }
-
-    /// Like [`Llama::load`]; with `dequantize`, quantized weights are
-    /// expanded to f32 at load (what PyTorch `transformers` does with a
-    /// GGUF): four to eight times the memory and the bandwidth, but the
-    /// arithmetic of the f32 reference, for parity checks.
-    pub fn load_with(dev: &Device, g: &GgufFile, dequantize: bool) -> Result<Self> {
-        let cfg = Config::from_gguf(g)?;
+    /// Load every weight under llama.cpp's names (`token_embd`,
+    /// `blk.N.attn_q`, ...) from `vb` (a GGUF, see
+    /// [`VarBuilder::from_reader`]) for the device it carries. Weights go
+    /// to the placed backend when it can hold them; those it cannot (e.g.
+    /// quantized blocks on a backend without quantized kernels) stay on the
+    /// host and their ops fall back to the CPU per op, counted in the
+    /// device's stats. With `cfg.dequantize`, quantized weights are
+    /// expanded to f32 first.
+    pub fn load(vb: &VarBuilder, cfg: &Config) -> Result<Self> {
+        let dev = vb.device().clone();
         let mut weight_bytes = 0usize;
         let host = dev.host();
-        // Tensors named `names`, stacked along their output rows (dim 0)
-        // into one, then placed.
-        let mut load_stacked = |names: &[&str]| -> Result<Tensor> {
+        // Tensors named `names` under `p`, stacked along their output rows
+        // (dim 0) into one, then placed.
+        let mut load_stacked = |p: &VarBuilder, names: &[&str]| -> Result<Tensor> {
             let mut parts = Vec::with_capacity(names.len());
             for name in names {
-                let t = g.load(name)?;
-                parts.push(if dequantize && t.dtype().is_quantized() {
+                let t = p.pp(name).host_unchecked("weight")?;
+                parts.push(if cfg.dequantize && t.dtype().is_quantized() {
                     host.cast(&t, DType::F32)?
                 } else {
                     t
@@ -163,50 +166,49 @@ impl Llama {
             }
             let t = stack_rows(&host, &parts)?;
             weight_bytes += t.size_bytes();
-            let t = dev.place(&t).unwrap_or(t);
-            dev.stats().add_resident(t.size_bytes() as i64);
-            Ok(t)
+            Ok(vb.place_or_host(&t))
         };
-        let embed = load_stacked(&["token_embd.weight"])?;
+        let (h, hk, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
+        let embed = load_stacked(vb, &["token_embd"])?;
         let mut blocks = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            let p = |s: &str| format!("blk.{i}.{s}.weight");
+            let b = vb.pp("blk").pp(i);
+            let qkv = Linear::new(load_stacked(&b, &["attn_q", "attn_k", "attn_v"])?, None);
+            let wo = Linear::new(load_stacked(&b, &["attn_output"])?, None);
             blocks.push(Block {
-                attn_norm: load_stacked(&[&p("attn_norm")])?,
-                wqkv: load_stacked(&[&p("attn_q"), &p("attn_k"), &p("attn_v")])?,
-                wo: load_stacked(&[&p("attn_output")])?,
-                ffn_norm: load_stacked(&[&p("ffn_norm")])?,
-                gate_up: load_stacked(&[&p("ffn_gate"), &p("ffn_up")])?,
-                down: load_stacked(&[&p("ffn_down")])?,
+                attn_norm: RmsNorm::new(load_stacked(&b, &["attn_norm"])?, cfg.rms_eps),
+                attn: Attention::new(Projections::Fused(qkv), wo, h, hk, hd)?,
+                ffn_norm: RmsNorm::new(load_stacked(&b, &["ffn_norm"])?, cfg.rms_eps),
+                gate_up: Linear::new(load_stacked(&b, &["ffn_gate", "ffn_up"])?, None),
+                down: Linear::new(load_stacked(&b, &["ffn_down"])?, None),
                 cache: KvCache::new(),
             });
         }
-        let norm = load_stacked(&["output_norm.weight"])?;
-        let lm_head = if g.contains("output.weight") {
-            load_stacked(&["output.weight"])?
+        let norm = RmsNorm::new(load_stacked(vb, &["output_norm"])?, cfg.rms_eps);
+        let lm_head = if vb.contains("output.weight") {
+            load_stacked(vb, &["output"])?
         } else {
             embed.clone()
         };
-        let (cos, sin) = rope_tables(&cfg)?;
+        // llama.cpp's converter permutes the Q/K rows so that rotary pairs
+        // are adjacent: the interleaved layout.
+        let rope = RotaryEmbedding::new(
+            hd,
+            cfg.context_length,
+            cfg.rope_theta,
+            RopeLayout::Interleaved,
+        )?;
         Ok(Llama {
-            cfg,
-            dev: dev.clone(),
-            embed,
+            cfg: cfg.clone(),
+            dev,
+            embed: Embedding::new(embed),
             blocks,
             norm,
-            lm_head,
-            cos,
-            sin,
+            lm_head: Linear::new(lm_head, None),
+            rope,
             pos: 0,
             weight_bytes,
         })
-    }
-
-    /// Open a GGUF file and load it (see [`Llama::load`]).
-    pub fn open(dev: &Device, path: &Path) -> Result<(Self, GgufFile)> {
-        let g = GgufFile::open(path)?;
-        let m = Self::load(dev, &g)?;
-        Ok((m, g))
     }
 
     /// Hyper-parameters.
@@ -236,20 +238,14 @@ impl Llama {
             .blocks
             .iter()
             .map(|b| {
-                [
-                    &b.attn_norm,
-                    &b.wqkv,
-                    &b.wo,
-                    &b.ffn_norm,
-                    &b.gate_up,
-                    &b.down,
-                ]
-                .iter()
-                .map(|t| t.size_bytes())
-                .sum::<usize>()
+                b.attn_norm.weight().size_bytes()
+                    + b.attn.size_bytes()
+                    + b.ffn_norm.weight().size_bytes()
+                    + b.gate_up.size_bytes()
+                    + b.down.size_bytes()
             })
             .sum();
-        blocks + self.norm.size_bytes() + self.lm_head.size_bytes()
+        blocks + self.norm.weight().size_bytes() + self.lm_head.size_bytes()
     }
 
     /// Keep the first `len` cached tokens (a conversation rolled back to a
@@ -302,107 +298,30 @@ impl Llama {
         }
         let dev = &self.dev;
         let c = &self.cfg;
-        let (d, h, hk, hd) = (c.d_model, c.n_head, c.n_kv_head, c.head_dim);
         let ids = Tensor::from_i64(tokens.iter().map(|&t| i64::from(t)).collect(), &[s])?;
-        let mut x = dev.index_select(&self.embed, &ids, 0)?;
-        x = dev.reshape(&x, &[1, s, d])?;
-        let cos = dev.narrow(&self.cos, 0, self.pos, s)?;
-        let sin = dev.narrow(&self.sin, 0, self.pos, s)?;
-        let scale = 1.0 / (hd as f64).sqrt();
+        let mut x = self.embed.forward(dev, &ids)?;
+        x = dev.reshape(&x, &[1, s, c.d_model])?;
+        let rope = self.rope.at(dev, self.pos, s)?;
         for b in &mut self.blocks {
-            let n = dev.rms_norm(&x, &b.attn_norm, c.rms_eps)?;
+            let n = b.attn_norm.forward(dev, &x)?;
             // All s rows at once: on the CPU, quantized weights take the
             // backend's int8-activation kernel, whose rows equal the one-row
             // (decode) result bit for bit.
-            let qkv = dev.linear(&n, &b.wqkv, None)?;
-            let heads = |start: usize, nh: usize| -> Result<Tensor> {
-                let y = dev.narrow(&qkv, 2, start, nh * hd)?;
-                let y = dev.reshape(&y, &[1, s, nh, hd])?;
-                Ok(dev.permute(&y, &[0, 2, 1, 3])?)
-            };
-            let q = dev.rope(&heads(0, h)?, &cos, &sin, true)?;
-            let k = dev.rope(&heads(h * hd, hk)?, &cos, &sin, true)?;
-            let v = heads((h + hk) * hd, hk)?;
-            let (k, v) = b.cache.append(dev, &k, &v)?;
-            let a = dev.attention(&q, &k, &v, None, scale, true)?;
-            let a = dev.permute(&a, &[0, 2, 1, 3])?;
-            let a = dev.reshape(&a, &[1, s, d])?;
-            x = dev.add(&x, &dev.linear(&a, &b.wo, None)?)?;
-            let n = dev.rms_norm(&x, &b.ffn_norm, c.rms_eps)?;
-            let gu = dev.linear(&n, &b.gate_up, None)?;
+            let a = b
+                .attn
+                .forward(dev, &n, Some(&rope), Some(&mut b.cache), Masking::Causal)?;
+            x = dev.add(&x, &a)?;
+            let n = b.ffn_norm.forward(dev, &x)?;
+            let gu = b.gate_up.forward(dev, &n)?;
             let g = dev.silu(&dev.narrow(&gu, 2, 0, c.ffn)?)?;
             let u = dev.narrow(&gu, 2, c.ffn, c.ffn)?;
-            x = dev.add(&x, &dev.linear(&dev.mul(&g, &u)?, &b.down, None)?)?;
+            x = dev.add(&x, &b.down.forward(dev, &dev.mul(&g, &u)?)?)?;
         }
         let last = dev.narrow(&x, 1, s - 1, 1)?;
-        let last = dev.rms_norm(&last, &self.norm, c.rms_eps)?;
-        let logits = dev.linear(&last, &self.lm_head, None)?;
+        let last = self.norm.forward(dev, &last)?;
+        let logits = self.lm_head.forward(dev, &last)?;
         let logits = dev.to_host(&logits)?.to_vec_f32()?;
         self.pos += s;
         Ok(logits)
     }
-}
-
-/// `parts` (each `[n_i, k]`) stacked into `[sum n_i, k]`. Quantized parts
-/// of one block format are stacked as raw blocks (rows are whole blocks in
-/// GGML's row-major layout), so they stay quantized.
-fn stack_rows(host: &Device, parts: &[Tensor]) -> Result<Tensor> {
-    if parts.len() == 1 {
-        return Ok(parts[0].clone());
-    }
-    let quantized: Option<Vec<_>> = parts
-        .iter()
-        .map(|t| match t.storage() {
-            edgeflow_runtime::Storage::Quantized(q) => Some(q.clone()),
-            _ => None,
-        })
-        .collect();
-    if let Some(qs) = quantized {
-        let dt = qs[0].dtype();
-        let k = qs[0].shape().dims()[1];
-        if qs
-            .iter()
-            .all(|q| q.dtype() == dt && q.shape().dims()[1] == k)
-        {
-            let mut raw = Vec::new();
-            let mut rows = 0;
-            for q in &qs {
-                raw.extend_from_slice(&q.data().map_err(edgeflow_runtime::Error::from)?);
-                rows += q.shape().dims()[0];
-            }
-            let q = edgeflow_runtime::candle_core::quantized::ggml_file::qtensor_from_ggml(
-                dt,
-                &raw,
-                vec![rows, k],
-                &edgeflow_runtime::candle_core::Device::Cpu,
-            )
-            .map_err(edgeflow_runtime::Error::from)?;
-            return Ok(Tensor::from_quantized(std::sync::Arc::new(q))?);
-        }
-    }
-    let refs: Vec<&Tensor> = parts.iter().collect();
-    Ok(host.concat(&refs, 0)?)
-}
-
-/// cos / sin of `pos * theta^(-2i/d)` for every position of the context,
-/// `[context, head_dim / 2]`.
-fn rope_tables(c: &Config) -> Result<(Tensor, Tensor)> {
-    let half = c.head_dim / 2;
-    let inv: Vec<f64> = (0..half)
-        .map(|i| 1.0 / c.rope_theta.powf(2.0 * i as f64 / c.head_dim as f64))
-        .collect();
-    let n = c.context_length;
-    let mut cos = Vec::with_capacity(n * half);
-    let mut sin = Vec::with_capacity(n * half);
-    for p in 0..n {
-        for f in &inv {
-            let a = p as f64 * f;
-            cos.push(a.cos() as f32);
-            sin.push(a.sin() as f32);
-        }
-    }
-    Ok((
-        Tensor::from_vec(cos, &[n, half])?,
-        Tensor::from_vec(sin, &[n, half])?,
-    ))
 }

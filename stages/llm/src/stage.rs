@@ -11,10 +11,10 @@
 //! turn from the conversation (its tokens leave the cache at the next
 //! turn, which shares only the earlier prefix).
 
-use crate::model::Llama;
+use crate::model::{Config, Llama};
 use crate::sampling::{Sampler, SamplingParams};
 use crate::tokenizer::{ChatMessage, TextTokenizer, Utf8Stream};
-use crate::{fetch, Error};
+use crate::{fetch, Error, VarBuilder};
 use edgeflow_graph::{
     BuildEnv, Epoch, Event, Input, ParamInfo, ParamType, Params, Payload, PortSpec, PortType,
     Ports, Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult,
@@ -101,7 +101,7 @@ pub struct ThinkerConfig {
     pub system: String,
     /// Keep the conversation across turns.
     pub history: bool,
-    /// Expand quantized weights to f32 at load (see [`Llama::load_with`]).
+    /// Expand quantized weights to f32 at load (see [`Config::dequantize`]).
     pub dequantize: bool,
 }
 
@@ -175,8 +175,12 @@ impl Thinker {
     /// Load the model on `dev`.
     pub fn new(dev: &Device, cfg: ThinkerConfig) -> Result<Self, Error> {
         let gguf = edgeflow_runtime::weights::GgufFile::open(&cfg.model)?;
-        let model = Llama::load_with(dev, &gguf, cfg.dequantize)?;
+        let model_cfg = Config {
+            dequantize: cfg.dequantize,
+            ..Config::from_gguf(&gguf)?
+        };
         let tok = TextTokenizer::from_gguf(&gguf)?;
+        let model = Llama::load(&VarBuilder::from_reader(gguf, dev), &model_cfg)?;
         let sampler = Sampler::new(cfg.sampling)?;
         Ok(Thinker {
             cfg,

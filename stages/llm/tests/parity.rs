@@ -27,7 +27,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use edgeflow_llm::{fetch, greedy, ChatMessage, Llama, TextTokenizer};
+use edgeflow_llm::{fetch, greedy, ChatMessage, Config, Llama, TextTokenizer, VarBuilder};
 use edgeflow_runtime::weights::GgufFile;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -110,7 +110,11 @@ fn load(dequantize: bool) -> Option<Llama> {
     let path = model()?;
     let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu).unwrap();
     let g = GgufFile::open(&path).unwrap();
-    Some(Llama::load_with(&dev, &g, dequantize).unwrap())
+    let cfg = Config {
+        dequantize,
+        ..Config::from_gguf(&g).unwrap()
+    };
+    Some(Llama::load(&VarBuilder::from_reader(g, &dev), &cfg).unwrap())
 }
 
 /// With the weights dequantized to f32 (the reference's arithmetic) every

@@ -11,6 +11,9 @@ pub enum Error {
     /// already includes it once, so `{:#}` chains do not print it twice.)
     #[error("runtime: {0}")]
     Runtime(edgeflow_runtime::Error),
+    /// A shared layer failed in another way (see [`edgeflow_nn::Error`]).
+    #[error(transparent)]
+    Layers(edgeflow_nn::Error),
     /// A model is not in the cache (or is incomplete); the message says how
     /// to get it.
     #[error("model `{model}` is not available: {msg}")]
@@ -89,6 +92,20 @@ impl From<edgeflow_runtime::Error> for Error {
             edgeflow_runtime::Error::Fetch { model, msg } => Error::Fetch { model, msg },
             edgeflow_runtime::Error::Io { path, error } => Error::Io { path, error },
             other => Error::Runtime(other),
+        }
+    }
+}
+
+impl From<edgeflow_nn::Error> for Error {
+    fn from(e: edgeflow_nn::Error) -> Self {
+        match e {
+            edgeflow_nn::Error::Runtime(e) => e.into(),
+            edgeflow_nn::Error::Weights { path, name, msg } => Error::BadFile {
+                path,
+                msg: format!("tensor `{name}` {msg}"),
+            },
+            edgeflow_nn::Error::BadInput(msg) => Error::BadInput(msg),
+            other => Error::Layers(other),
         }
     }
 }

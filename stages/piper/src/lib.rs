@@ -10,6 +10,7 @@ mod error;
 pub mod piper;
 pub mod vits;
 
+pub use edgeflow_nn::VarBuilder;
 pub use error::{Error, Result};
 
 use edgeflow_graph::Registry;

@@ -119,7 +119,11 @@ fn npu_simulator_error_is_reported() {
     };
     let load = |spec| {
         let dev = edgeflow_backends::open(spec).expect("device");
-        Vits::load(&voice.weights, cfg.clone(), &dev).expect("load")
+        Vits::load(
+            &edgeflow_piper::VarBuilder::open(&[&voice.weights], &dev).expect("open"),
+            &cfg,
+        )
+        .expect("load")
     };
     let (cpu, npu) = (load(DeviceSpec::Cpu), load(DeviceSpec::Npu(0)));
     let p = SynthesisParams {

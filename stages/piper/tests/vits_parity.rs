@@ -33,7 +33,8 @@ fn durations_and_waveforms_match_piper() {
         ..VitsConfig::default()
     };
     let dev = edgeflow_backends::open(DeviceSpec::Cpu).expect("cpu device");
-    let vits = Vits::load(&voice.weights, cfg, &dev).expect("load vits");
+    let vb = edgeflow_piper::VarBuilder::open(&[&voice.weights], &dev).expect("open weights");
+    let vits = Vits::load(&vb, &cfg).expect("load vits");
     for case in common::reference() {
         for s in &case.sentences {
             let out = vits.synthesize(&s.ids, &noise_free()).expect("synthesize");

@@ -21,7 +21,8 @@ fn load() -> Option<(FrontEnd, Vits)> {
         ..VitsConfig::default()
     };
     let dev = edgeflow_backends::open(DeviceSpec::Cpu).expect("cpu device");
-    let vits = Vits::load(&voice.weights, cfg, &dev).expect("load vits");
+    let vb = edgeflow_piper::VarBuilder::open(&[&voice.weights], &dev).expect("open weights");
+    let vits = Vits::load(&vb, &cfg).expect("load vits");
     Some((FrontEnd::new(vc, true), vits))
 }
 

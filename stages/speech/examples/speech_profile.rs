@@ -47,10 +47,11 @@ fn main() -> anyhow::Result<()> {
     let (_, clip) = edgeflow_audio::wav::read_wav(&repo.join("tests/fixtures/speech_mix.wav"))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if std::env::args().nth(1).as_deref() == Some("vad") {
-        let mut vad = SileroVad::load(
-            &fetch::locate(&SILERO_VAD)?.join(fetch::SILERO_WEIGHTS),
+        let vb = edgeflow_speech::VarBuilder::open(
+            &[fetch::locate(&SILERO_VAD)?.join(fetch::SILERO_WEIGHTS)],
             &dev,
         )?;
+        let mut vad = SileroVad::load(&vb, &Default::default())?;
         for _ in 0..5 {
             vad.reset()?;
             let t = Instant::now();

@@ -80,7 +80,8 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
 
     // VAD: per-window time over the whole clip, and the segments.
     let vad_dir = fetch::locate(&SILERO_VAD)?;
-    let mut vad = SileroVad::load(&vad_dir.join(fetch::SILERO_WEIGHTS), &dev)?;
+    let vb = crate::VarBuilder::open(&[vad_dir.join(fetch::SILERO_WEIGHTS)], &dev)?;
+    let mut vad = SileroVad::load(&vb, &crate::silero::SileroConfig::default())?;
     let mut per_window = Vec::new();
     let mut segments = Vec::new();
     for run in 0..=repeats {

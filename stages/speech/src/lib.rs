@@ -19,6 +19,7 @@ pub mod silero;
 pub mod vad;
 pub mod whisper;
 
+pub use edgeflow_nn::VarBuilder;
 pub use error::{Error, Result};
 
 use edgeflow_graph::Registry;

@@ -23,9 +23,8 @@
 //! not through a GEMM's packing.
 
 use crate::{Error, Result};
-use edgeflow_runtime::weights::WeightStore;
+use edgeflow_nn::{Linear, VarBuilder};
 use edgeflow_runtime::{Device, PadMode, Tensor, UnaryOp};
-use std::path::Path;
 
 /// Samples per window at 16 kHz.
 pub const WINDOW: usize = 512;
@@ -33,20 +32,61 @@ pub const WINDOW: usize = 512;
 pub const CONTEXT: usize = 64;
 /// The only sample rate this model takes.
 pub const SAMPLE_RATE: u32 = 16_000;
-const HIDDEN: usize = 128;
-const BINS: usize = 129;
-const N_FFT: usize = 256;
-const HOP: usize = 128;
-/// STFT frames per window: (64 + 512 + 64 reflect-padded - 256) / 128 + 1.
-const FRAMES: usize = (CONTEXT + WINDOW + 64 - N_FFT) / HOP + 1;
+/// Samples reflect-padded on the right of context + window.
+const PAD: usize = 64;
+
+/// The network's shape. The default is Silero VAD v6's 16 kHz branch (the
+/// one the wheel's `silero_vad.onnx` holds); shapes are checked against
+/// the weights on load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SileroConfig {
+    /// LSTM width (128).
+    pub hidden: usize,
+    /// STFT size (256): `n_fft / 2 + 1` bins.
+    pub n_fft: usize,
+    /// STFT hop (128).
+    pub hop: usize,
+    /// Output channels and stride of each 3-tap convolution, in order; the
+    /// first reads the bins, the last gives `hidden` channels.
+    pub convs: Vec<(usize, usize)>,
+}
+
+impl Default for SileroConfig {
+    fn default() -> Self {
+        SileroConfig {
+            hidden: 128,
+            n_fft: 256,
+            hop: 128,
+            convs: vec![(128, 1), (64, 2), (64, 2), (128, 1)],
+        }
+    }
+}
+
+impl SileroConfig {
+    /// Frequency bins of the STFT.
+    pub fn bins(&self) -> usize {
+        self.n_fft / 2 + 1
+    }
+
+    /// STFT frames per window: (64 + 512 + 64 reflect-padded - n_fft) / hop + 1.
+    pub fn frames(&self) -> Result<usize> {
+        let len = CONTEXT + WINDOW + PAD;
+        if self.hop == 0 || self.n_fft == 0 || self.n_fft > len {
+            return Err(Error::BadInput(format!(
+                "Silero VAD: STFT n_fft {} / hop {} do not fit a {len}-sample frame",
+                self.n_fft, self.hop
+            )));
+        }
+        Ok((len - self.n_fft) / self.hop + 1)
+    }
+}
 
 /// A 3-tap convolution (padding 1) in time-major form: `y[T_out, O] =
 /// cols[T_out, 3C] @ w[O, 3C]^T + b`, where row `t` of `cols` is input rows
 /// `t*stride - 1 ..= t*stride + 1` side by side (zero rows outside).
 struct Conv {
     /// `w[o, k*C + c] = W[o, c, k]` of the PyTorch `[O, C, 3]` weight.
-    w: Tensor,
-    b: Tensor,
+    lin: Linear,
     /// Rows of the zero-padded input `[T + 2, C]` that make `cols`, as
     /// `[T_out * 3]` indices (the input length is fixed per layer).
     idx: Tensor,
@@ -59,13 +99,16 @@ struct Conv {
 /// 64-sample context).
 pub struct SileroVad {
     dev: Device,
-    stft: Tensor,
+    hidden: usize,
+    bins: usize,
+    n_fft: usize,
+    hop: usize,
+    frames: usize,
+    stft: Linear,
     convs: Vec<Conv>,
     /// `[W_ih | W_hh]`, `[4h, 2h]`: one matmul for both LSTM inputs.
-    w_lstm: Tensor,
-    bias: Tensor,
-    final_w: Tensor,
-    final_b: Tensor,
+    lstm: Linear,
+    fin: Linear,
     h: Tensor,
     c: Tensor,
     context: Vec<f32>,
@@ -78,24 +121,22 @@ impl std::fmt::Debug for SileroVad {
 }
 
 impl SileroVad {
-    /// Load Silero weights (safetensors) onto `dev`.
-    pub fn load(path: &Path, dev: &Device) -> Result<Self> {
-        let ws = WeightStore::open(&[path], dev.clone())?;
-        Self::new(&ws)
-    }
-
-    /// Build from a weight store holding the PyTorch names
-    /// (`stft_conv.weight`, `conv1..4.*`, `lstm_cell.*`, `final_conv.*`).
-    pub fn new(ws: &WeightStore) -> Result<Self> {
-        let dev = ws.device().clone();
-        let stft = ws.get_with_shape("stft_conv.weight", &[2 * BINS, 1, 256])?;
-        // [258, 1, 256] -> [258, 256]: frames [4, 256] through a linear.
-        let stft = dev.place(&dev.reshape(&stft, &[2 * BINS, 256])?)?;
-        let shapes = [(128, BINS, 1), (64, 128, 2), (64, 64, 2), (128, 64, 1)];
+    /// Load the weights under the PyTorch names (`stft_conv.weight`,
+    /// `conv1..4.*`, `lstm_cell.*`, `final_conv.*`) from `vb` (the
+    /// safetensors file: `VarBuilder::open(&[path], &dev)`) onto the device
+    /// it carries.
+    pub fn load(vb: &VarBuilder, cfg: &SileroConfig) -> Result<Self> {
+        let dev = vb.device().clone();
+        let (hidden, bins, n_fft) = (cfg.hidden, cfg.bins(), cfg.n_fft);
+        let frames = cfg.frames()?;
+        let stft = vb.get("stft_conv.weight", &[2 * bins, 1, n_fft])?;
+        // [2 * bins, 1, n_fft] -> [2 * bins, n_fft]: frames through a linear.
+        let stft = dev.place(&dev.reshape(&stft, &[2 * bins, n_fft])?)?;
         let mut convs = Vec::new();
-        let mut t_in = FRAMES;
-        for (i, (o, c, stride)) in shapes.into_iter().enumerate() {
-            let w = ws.get_with_shape(&format!("conv{}.weight", i + 1), &[o, c, 3])?;
+        let mut t_in = frames;
+        let mut c = bins;
+        for (i, &(o, stride)) in cfg.convs.iter().enumerate() {
+            let w = vb.get(&format!("conv{}.weight", i + 1), &[o, c, 3])?;
             // [O, C, 3] -> [O, 3C] with column k*C + c (a linear's weight).
             let wv = dev.to_host(&w)?.to_vec_f32()?;
             let mut wt = vec![0f32; 3 * c * o];
@@ -106,41 +147,47 @@ impl SileroVad {
                     }
                 }
             }
-            let t_out = (t_in - 1) / stride + 1;
+            let t_out = (t_in - 1) / stride.max(1) + 1;
             let idx: Vec<i64> = (0..t_out)
                 .flat_map(|t| (0..3).map(move |k| (t * stride + k) as i64))
                 .collect();
             convs.push(Conv {
-                w: dev.place(&Tensor::from_vec(wt, &[o, 3 * c])?)?,
-                b: ws.get_with_shape(&format!("conv{}.bias", i + 1), &[o])?,
+                lin: Linear::new(
+                    dev.place(&Tensor::from_vec(wt, &[o, 3 * c])?)?,
+                    Some(vb.get(&format!("conv{}.bias", i + 1), &[o])?),
+                ),
                 idx: dev.place(&Tensor::from_i64(idx, &[3 * t_out])?)?,
                 t_out,
                 c,
             });
             t_in = t_out;
+            c = o;
         }
-        if t_in != 1 {
+        if t_in != 1 || c != hidden {
             return Err(Error::BadInput(format!(
-                "Silero VAD: the convolutions leave {t_in} steps, expected 1"
+                "Silero VAD: the convolutions leave {t_in} steps of {c} channels, expected 1 of {hidden}"
             )));
         }
-        let w_ih = ws.get_with_shape("lstm_cell.weight_ih", &[4 * HIDDEN, HIDDEN])?;
-        let w_hh = ws.get_with_shape("lstm_cell.weight_hh", &[4 * HIDDEN, HIDDEN])?;
-        let b_ih = ws.get_with_shape("lstm_cell.bias_ih", &[4 * HIDDEN])?;
-        let b_hh = ws.get_with_shape("lstm_cell.bias_hh", &[4 * HIDDEN])?;
+        let w_ih = vb.get("lstm_cell.weight_ih", &[4 * hidden, hidden])?;
+        let w_hh = vb.get("lstm_cell.weight_hh", &[4 * hidden, hidden])?;
+        let b_ih = vb.get("lstm_cell.bias_ih", &[4 * hidden])?;
+        let b_hh = vb.get("lstm_cell.bias_hh", &[4 * hidden])?;
         let bias = dev.add(&b_ih, &b_hh)?;
         let w_lstm = dev.concat(&[&w_ih, &w_hh], 1)?;
-        let final_w = ws.get_with_shape("final_conv.weight", &[1, HIDDEN, 1])?;
-        let final_w = dev.reshape(&final_w, &[1, HIDDEN])?;
-        let final_b = ws.get_with_shape("final_conv.bias", &[1])?;
-        let zeros = dev.place(&Tensor::zeros(&[1, HIDDEN])?)?;
+        let final_w = vb.get("final_conv.weight", &[1, hidden, 1])?;
+        let final_w = dev.reshape(&final_w, &[1, hidden])?;
+        let final_b = vb.get("final_conv.bias", &[1])?;
+        let zeros = dev.place(&Tensor::zeros(&[1, hidden])?)?;
         Ok(SileroVad {
-            stft,
+            hidden,
+            bins,
+            n_fft,
+            hop: cfg.hop,
+            frames,
+            stft: Linear::new(stft, None),
             convs,
-            w_lstm,
-            bias,
-            final_w,
-            final_b,
+            lstm: Linear::new(w_lstm, Some(bias)),
+            fin: Linear::new(final_w, Some(final_b)),
             h: zeros.clone(),
             c: zeros,
             context: vec![0.0; CONTEXT],
@@ -150,7 +197,7 @@ impl SileroVad {
 
     /// Forget the LSTM state and the context (a new stream).
     pub fn reset(&mut self) -> Result<()> {
-        let zeros = self.dev.place(&Tensor::zeros(&[1, HIDDEN])?)?;
+        let zeros = self.dev.place(&Tensor::zeros(&[1, self.hidden])?)?;
         self.h = zeros.clone();
         self.c = zeros;
         self.context.iter_mut().for_each(|v| *v = 0.0);
@@ -173,50 +220,51 @@ impl SileroVad {
 
     fn step_ops(&mut self, window: &[f32]) -> Result<f32> {
         let dev = &self.dev;
+        let (hidden, bins, n_fft, hop) = (self.hidden, self.bins, self.n_fft, self.hop);
         // Context + window, reflect-padded by 64 on the right (the edge
-        // sample is not repeated), cut into FRAMES frames of N_FFT by HOP.
-        let mut x = Vec::with_capacity(CONTEXT + WINDOW + 64);
+        // sample is not repeated), cut into frames of n_fft by hop.
+        let mut x = Vec::with_capacity(CONTEXT + WINDOW + PAD);
         x.extend_from_slice(&self.context);
         x.extend_from_slice(window);
         let n = x.len();
-        for i in 0..64 {
+        for i in 0..PAD {
             x.push(x[n - 2 - i]);
         }
         self.context.copy_from_slice(&window[WINDOW - CONTEXT..]);
-        let mut frames = Vec::with_capacity(FRAMES * N_FFT);
-        for f in 0..FRAMES {
-            frames.extend_from_slice(&x[f * HOP..f * HOP + N_FFT]);
+        let mut frames = Vec::with_capacity(self.frames * n_fft);
+        for f in 0..self.frames {
+            frames.extend_from_slice(&x[f * hop..f * hop + n_fft]);
         }
-        let frames = dev.place(&Tensor::from_vec(frames, &[FRAMES, N_FFT])?)?;
-        // [FRAMES, 2 * BINS]: real parts then imaginary parts.
-        let spec = dev.linear(&frames, &self.stft, None)?;
+        let frames = dev.place(&Tensor::from_vec(frames, &[self.frames, n_fft])?)?;
+        // [frames, 2 * bins]: real parts then imaginary parts.
+        let spec = self.stft.forward(dev, &frames)?;
         let sq = dev.unary(UnaryOp::Sqr, &spec)?;
-        let re2 = dev.narrow(&sq, 1, 0, BINS)?;
-        let im2 = dev.narrow(&sq, 1, BINS, BINS)?;
+        let re2 = dev.narrow(&sq, 1, 0, bins)?;
+        let im2 = dev.narrow(&sq, 1, bins, bins)?;
         let mut h = dev.unary(UnaryOp::Sqrt, &dev.add(&re2, &im2)?)?;
         for conv in &self.convs {
             let padded = dev.pad(&h, 0, 1, 1, PadMode::Zeros)?;
             let cols = dev.index_select(&padded, &conv.idx, 0)?;
             let cols = dev.reshape(&cols, &[conv.t_out, 3 * conv.c])?;
-            let y = dev.linear(&cols, &conv.w, Some(&conv.b))?;
+            let y = conv.lin.forward(dev, &cols)?;
             h = dev.unary(UnaryOp::Relu, &y)?;
         }
-        // [1, 128, 1] -> [1, 128]
-        let feat = dev.reshape(&h, &[1, HIDDEN])?;
+        // [1, hidden, 1] -> [1, hidden]
+        let feat = dev.reshape(&h, &[1, hidden])?;
         let xh = dev.concat(&[&feat, &self.h], 1)?;
-        let gates = dev.linear(&xh, &self.w_lstm, Some(&self.bias))?;
+        let gates = self.lstm.forward(dev, &xh)?;
         // PyTorch LSTMCell gate order: input, forget, cell, output.
         let sg = dev.sigmoid(&gates)?;
-        let i = dev.narrow(&sg, 1, 0, HIDDEN)?;
-        let f = dev.narrow(&sg, 1, HIDDEN, HIDDEN)?;
-        let g = dev.tanh(&dev.narrow(&gates, 1, 2 * HIDDEN, HIDDEN)?)?;
-        let o = dev.narrow(&sg, 1, 3 * HIDDEN, HIDDEN)?;
+        let i = dev.narrow(&sg, 1, 0, hidden)?;
+        let f = dev.narrow(&sg, 1, hidden, hidden)?;
+        let g = dev.tanh(&dev.narrow(&gates, 1, 2 * hidden, hidden)?)?;
+        let o = dev.narrow(&sg, 1, 3 * hidden, hidden)?;
         let c = dev.add(&dev.mul(&f, &self.c)?, &dev.mul(&i, &g)?)?;
         let hn = dev.mul(&o, &dev.tanh(&c)?)?;
         self.c = c;
         self.h = hn.clone();
         let y = dev.unary(UnaryOp::Relu, &hn)?;
-        let logit = dev.linear(&y, &self.final_w, Some(&self.final_b))?;
+        let logit = self.fin.forward(dev, &y)?;
         let p = dev.sigmoid(&logit)?;
         let v = dev.to_host(&p)?.to_vec_f32()?;
         v.first()

@@ -3,7 +3,8 @@
 //! rules (plus an optional minimum speech duration).
 
 use crate::fetch::{self, SILERO_VAD};
-use crate::silero::{SileroVad, CONTEXT, SAMPLE_RATE, WINDOW};
+use crate::silero::{SileroConfig, SileroVad, CONTEXT, SAMPLE_RATE, WINDOW};
+use crate::VarBuilder;
 use crate::{Error, Result};
 use edgeflow_graph::{
     BuildEnv, Epoch, Event, Input, ParamInfo, ParamType, Params, Payload, PortSpec, PortType,
@@ -314,7 +315,7 @@ impl StageFactory for VadKind {
             None => fetch::locate(&SILERO_VAD)?.join(fetch::SILERO_WEIGHTS),
         };
         let dev = edgeflow_backends::open(env.device)?;
-        let model = SileroVad::load(&path, &dev)?;
+        let model = SileroVad::load(&VarBuilder::open(&[&path], &dev)?, &SileroConfig::default())?;
         Ok(Box::new(VadStage {
             stream: VadStream::new(model, cfg),
             history: VecDeque::new(),

@@ -5,7 +5,7 @@ mod common;
 
 use edgeflow_runtime::DeviceSpec;
 use edgeflow_speech::fetch::{SILERO_VAD, SILERO_WEIGHTS};
-use edgeflow_speech::silero::{SileroVad, WINDOW};
+use edgeflow_speech::silero::{SileroConfig, SileroVad, WINDOW};
 use edgeflow_speech::vad::{clip_probs, Segmenter, VadConfig, VadEvent, VadStream};
 
 /// Tolerance on speech probabilities (issue 6).
@@ -14,7 +14,8 @@ const PROB_TOL: f32 = 1e-3;
 fn load_file(file: &str) -> Option<SileroVad> {
     let dir = common::model(&SILERO_VAD)?;
     let dev = edgeflow_backends::open(DeviceSpec::Cpu).expect("cpu");
-    Some(SileroVad::load(&dir.join(file), &dev).expect("load"))
+    let vb = edgeflow_speech::VarBuilder::open(&[dir.join(file)], &dev).expect("open");
+    Some(SileroVad::load(&vb, &SileroConfig::default()).expect("load"))
 }
 
 fn load() -> Option<SileroVad> {

@@ -244,7 +244,7 @@ impl StageFactory for VitsKind {
             num_symbols: vc.num_symbols,
             ..VitsConfig::default()
         };
-        let vits = Vits::load(&files.weights, cfg, &dev)?;
+        let vits = Vits::load(&crate::VarBuilder::open(&[&files.weights], &dev)?, &cfg)?;
         Ok(Box::new(VitsStage {
             vits,
             rate: vc.sample_rate,

@@ -7,10 +7,11 @@
 //! search and root solve are per-element control logic on two channels and
 //! run on the host (`spline`).
 
-use super::layers::{split_channels, ChannelNorm, Conv1d, Pointwise, Weights};
+use super::layers::{split_channels, LN_EPS};
 use super::spline::inverse_rq_spline;
 use super::VitsConfig;
 use crate::Result;
+use edgeflow_nn::{Conv1d, Conv1dConfig, LayerNorm, Pointwise, VarBuilder};
 use edgeflow_runtime::{Device, Tensor, UnaryOp};
 
 /// Dilated depth-separable convolutions (`DDSConv`).
@@ -18,12 +19,12 @@ use edgeflow_runtime::{Device, Tensor, UnaryOp};
 struct DdsConv {
     sep: Vec<Conv1d>,
     pw: Vec<Pointwise>,
-    norm1: Vec<ChannelNorm>,
-    norm2: Vec<ChannelNorm>,
+    norm1: Vec<LayerNorm>,
+    norm2: Vec<LayerNorm>,
 }
 
 impl DdsConv {
-    fn load(ws: &Weights, p: &str, c: usize, k: usize, layers: usize) -> Result<Self> {
+    fn load(vb: &VarBuilder, c: usize, k: usize, layers: usize) -> Result<Self> {
         let mut d = DdsConv {
             sep: Vec::new(),
             pw: Vec::new(),
@@ -32,21 +33,24 @@ impl DdsConv {
         };
         for i in 0..layers {
             let dilation = k.pow(i as u32);
-            d.sep.push(Conv1d::load(
-                ws,
-                &format!("{p}.convs_sep.{i}"),
-                c,
-                c,
-                k,
+            let sep = Conv1dConfig {
                 dilation,
+                groups: c,
+                ..Conv1dConfig::default()
+            };
+            d.sep
+                .push(Conv1d::load(&vb.pp("convs_sep").pp(i), c, c, k, sep)?);
+            d.pw.push(Pointwise::load(&vb.pp("convs_1x1").pp(i), c, c)?);
+            d.norm1.push(LayerNorm::load_gamma_beta(
+                &vb.pp("norms_1").pp(i),
                 c,
-                true,
+                LN_EPS,
             )?);
-            d.pw.push(Pointwise::load(ws, &format!("{p}.convs_1x1.{i}"), c, c)?);
-            d.norm1
-                .push(ChannelNorm::load(ws, &format!("{p}.norms_1.{i}"), c)?);
-            d.norm2
-                .push(ChannelNorm::load(ws, &format!("{p}.norms_2.{i}"), c)?);
+            d.norm2.push(LayerNorm::load_gamma_beta(
+                &vb.pp("norms_2").pp(i),
+                c,
+                LN_EPS,
+            )?);
         }
         Ok(d)
     }
@@ -55,10 +59,10 @@ impl DdsConv {
         let mut x = x.clone();
         for i in 0..self.sep.len() {
             let y = self.sep[i].forward(dev, &x)?;
-            let y = self.norm1[i].forward(dev, &y)?;
+            let y = self.norm1[i].forward_channels(dev, &y)?;
             let y = dev.unary(UnaryOp::GeluErf, &y)?;
             let y = self.pw[i].forward(dev, &y)?;
-            let y = self.norm2[i].forward(dev, &y)?;
+            let y = self.norm2[i].forward_channels(dev, &y)?;
             let y = dev.unary(UnaryOp::GeluErf, &y)?;
             x = dev.add(&x, &y)?;
         }
@@ -78,13 +82,13 @@ struct ConvFlow {
 }
 
 impl ConvFlow {
-    fn load(ws: &Weights, p: &str, cfg: &VitsConfig) -> Result<Self> {
+    fn load(vb: &VarBuilder, cfg: &VitsConfig) -> Result<Self> {
         let f = cfg.dp_filter_channels;
         let bins = cfg.dp_num_bins;
         Ok(ConvFlow {
-            pre: Pointwise::load(ws, &format!("{p}.pre"), 1, f)?,
-            convs: DdsConv::load(ws, &format!("{p}.convs"), f, cfg.dp_kernel_size, 3)?,
-            proj: Pointwise::load(ws, &format!("{p}.proj"), f, 3 * bins - 1)?,
+            pre: Pointwise::load(&vb.pp("pre"), 1, f)?,
+            convs: DdsConv::load(&vb.pp("convs"), f, cfg.dp_kernel_size, 3)?,
+            proj: Pointwise::load(&vb.pp("proj"), f, 3 * bins - 1)?,
             filter: f,
             bins,
             tail_bound: cfg.dp_tail_bound,
@@ -137,27 +141,29 @@ pub struct DurationPredictor {
 }
 
 impl DurationPredictor {
-    /// Load `dp.*`.
-    pub fn load(ws: &Weights, cfg: &VitsConfig) -> Result<Self> {
+    /// Load `dp.*` (`vb` at the checkpoint's root).
+    pub fn load(vb: &VarBuilder, cfg: &VitsConfig) -> Result<Self> {
         let c = cfg.hidden_channels;
         let f = cfg.dp_filter_channels;
+        let vb = vb.pp("dp");
+        let fl = vb.pp("flows");
         // flows = [affine, (conv_flow, flip) x n]; reversed, minus the first conv_flow.
         let flows = (2..=cfg.dp_n_flows)
             .rev()
-            .map(|j| ConvFlow::load(ws, &format!("dp.flows.{}", 2 * j - 1), cfg))
+            .map(|j| ConvFlow::load(&fl.pp(2 * j - 1), cfg))
             .collect::<Result<Vec<_>>>()?;
-        let logs = ws.host("dp.flows.0.logs", &[2, 1], &[1, 2, 1])?;
+        let logs = fl.pp(0).host_f32("logs", &[2, 1])?;
         let neg_logs = edgeflow_runtime::Tensor::from_vec(
             logs.to_vec_f32()?.iter().map(|v| -v).collect(),
             &[1, 2, 1],
         )?;
-        let dev = ws.device();
+        let dev = vb.device();
         Ok(DurationPredictor {
-            pre: Pointwise::load(ws, "dp.pre", c, f)?,
-            convs: DdsConv::load(ws, "dp.convs", f, cfg.dp_kernel_size, 3)?,
-            proj: Pointwise::load(ws, "dp.proj", f, f)?,
+            pre: Pointwise::load(&vb.pp("pre"), c, f)?,
+            convs: DdsConv::load(&vb.pp("convs"), f, cfg.dp_kernel_size, 3)?,
+            proj: Pointwise::load(&vb.pp("proj"), f, f)?,
             flows,
-            m: ws.get_as("dp.flows.0.m", &[2, 1], &[1, 2, 1])?,
+            m: fl.pp(0).get_reshaped("m", &[2, 1], &[1, 2, 1])?,
             neg_logs: dev.place(&neg_logs)?,
         })
     }

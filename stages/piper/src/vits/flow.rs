@@ -2,9 +2,10 @@
 //! conditioning (`WN`), mean-only, interleaved with channel flips; run in
 //! reverse at inference to map prior samples to the decoder's latent.
 
-use super::layers::{flip_channels, split_channels, Conv1d, Pointwise, Weights};
+use super::layers::{flip_channels, split_channels};
 use super::VitsConfig;
 use crate::Result;
+use edgeflow_nn::{Conv1d, Conv1dConfig, Pointwise, VarBuilder};
 use edgeflow_runtime::{Device, Tensor};
 
 #[derive(Debug)]
@@ -67,44 +68,41 @@ pub struct Flow {
 }
 
 impl Flow {
-    /// Load `flow.*`.
-    pub fn load(ws: &Weights, cfg: &VitsConfig) -> Result<Self> {
+    /// Load `flow.*` (`vb` at the checkpoint's root).
+    pub fn load(vb: &VarBuilder, cfg: &VitsConfig) -> Result<Self> {
         let c = cfg.inter_channels;
         let h = cfg.hidden_channels;
         let half = c / 2;
         let mut layers = Vec::new();
         for j in 0..cfg.flow_n_flows {
-            let p = format!("flow.flows.{}", 2 * j);
+            let p = vb.pp("flow").pp("flows").pp(2 * j);
+            let enc = p.pp("enc");
             let mut in_layers = Vec::new();
             let mut res_skip = Vec::new();
             for i in 0..cfg.flow_n_layers {
                 let dilation = cfg.flow_dilation_rate.pow(i as u32);
+                let c = Conv1dConfig {
+                    dilation,
+                    ..Conv1dConfig::default()
+                };
                 in_layers.push(Conv1d::load(
-                    ws,
-                    &format!("{p}.enc.in_layers.{i}"),
+                    &enc.pp("in_layers").pp(i),
                     h,
                     2 * h,
                     cfg.flow_kernel_size,
-                    dilation,
-                    1,
-                    true,
+                    c,
                 )?);
                 let out = if i + 1 < cfg.flow_n_layers { 2 * h } else { h };
-                res_skip.push(Pointwise::load(
-                    ws,
-                    &format!("{p}.enc.res_skip_layers.{i}"),
-                    h,
-                    out,
-                )?);
+                res_skip.push(Pointwise::load(&enc.pp("res_skip_layers").pp(i), h, out)?);
             }
             layers.push(Coupling {
-                pre: Pointwise::load(ws, &format!("{p}.pre"), half, h)?,
+                pre: Pointwise::load(&p.pp("pre"), half, h)?,
                 enc: WaveNet {
                     in_layers,
                     res_skip,
                     hidden: h,
                 },
-                post: Pointwise::load(ws, &format!("{p}.post"), h, half)?,
+                post: Pointwise::load(&p.pp("post"), h, half)?,
                 half,
             });
         }

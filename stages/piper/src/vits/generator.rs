@@ -1,10 +1,10 @@
 //! VITS's decoder (`dec`): a HiFi-GAN generator — transposed-convolution
 //! upsampling, multi-receptive-field residual blocks, tanh output.
 
-use super::layers::{Conv1d, ConvTranspose1d, Weights};
 use super::VitsConfig;
 use crate::{Error, Result};
-use edgeflow_runtime::{Device, Tensor};
+use edgeflow_nn::{Conv1d, Conv1dConfig, ConvTranspose1d, VarBuilder};
+use edgeflow_runtime::{ConvTransposeCfg, Device, Tensor};
 
 const LRELU_SLOPE: f64 = 0.1;
 
@@ -44,8 +44,9 @@ pub struct Generator {
 }
 
 impl Generator {
-    /// Load `dec.*`. The residual block type is read from the weight names.
-    pub fn load(ws: &Weights, cfg: &VitsConfig) -> Result<Self> {
+    /// Load `dec.*` (`vb` at the checkpoint's root). The residual block
+    /// type is read from the weight names.
+    pub fn load(vb: &VarBuilder, cfg: &VitsConfig) -> Result<Self> {
         if cfg.upsample_rates.len() != cfg.upsample_kernel_sizes.len()
             || cfg.resblock_kernel_sizes.len() != cfg.resblock_dilation_sizes.len()
         {
@@ -53,9 +54,17 @@ impl Generator {
                 "VITS config: upsample / resblock lists have different lengths".into(),
             ));
         }
-        let type1 = ws.contains("dec.resblocks.0.convs1.0.weight");
+        let vb = vb.pp("dec");
+        let type1 = vb.contains("resblocks.0.convs1.0.weight");
         let c0 = cfg.upsample_initial_channel;
-        let conv_pre = Conv1d::load(ws, "dec.conv_pre", cfg.inter_channels, c0, 7, 1, 1, true)?;
+        let conv = |p: VarBuilder, c_in: usize, c_out: usize, k: usize, dilation: usize| {
+            let c = Conv1dConfig {
+                dilation,
+                ..Conv1dConfig::default()
+            };
+            Conv1d::load(&p, c_in, c_out, k, c)
+        };
+        let conv_pre = conv(vb.pp("conv_pre"), cfg.inter_channels, c0, 7, 1)?;
         let mut ups = Vec::new();
         let mut blocks = Vec::new();
         let mut ch = c0;
@@ -66,32 +75,35 @@ impl Generator {
             .enumerate()
         {
             let out = ch / 2;
-            ups.push(ConvTranspose1d::load(
-                ws,
-                &format!("dec.ups.{i}"),
-                ch,
-                out,
-                k,
-                u,
-            )?);
+            // An exact u-times upsampling: kernel u + 2p, padding p.
+            if k < u || !(k - u).is_multiple_of(2) || k > 3 * u {
+                return Err(Error::BadInput(format!(
+                    "dec.ups.{i}: kernel {k} with stride {u} is not an exact {u}x upsampling"
+                )));
+            }
+            let t = ConvTransposeCfg {
+                stride: u,
+                padding: (k - u) / 2,
+                ..ConvTransposeCfg::default()
+            };
+            ups.push(ConvTranspose1d::load(&vb.pp("ups").pp(i), ch, out, k, t)?);
             for (j, (&rk, dil)) in cfg
                 .resblock_kernel_sizes
                 .iter()
                 .zip(&cfg.resblock_dilation_sizes)
                 .enumerate()
             {
-                let p = format!("dec.resblocks.{}", i * cfg.resblock_kernel_sizes.len() + j);
+                let p = vb
+                    .pp("resblocks")
+                    .pp(i * cfg.resblock_kernel_sizes.len() + j);
                 let mut convs = Vec::new();
                 for (n, &d) in dil.iter().enumerate() {
                     if type1 {
-                        let a =
-                            Conv1d::load(ws, &format!("{p}.convs1.{n}"), out, out, rk, d, 1, true)?;
-                        let b =
-                            Conv1d::load(ws, &format!("{p}.convs2.{n}"), out, out, rk, 1, 1, true)?;
+                        let a = conv(p.pp("convs1").pp(n), out, out, rk, d)?;
+                        let b = conv(p.pp("convs2").pp(n), out, out, rk, 1)?;
                         convs.push((a, Some(b)));
                     } else {
-                        let a =
-                            Conv1d::load(ws, &format!("{p}.convs.{n}"), out, out, rk, d, 1, true)?;
+                        let a = conv(p.pp("convs").pp(n), out, out, rk, d)?;
                         convs.push((a, None));
                     }
                 }
@@ -99,7 +111,11 @@ impl Generator {
             }
             ch = out;
         }
-        let mut conv_post = Conv1d::load(ws, "dec.conv_post", ch, 1, 7, 1, 1, false)?;
+        let post = Conv1dConfig {
+            bias: false,
+            ..Conv1dConfig::default()
+        };
+        let mut conv_post = Conv1d::load(&vb.pp("conv_post"), ch, 1, 7, post)?;
         // Each stage ends with the mean of its residual blocks, and whatever
         // reads it (the next upsampling, or conv_post) takes leaky_relu of
         // it first. leaky_relu(x / n) = leaky_relu(x) / n, so the 1 / n goes
@@ -109,9 +125,9 @@ impl Generator {
         if kernels > 1 {
             let s = 1.0 / kernels as f64;
             for up in ups.iter_mut().skip(1) {
-                up.scale_weights(ws.device(), s)?;
+                up.scale_weights(vb.device(), s)?;
             }
-            conv_post.scale_weights(ws.device(), s)?;
+            conv_post.scale_weights(vb.device(), s)?;
         }
         Ok(Generator {
             conv_pre,

@@ -34,10 +34,9 @@ pub use text_encoder::{Encoded, TextEncoder};
 
 use crate::piper::InferenceScales;
 use crate::{Error, Result};
+use edgeflow_nn::VarBuilder;
 use edgeflow_runtime::{Device, Tensor};
-use layers::Weights;
 use serde::Deserialize;
-use std::path::Path;
 use std::time::Instant;
 
 /// Hyper-parameters of a VITS model. The defaults are Piper's "medium"
@@ -288,18 +287,19 @@ impl Prior {
 }
 
 impl Vits {
-    /// Load a VITS model from safetensors onto `dev`.
-    pub fn load(weights: &Path, cfg: VitsConfig, dev: &Device) -> Result<Self> {
-        let ws = Weights::load(weights, dev)?;
+    /// Load a VITS model under its PyTorch names (`enc_p.*`, `dp.*`,
+    /// `flow.*`, `dec.*`) from `vb` (the voice's safetensors:
+    /// `VarBuilder::open(&[path], &dev)`) onto the device it carries.
+    pub fn load(vb: &VarBuilder, cfg: &VitsConfig) -> Result<Self> {
         Ok(Vits {
-            enc: TextEncoder::load(&ws, &cfg)?,
-            dp: DurationPredictor::load(&ws, &cfg)?,
-            flow: Flow::load(&ws, &cfg)?,
-            dec: Generator::load(&ws, &cfg)?,
-            dec_context: Generator::receptive_radius(&cfg) + 2,
-            flow_context: Flow::receptive_radius(&cfg) + 2,
-            dev: dev.clone(),
-            cfg,
+            enc: TextEncoder::load(vb, cfg)?,
+            dp: DurationPredictor::load(vb, cfg)?,
+            flow: Flow::load(vb, cfg)?,
+            dec: Generator::load(vb, cfg)?,
+            dec_context: Generator::receptive_radius(cfg) + 2,
+            flow_context: Flow::receptive_radius(cfg) + 2,
+            dev: vb.device().clone(),
+            cfg: cfg.clone(),
         })
     }
 

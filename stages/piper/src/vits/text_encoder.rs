@@ -6,9 +6,10 @@
 //! the 1x1 convolutions are plain linear layers and the layer norms run over
 //! the last dim.
 
-use super::layers::{ChannelNorm, Conv1d, Pointwise, Weights};
+use super::layers::LN_EPS;
 use super::VitsConfig;
 use crate::Result;
+use edgeflow_nn::{Conv1d, Conv1dConfig, LayerNorm, Pointwise, VarBuilder};
 use edgeflow_runtime::{Device, PadMode, Tensor};
 
 #[derive(Debug)]
@@ -25,15 +26,15 @@ struct RelAttention {
 }
 
 impl RelAttention {
-    fn load(ws: &Weights, p: &str, c: usize, heads: usize, window: usize) -> Result<Self> {
+    fn load(vb: &VarBuilder, c: usize, heads: usize, window: usize) -> Result<Self> {
         let d = c / heads;
         Ok(RelAttention {
-            q: Pointwise::load(ws, &format!("{p}.conv_q"), c, c)?,
-            k: Pointwise::load(ws, &format!("{p}.conv_k"), c, c)?,
-            v: Pointwise::load(ws, &format!("{p}.conv_v"), c, c)?,
-            o: Pointwise::load(ws, &format!("{p}.conv_o"), c, c)?,
-            rel_k: ws.get(&format!("{p}.emb_rel_k"), &[1, 2 * window + 1, d])?,
-            rel_v: ws.get(&format!("{p}.emb_rel_v"), &[1, 2 * window + 1, d])?,
+            q: Pointwise::load(&vb.pp("conv_q"), c, c)?,
+            k: Pointwise::load(&vb.pp("conv_k"), c, c)?,
+            v: Pointwise::load(&vb.pp("conv_v"), c, c)?,
+            o: Pointwise::load(&vb.pp("conv_o"), c, c)?,
+            rel_k: vb.get_f32("emb_rel_k", &[1, 2 * window + 1, d])?,
+            rel_v: vb.get_f32("emb_rel_v", &[1, 2 * window + 1, d])?,
             heads,
             window,
         })
@@ -84,7 +85,7 @@ impl RelAttention {
         let out = dev.add(&out, &dev.matmul(&rel_w, &rel_v)?)?;
         let out = dev.permute(&out, &[0, 2, 1, 3])?;
         let out = dev.reshape(&out, &[1, t, c])?;
-        self.o.forward_tc(dev, &out)
+        Ok(self.o.forward_tc(dev, &out)?)
     }
 }
 
@@ -128,9 +129,9 @@ impl Ffn {
 #[derive(Debug)]
 struct Layer {
     attn: RelAttention,
-    norm1: ChannelNorm,
+    norm1: LayerNorm,
     ffn: Ffn,
-    norm2: ChannelNorm,
+    norm2: LayerNorm,
 }
 
 /// Output of the text encoder, channel-major `[1, c, t_text]`.
@@ -156,50 +157,36 @@ pub struct TextEncoder {
 }
 
 impl TextEncoder {
-    /// Load `enc_p.*`.
-    pub fn load(ws: &Weights, cfg: &VitsConfig) -> Result<Self> {
+    /// Load `enc_p.*` (`vb` at the checkpoint's root).
+    pub fn load(vb: &VarBuilder, cfg: &VitsConfig) -> Result<Self> {
         let c = cfg.hidden_channels;
+        let vb = vb.pp("enc_p");
+        let enc = vb.pp("encoder");
+        let conv = |p: VarBuilder, c_in: usize, c_out: usize| {
+            Conv1d::load(&p, c_in, c_out, cfg.kernel_size, Conv1dConfig::default())
+        };
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
-            let p = "enc_p.encoder";
+            let ffn = enc.pp("ffn_layers").pp(i);
             layers.push(Layer {
                 attn: RelAttention::load(
-                    ws,
-                    &format!("{p}.attn_layers.{i}"),
+                    &enc.pp("attn_layers").pp(i),
                     c,
                     cfg.n_heads,
                     cfg.window_size,
                 )?,
-                norm1: ChannelNorm::load(ws, &format!("{p}.norm_layers_1.{i}"), c)?,
+                norm1: LayerNorm::load_gamma_beta(&enc.pp("norm_layers_1").pp(i), c, LN_EPS)?,
                 ffn: Ffn {
-                    conv1: Conv1d::load(
-                        ws,
-                        &format!("{p}.ffn_layers.{i}.conv_1"),
-                        c,
-                        cfg.filter_channels,
-                        cfg.kernel_size,
-                        1,
-                        1,
-                        true,
-                    )?,
-                    conv2: Conv1d::load(
-                        ws,
-                        &format!("{p}.ffn_layers.{i}.conv_2"),
-                        cfg.filter_channels,
-                        c,
-                        cfg.kernel_size,
-                        1,
-                        1,
-                        true,
-                    )?,
+                    conv1: conv(ffn.pp("conv_1"), c, cfg.filter_channels)?,
+                    conv2: conv(ffn.pp("conv_2"), cfg.filter_channels, c)?,
                 },
-                norm2: ChannelNorm::load(ws, &format!("{p}.norm_layers_2.{i}"), c)?,
+                norm2: LayerNorm::load_gamma_beta(&enc.pp("norm_layers_2").pp(i), c, LN_EPS)?,
             });
         }
         Ok(TextEncoder {
-            emb: ws.get("enc_p.emb.weight", &[cfg.num_symbols, c])?,
+            emb: vb.get_f32("emb.weight", &[cfg.num_symbols, c])?,
             layers,
-            proj: Pointwise::load(ws, "enc_p.proj", c, 2 * cfg.inter_channels)?,
+            proj: Pointwise::load(&vb.pp("proj"), c, 2 * cfg.inter_channels)?,
             hidden: c,
             inter: cfg.inter_channels,
             num_symbols: cfg.num_symbols,
@@ -224,9 +211,9 @@ impl TextEncoder {
         let mut x = dev.reshape(&x, &[1, t, self.hidden])?;
         for l in &self.layers {
             let y = l.attn.forward(dev, &x)?;
-            x = l.norm1.forward_tc(dev, &dev.add(&x, &y)?)?;
+            x = l.norm1.forward(dev, &dev.add(&x, &y)?)?;
             let y = l.ffn.forward(dev, &x)?;
-            x = l.norm2.forward_tc(dev, &dev.add(&x, &y)?)?;
+            x = l.norm2.forward(dev, &dev.add(&x, &y)?)?;
         }
         let stats = self.proj.forward_tc(dev, &x)?; // [1, t, 2 * inter]
         let stats = dev.transpose(&stats, 1, 2)?;

@@ -22,6 +22,7 @@ pub mod tokenizer;
 
 use crate::{Error, Result};
 use edgeflow_audio::mel::{LogMel, HOP, SAMPLE_RATE};
+use edgeflow_nn::VarBuilder;
 use edgeflow_runtime::Device;
 pub use model::{DecoderState, Whisper, WhisperConfig};
 use std::path::Path;
@@ -108,7 +109,8 @@ impl Transcriber {
     /// Load a CTranslate2 Whisper directory (`model.bin`, `config.json`,
     /// `tokenizer.json`) onto `dev`.
     pub fn load(dir: &Path, dev: &Device) -> Result<Self> {
-        let model = Whisper::load(&dir.join("model.bin"), dev)?;
+        let vb = VarBuilder::open(&[dir.join("model.bin")], dev)?.with_separator("/");
+        let model = Whisper::load(&vb, &WhisperConfig::from_weights(&vb)?)?;
         let tokenizer = WhisperTokenizer::load(&dir.join("tokenizer.json"))?;
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;

@@ -5,12 +5,15 @@
 //! is `[q; k; v]`, cross-attention `linear_1` is `[k; v]`); they are split at
 //! load into Whisper's separate query / key / value projections (the key
 //! has no bias in Whisper; its fused bias slice is zero). fp16 weights are
-//! cast to f32 once.
+//! cast to f32 once. Names are read through a [`VarBuilder`] with `/` as
+//! the separator, mirroring the file.
 
 use crate::{Error, Result};
-use edgeflow_runtime::weights::WeightStore;
-use edgeflow_runtime::{ConvCfg, DType, Device, DeviceKind, KvCache, Tensor, UnaryOp};
-use std::path::Path;
+use edgeflow_nn::{
+    Attention, Conv1d, Conv1dConfig, Embedding, KvCache, LayerNorm, Linear, Masking, Projections,
+    VarBuilder,
+};
+use edgeflow_runtime::{DType, Device, DeviceKind, Tensor, UnaryOp};
 
 /// Shape of a Whisper checkpoint, read from the tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,61 +36,89 @@ pub struct WhisperConfig {
     pub n_text_ctx: usize,
 }
 
-struct Linear {
-    w: Tensor,
-    /// The checkpoint's fp16 weights as f16 (decoder, CPU): decoder steps
-    /// (a few rows) stream half the bytes with the same f32 products.
-    w16: Option<Tensor>,
-    b: Option<Tensor>,
-}
-
 /// Activation rows up to which a linear with f16 weights reads them (the
 /// CPU backend's f16 GEMV); longer prompts take the f32 GEMM.
 const F16_ROWS: usize = 8;
 
-impl Linear {
-    fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
-        let rows = x.dims().iter().rev().skip(1).product::<usize>();
-        let w = match &self.w16 {
-            Some(w16) if rows <= F16_ROWS => w16,
-            _ => &self.w,
+/// Query rows per block of the encoder's attention (see
+/// [`Whisper::set_attention_chunk`]).
+const ATTENTION_CHUNK: usize = 250;
+
+/// Width of one attention head in every Whisper size.
+const HEAD_DIM: usize = 64;
+
+/// Layer-norm epsilon.
+const LN_EPS: f64 = 1e-5;
+
+impl WhisperConfig {
+    /// Read the shape from a checkpoint's tensors (conv1, embeddings,
+    /// position encodings, layer count).
+    pub fn from_weights(vb: &VarBuilder) -> Result<Self> {
+        let dims = |name: &str| -> Result<Vec<usize>> {
+            vb.info(name).map(|i| i.dims).ok_or_else(|| {
+                Error::bad_model(
+                    &vb.path(),
+                    format!("not a Whisper CTranslate2 model: tensor `{name}` is missing"),
+                )
+            })
         };
-        Ok(dev.linear(x, w, self.b.as_ref())?)
+        let (conv1w, embed, enc_pos, dec_pos) = (
+            dims("encoder/conv1/weight")?,
+            dims("decoder/embeddings/weight")?,
+            dims("encoder/position_encodings/encodings")?,
+            dims("decoder/position_encodings/encodings")?,
+        );
+        let (&[d_model, n_mels, 3], &[vocab, d2], &[n_audio_ctx, _], &[n_text_ctx, _]) = (
+            conv1w.as_slice(),
+            embed.as_slice(),
+            enc_pos.as_slice(),
+            dec_pos.as_slice(),
+        ) else {
+            return Err(Error::bad_model(
+                &vb.path(),
+                "not a Whisper CTranslate2 model (conv1, embeddings or position encodings have unexpected ranks)",
+            ));
+        };
+        if d2 != d_model || d_model % HEAD_DIM != 0 {
+            return Err(Error::bad_model(
+                &vb.path(),
+                format!("embedding width {d2} does not match the encoder width {d_model}"),
+            ));
+        }
+        let count_layers = |side: &str| {
+            (0..)
+                .take_while(|i| vb.contains(&format!("{side}/layer_{i}/ffn/linear_0/weight")))
+                .count()
+        };
+        Ok(WhisperConfig {
+            n_mels,
+            d_model,
+            n_heads: d_model / HEAD_DIM,
+            encoder_layers: count_layers("encoder"),
+            decoder_layers: count_layers("decoder"),
+            vocab,
+            n_audio_ctx,
+            n_text_ctx,
+        })
     }
-}
-
-struct Norm {
-    g: Tensor,
-    b: Tensor,
-}
-
-impl Norm {
-    fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
-        Ok(dev.layer_norm(x, &self.g, Some(&self.b), 1e-5)?)
-    }
-}
-
-struct Attention {
-    ln: Norm,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    out: Linear,
 }
 
 struct Mlp {
-    ln: Norm,
+    ln: LayerNorm,
     fc1: Linear,
     fc2: Linear,
 }
 
 struct EncoderLayer {
+    ln: LayerNorm,
     attn: Attention,
     mlp: Mlp,
 }
 
 struct DecoderLayer {
+    ln: LayerNorm,
     self_attn: Attention,
+    cross_ln: LayerNorm,
     cross: Attention,
     mlp: Mlp,
 }
@@ -96,21 +127,20 @@ struct DecoderLayer {
 pub struct Whisper {
     dev: Device,
     cfg: WhisperConfig,
-    conv1: (Tensor, Tensor),
-    conv2: (Tensor, Tensor),
+    conv1: Conv1d,
+    conv2: Conv1d,
     enc_pos: Tensor,
     enc_layers: Vec<EncoderLayer>,
-    enc_ln: Norm,
-    embed: Tensor,
+    enc_ln: LayerNorm,
+    embed: Embedding,
     /// The output projection (tied to `embed`): the checkpoint's fp16
     /// values kept as f16 on the CPU, where the linear converts them in
     /// registers (the same f32 products as `embed`, half the bytes per
     /// decoder step); `embed` itself elsewhere.
-    logits_w: Tensor,
+    logits: Linear,
     dec_pos: Tensor,
     dec_layers: Vec<DecoderLayer>,
-    dec_ln: Norm,
-    attn_chunk: usize,
+    dec_ln: LayerNorm,
 }
 
 impl std::fmt::Debug for Whisper {
@@ -143,84 +173,75 @@ impl DecoderState {
 }
 
 struct Loader<'a> {
-    ws: &'a WeightStore,
-    path: &'a Path,
-    /// Also keep fp16-stored linear weights as f16 (see [`Linear::w16`]).
+    vb: &'a VarBuilder,
+    cfg: &'a WhisperConfig,
+    /// Also keep fp16-stored linear weights as f16 for few-row calls.
     f16: bool,
 }
 
 impl Loader<'_> {
-    fn t(&self, name: &str) -> Result<Tensor> {
-        Ok(self.ws.get_as(name, DType::F32)?)
-    }
-
-    fn norm(&self, p: &str) -> Result<Norm> {
-        Ok(Norm {
-            g: self.t(&format!("{p}/gamma"))?,
-            b: self.t(&format!("{p}/beta"))?,
-        })
+    fn norm(&self, p: &str) -> Result<LayerNorm> {
+        Ok(LayerNorm::load_gamma_beta(
+            &self.vb.pp(p),
+            self.cfg.d_model,
+            LN_EPS,
+        )?)
     }
 
     fn linear(&self, p: &str) -> Result<Linear> {
-        let name = format!("{p}/weight");
+        let vb = self.vb.pp(p);
         let w16 = if self.f16 {
-            let stored = self.ws.get(&name)?;
+            let stored = vb.get_unchecked("weight")?;
             (stored.dtype() == DType::F16).then_some(stored)
         } else {
             None
         };
-        Ok(Linear {
-            w: self.t(&name)?,
-            w16,
-            b: Some(self.t(&format!("{p}/bias"))?),
+        let l = Linear::load_f32(&vb, true)?;
+        Ok(match w16 {
+            Some(w16) => l.with_small_batch_weight(w16, F16_ROWS)?,
+            None => l,
         })
     }
 
     /// Rows `[i*d, (i+1)*d)` of a fused projection.
-    fn split(&self, l: &Linear, parts: usize, i: usize, d: usize, bias: bool) -> Result<Linear> {
-        let dev = self.ws.device();
-        if l.w.dims().first() != Some(&(parts * d)) {
+    fn split(&self, l: &Linear, parts: usize, i: usize, bias: bool) -> Result<Linear> {
+        let d = self.cfg.d_model;
+        if l.weight().dims().first() != Some(&(parts * d)) {
             return Err(Error::bad_model(
-                self.path,
+                &self.vb.path(),
                 format!(
                     "fused attention projection has dims {:?}, expected [{}, {d}]",
-                    l.w.dims(),
+                    l.weight().dims(),
                     parts * d
                 ),
             ));
         }
-        let w = dev.narrow(&l.w, 0, i * d, d)?;
-        let w16 = match &l.w16 {
-            Some(w16) => Some(dev.narrow(w16, 0, i * d, d)?),
-            None => None,
-        };
-        let b = match (&l.b, bias) {
-            (Some(b), true) => Some(dev.narrow(b, 0, i * d, d)?),
-            _ => None,
-        };
-        Ok(Linear { w, w16, b })
+        Ok(l.rows(self.vb.device(), i * d, d, bias)?)
     }
 
-    fn self_attention(&self, p: &str, d: usize) -> Result<Attention> {
+    fn attention(&self, proj: Projections, out: Linear) -> Result<Attention> {
+        let h = self.cfg.n_heads;
+        Ok(Attention::new(proj, out, h, h, HEAD_DIM)?)
+    }
+
+    fn self_attention(&self, p: &str) -> Result<Attention> {
         let qkv = self.linear(&format!("{p}/linear_0"))?;
-        Ok(Attention {
-            ln: self.norm(&format!("{p}/layer_norm"))?,
-            q: self.split(&qkv, 3, 0, d, true)?,
-            k: self.split(&qkv, 3, 1, d, false)?,
-            v: self.split(&qkv, 3, 2, d, true)?,
-            out: self.linear(&format!("{p}/linear_1"))?,
-        })
+        let proj = Projections::Separate {
+            q: self.split(&qkv, 3, 0, true)?,
+            k: self.split(&qkv, 3, 1, false)?,
+            v: self.split(&qkv, 3, 2, true)?,
+        };
+        self.attention(proj, self.linear(&format!("{p}/linear_1"))?)
     }
 
-    fn cross_attention(&self, p: &str, d: usize) -> Result<Attention> {
+    fn cross_attention(&self, p: &str) -> Result<Attention> {
         let kv = self.linear(&format!("{p}/linear_1"))?;
-        Ok(Attention {
-            ln: self.norm(&format!("{p}/layer_norm"))?,
+        let proj = Projections::Separate {
             q: self.linear(&format!("{p}/linear_0"))?,
-            k: self.split(&kv, 2, 0, d, false)?,
-            v: self.split(&kv, 2, 1, d, true)?,
-            out: self.linear(&format!("{p}/linear_2"))?,
-        })
+            k: self.split(&kv, 2, 0, false)?,
+            v: self.split(&kv, 2, 1, true)?,
+        };
+        self.attention(proj, self.linear(&format!("{p}/linear_2"))?)
     }
 
     fn mlp(&self, p: &str) -> Result<Mlp> {
@@ -232,55 +253,41 @@ impl Loader<'_> {
     }
 }
 
-fn count_layers(ws: &WeightStore, prefix: &str) -> usize {
-    (0..)
-        .take_while(|i| ws.contains(&format!("{prefix}/layer_{i}/ffn/linear_0/weight")))
-        .count()
-}
-
 impl Whisper {
-    /// Load a CTranslate2 Whisper `model.bin` onto `dev`.
-    pub fn load(model_bin: &Path, dev: &Device) -> Result<Self> {
-        let ws = WeightStore::open(&[model_bin], dev.clone())?;
+    /// Load a CTranslate2 Whisper checkpoint (`model.bin`, opened with `/`
+    /// as the separator: `VarBuilder::open(&[path], dev)?.with_separator("/")`)
+    /// onto the device `vb` carries; `cfg` from [`WhisperConfig::from_weights`].
+    pub fn load(vb: &VarBuilder, cfg: &WhisperConfig) -> Result<Self> {
+        let dev = vb.device().clone();
         let mut l = Loader {
-            ws: &ws,
-            path: model_bin,
+            vb,
+            cfg,
             f16: false,
         };
-        let conv1w = l.t("encoder/conv1/weight")?;
-        let embed = l.t("decoder/embeddings/weight")?;
-        let enc_pos = l.t("encoder/position_encodings/encodings")?;
-        let dec_pos = l.t("decoder/position_encodings/encodings")?;
-        let (&[d_model, n_mels, 3], &[vocab, d2], &[n_audio_ctx, _], &[n_text_ctx, _]) =
-            (conv1w.dims(), embed.dims(), enc_pos.dims(), dec_pos.dims())
-        else {
-            return Err(Error::bad_model(
-                model_bin,
-                "not a Whisper CTranslate2 model (conv1, embeddings or position encodings have unexpected ranks)",
-            ));
+        let d = cfg.d_model;
+        let conv = |name: &str, c_in: usize, stride: usize| -> Result<Conv1d> {
+            let c = Conv1dConfig {
+                stride,
+                padding: Some(1),
+                ..Conv1dConfig::default()
+            };
+            Ok(Conv1d::load(&vb.pp("encoder").pp(name), c_in, d, 3, c)?)
         };
-        if d2 != d_model || d_model % 64 != 0 {
-            return Err(Error::bad_model(
-                model_bin,
-                format!("embedding width {d2} does not match the encoder width {d_model}"),
-            ));
-        }
-        let cfg = WhisperConfig {
-            n_mels,
-            d_model,
-            n_heads: d_model / 64,
-            encoder_layers: count_layers(&ws, "encoder"),
-            decoder_layers: count_layers(&ws, "decoder"),
-            vocab,
-            n_audio_ctx,
-            n_text_ctx,
-        };
-        let d = d_model;
+        let conv1 = conv("conv1", cfg.n_mels, 1)?;
+        let conv2 = conv("conv2", d, 2)?;
+        let embed = vb.get_f32("decoder/embeddings/weight", &[cfg.vocab, d])?;
+        let enc_pos = vb.get_f32(
+            "encoder/position_encodings/encodings",
+            &[cfg.n_audio_ctx, d],
+        )?;
+        let dec_pos = vb.get_f32("decoder/position_encodings/encodings", &[cfg.n_text_ctx, d])?;
         let mut enc_layers = Vec::new();
         for i in 0..cfg.encoder_layers {
             let p = format!("encoder/layer_{i}");
+            let a = format!("{p}/self_attention");
             enc_layers.push(EncoderLayer {
-                attn: l.self_attention(&format!("{p}/self_attention"), d)?,
+                ln: l.norm(&format!("{a}/layer_norm"))?,
+                attn: l.self_attention(&a)?.with_query_chunk(ATTENTION_CHUNK),
                 mlp: l.mlp(&format!("{p}/ffn"))?,
             });
         }
@@ -289,33 +296,35 @@ impl Whisper {
         let mut dec_layers = Vec::new();
         for i in 0..cfg.decoder_layers {
             let p = format!("decoder/layer_{i}");
+            let (a, c) = (format!("{p}/self_attention"), format!("{p}/attention"));
             dec_layers.push(DecoderLayer {
-                self_attn: l.self_attention(&format!("{p}/self_attention"), d)?,
-                cross: l.cross_attention(&format!("{p}/attention"), d)?,
+                ln: l.norm(&format!("{a}/layer_norm"))?,
+                self_attn: l.self_attention(&a)?,
+                cross_ln: l.norm(&format!("{c}/layer_norm"))?,
+                cross: l.cross_attention(&c)?,
                 mlp: l.mlp(&format!("{p}/ffn"))?,
             });
         }
         // Stored fp16 -> exact as f16. Anything else keeps the f32 copy.
-        let stored = ws.get("decoder/embeddings/weight")?;
+        let stored = vb.get_unchecked("decoder/embeddings/weight")?;
         let logits_w = if stored.dtype() == DType::F16 && dev.kind() == DeviceKind::Cpu {
             stored
         } else {
             embed.clone()
         };
         Ok(Whisper {
-            conv1: (conv1w, l.t("encoder/conv1/bias")?),
-            conv2: (l.t("encoder/conv2/weight")?, l.t("encoder/conv2/bias")?),
+            conv1,
+            conv2,
             enc_pos,
             enc_layers,
             enc_ln: l.norm("encoder/layer_norm")?,
-            embed,
-            logits_w,
+            embed: Embedding::new(embed),
+            logits: Linear::new(logits_w, None),
             dec_pos,
             dec_layers,
             dec_ln: l.norm("decoder/layer_norm")?,
-            dev: dev.clone(),
-            cfg,
-            attn_chunk: 250,
+            dev,
+            cfg: *cfg,
         })
     }
 
@@ -329,20 +338,6 @@ impl Whisper {
         &self.dev
     }
 
-    /// `[1, s, d]` -> `[1, h, s, 64]`.
-    fn heads(&self, x: &Tensor) -> Result<Tensor> {
-        let s = x.dims()[1];
-        let x = self.dev.reshape(x, &[1, s, self.cfg.n_heads, 64])?;
-        Ok(self.dev.permute(&x, &[0, 2, 1, 3])?)
-    }
-
-    /// `[1, h, s, 64]` -> `[1, s, d]`.
-    fn merge(&self, x: &Tensor) -> Result<Tensor> {
-        let s = x.dims()[2];
-        let x = self.dev.permute(x, &[0, 2, 1, 3])?;
-        Ok(self.dev.reshape(&x, &[1, s, self.cfg.d_model])?)
-    }
-
     fn mlp(&self, m: &Mlp, x: &Tensor) -> Result<Tensor> {
         let dev = &self.dev;
         let h = m.ln.forward(dev, x)?;
@@ -352,31 +347,13 @@ impl Whisper {
         Ok(dev.add(x, &h)?)
     }
 
-    /// Non-causal attention computed for blocks of query rows, so that each
-    /// block's score matrix stays cache-sized (the full 1500 x 1500 x heads
-    /// matrix is 54 MB); identical results.
-    fn chunked_attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
-        let dev = &self.dev;
-        let n = q.dims()[2];
-        let chunk = self.attn_chunk.max(1);
-        if n <= chunk {
-            return Ok(dev.attention(q, k, v, None, scale, false)?);
-        }
-        let mut outs = Vec::new();
-        let mut s = 0;
-        while s < n {
-            let len = chunk.min(n - s);
-            let qc = dev.narrow(q, 2, s, len)?;
-            outs.push(dev.attention(&qc, k, v, None, scale, false)?);
-            s += len;
-        }
-        let refs: Vec<&Tensor> = outs.iter().collect();
-        Ok(dev.concat(&refs, 2)?)
-    }
-
-    /// Set the query block size of the encoder's attention (rows per block).
+    /// Set the query block size of the encoder's attention (rows per
+    /// block): each block's score matrix stays cache-sized (the full 1500 x
+    /// 1500 x heads matrix is 54 MB); identical results.
     pub fn set_attention_chunk(&mut self, rows: usize) {
-        self.attn_chunk = rows;
+        for l in &mut self.enc_layers {
+            l.attn.set_query_chunk(rows);
+        }
     }
 
     /// Encode log-mel features `[n_mels, 2 * n_audio_ctx]` (row-major) to
@@ -397,34 +374,19 @@ impl Whisper {
             )));
         }
         let x = dev.place(&Tensor::from_slice(mel, &[1, self.cfg.n_mels, frames])?)?;
-        let pad1 = ConvCfg {
-            padding: 1,
-            ..Default::default()
-        };
-        let x = dev.conv1d(&x, &self.conv1.0, Some(&self.conv1.1), pad1)?;
+        let x = self.conv1.forward(dev, &x)?;
         let x = dev.unary(UnaryOp::GeluErf, &x)?;
-        let x = dev.conv1d(
-            &x,
-            &self.conv2.0,
-            Some(&self.conv2.1),
-            ConvCfg { stride: 2, ..pad1 },
-        )?;
+        let x = self.conv2.forward(dev, &x)?;
         let x = dev.unary(UnaryOp::GeluErf, &x)?;
         let x = dev.transpose(&x, 1, 2)?;
         let mut x = dev.add(&x, &self.enc_pos)?;
-        let scale = 1.0 / (64f64).sqrt();
         for layer in &self.enc_layers {
-            let a = &layer.attn;
-            let h = a.ln.forward(dev, &x)?;
-            let q = self.heads(&a.q.forward(dev, &h)?)?;
-            let k = self.heads(&a.k.forward(dev, &h)?)?;
-            let v = self.heads(&a.v.forward(dev, &h)?)?;
-            let o = self.chunked_attention(&q, &k, &v, scale)?;
-            let o = a.out.forward(dev, &self.merge(&o)?)?;
+            let h = layer.ln.forward(dev, &x)?;
+            let o = layer.attn.forward(dev, &h, None, None, Masking::Full)?;
             x = dev.add(&x, &o)?;
             x = self.mlp(&layer.mlp, &x)?;
         }
-        self.enc_ln.forward(dev, &x)
+        Ok(self.enc_ln.forward(dev, &x)?)
     }
 
     /// A fresh decoder state for encoded audio `enc` (`[1, n_audio_ctx, d]`):
@@ -432,9 +394,7 @@ impl Whisper {
     pub fn start(&self, enc: &Tensor) -> Result<DecoderState> {
         let mut cross_kv = Vec::with_capacity(self.dec_layers.len());
         for layer in &self.dec_layers {
-            let k = self.heads(&layer.cross.k.forward(&self.dev, enc)?)?;
-            let v = self.heads(&layer.cross.v.forward(&self.dev, enc)?)?;
-            cross_kv.push((k, v));
+            cross_kv.push(layer.cross.key_values(&self.dev, enc)?);
         }
         Ok(DecoderState {
             self_kv: vec![KvCache::new(); self.dec_layers.len()],
@@ -472,27 +432,24 @@ impl Whisper {
         }
         let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
         let ids = dev.place(&Tensor::from_i64(ids, &[s])?)?;
-        let x = dev.index_select(&self.embed, &ids, 0)?;
+        let x = self.embed.forward(dev, &ids)?;
         let pos = dev.narrow(&self.dec_pos, 0, st.offset, s)?;
         let x = dev.add(&x, &pos)?;
         let mut x = dev.reshape(&x, &[1, s, self.cfg.d_model])?;
-        let scale = 1.0 / (64f64).sqrt();
         for (i, layer) in self.dec_layers.iter().enumerate() {
-            let a = &layer.self_attn;
-            let h = a.ln.forward(dev, &x)?;
-            let q = self.heads(&a.q.forward(dev, &h)?)?;
-            let k = self.heads(&a.k.forward(dev, &h)?)?;
-            let v = self.heads(&a.v.forward(dev, &h)?)?;
-            let (k, v) = st.self_kv[i].append(dev, &k, &v)?;
-            let o = dev.attention(&q, &k, &v, None, scale, true)?;
-            x = dev.add(&x, &a.out.forward(dev, &self.merge(&o)?)?)?;
+            let h = layer.ln.forward(dev, &x)?;
+            let o = layer.self_attn.forward(
+                dev,
+                &h,
+                None,
+                Some(&mut st.self_kv[i]),
+                Masking::Causal,
+            )?;
+            x = dev.add(&x, &o)?;
 
-            let c = &layer.cross;
-            let h = c.ln.forward(dev, &x)?;
-            let q = self.heads(&c.q.forward(dev, &h)?)?;
+            let h = layer.cross_ln.forward(dev, &x)?;
             let (ck, cv) = &st.cross_kv[i];
-            let o = dev.attention(&q, ck, cv, None, scale, false)?;
-            x = dev.add(&x, &c.out.forward(dev, &self.merge(&o)?)?)?;
+            x = dev.add(&x, &layer.cross.forward_cross(dev, &h, ck, cv)?)?;
 
             x = self.mlp(&layer.mlp, &x)?;
         }
@@ -507,7 +464,7 @@ impl Whisper {
             }
             let row = dev.narrow(&x, 1, p, 1)?;
             let row = dev.reshape(&row, &[1, self.cfg.d_model])?;
-            let logits = dev.linear(&row, &self.logits_w, None)?;
+            let logits = self.logits.forward(dev, &row)?;
             out.push(dev.to_host(&logits)?.to_vec_f32()?);
         }
         Ok(out)
