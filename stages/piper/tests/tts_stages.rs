@@ -5,13 +5,14 @@
 mod common;
 
 use edgeflow_graph::{Payload, Pipeline, Registry};
-use edgeflow_runtime::DeviceSpec;
 use edgeflow_piper::piper::{FrontEnd, InferenceScales, VoiceConfig};
 use edgeflow_piper::vits::{Chunking, SynthesisParams, Vits, VitsConfig};
+use edgeflow_runtime::DeviceSpec;
 use std::time::Duration;
 
 fn registry() -> Registry {
     let mut r = Registry::builtin();
+    r.set_device_opener(edgeflow_backends::open);
     edgeflow_piper::register(&mut r);
     r
 }
