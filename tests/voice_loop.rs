@@ -68,18 +68,11 @@ fn models() -> bool {
         eprintln!("voice-loop test skipped: EDGEFLOW_SKIP_MODEL_TESTS=1");
         return false;
     }
-    use edgeflow_speech::fetch as speech;
     let mut missing = Vec::new();
-    for m in [&speech::SILERO_VAD, &speech::WHISPER_TINY_EN] {
-        if speech::locate(m).is_err() {
-            missing.push(format!("{}: {}", m.name, speech::fetch_command(m)));
+    for card in edgeflow::model_cards() {
+        if let Err(e) = card.locate() {
+            missing.push(format!("{}: {e}", card.name));
         }
-    }
-    if edgeflow_llm::fetch::locate().is_err() {
-        missing.push("smollm2: edgeflow models fetch smollm2".into());
-    }
-    if edgeflow_piper::piper::fetch::locate(&edgeflow_piper::piper::fetch::PIPER_JOE).is_err() {
-        missing.push("piper-joe: edgeflow models fetch piper-joe".into());
     }
     assert!(
         missing.is_empty(),

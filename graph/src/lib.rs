@@ -44,7 +44,8 @@ pub use metrics::{CancelReport, MetricsSnapshot};
 pub use plan::{Plan, PlannedEdge, PlannedStage};
 pub use port::{PortSpec, PortType, Ports};
 pub use registry::{
-    BuildEnv, ParamError, ParamInfo, ParamType, Params, Registry, StageFactory, StageInfo,
+    BuildEnv, DeviceOpener, ParamError, ParamInfo, ParamType, Params, Registry, StageFactory,
+    StageInfo,
 };
 pub use spec::{EdgeSpec, PipelineSpec, Policy, StageSpec};
 pub use stage::{Input, Poll, Stage, StageCtx, StageError, StageResult};

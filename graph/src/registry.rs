@@ -3,7 +3,7 @@
 
 use crate::port::Ports;
 use crate::stage::{Stage, StageError};
-use edgeflow_runtime::DeviceSpec;
+use edgeflow_runtime::{Device, DeviceSpec};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -211,6 +211,33 @@ pub struct ParamError {
     pub msg: String,
 }
 
+/// Opens the device a placement names: the backends crate's `open`, which
+/// the facade (`edgeflow::registry()`) installs with
+/// [`Registry::set_device_opener`]. The engine hands it to factories through
+/// [`BuildEnv::open_device`], so model crates need no concrete backend.
+#[derive(Clone)]
+pub struct DeviceOpener(Arc<dyn Fn(DeviceSpec) -> edgeflow_runtime::Result<Device> + Send + Sync>);
+
+impl DeviceOpener {
+    /// Wrap an opening function (e.g. `edgeflow_backends::open`).
+    pub fn new(
+        open: impl Fn(DeviceSpec) -> edgeflow_runtime::Result<Device> + Send + Sync + 'static,
+    ) -> Self {
+        DeviceOpener(Arc::new(open))
+    }
+
+    /// Open the device `spec` names.
+    pub fn open(&self, spec: DeviceSpec) -> edgeflow_runtime::Result<Device> {
+        (self.0)(spec)
+    }
+}
+
+impl fmt::Debug for DeviceOpener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DeviceOpener")
+    }
+}
+
 /// What a factory gets besides params when building a stage.
 #[derive(Debug, Clone)]
 pub struct BuildEnv {
@@ -222,9 +249,26 @@ pub struct BuildEnv {
     pub threads: usize,
     /// Folder of the pipeline file; relative paths resolve against it.
     pub base_dir: PathBuf,
+    /// The registry's device opener ([`Registry::set_device_opener`]);
+    /// factories call [`BuildEnv::open_device`] rather than this.
+    pub device_opener: Option<DeviceOpener>,
 }
 
 impl BuildEnv {
+    /// Open this stage's device (`device:` in YAML) with the registry's
+    /// opener. Fails with what to do when the registry has none.
+    pub fn open_device(&self) -> Result<Device, StageError> {
+        match &self.device_opener {
+            Some(o) => Ok(o.open(self.device)?),
+            None => Err(StageError::msg(format!(
+                "stage `{}`: cannot open device `{}`: this registry has no device opener; \
+                 build the pipeline with `edgeflow::registry()`, or call \
+                 `Registry::set_device_opener(edgeflow_backends::open)` on your own registry",
+                self.stage_id, self.device
+            ))),
+        }
+    }
+
     /// Resolve a path against the pipeline's folder.
     pub fn resolve(&self, p: &str) -> PathBuf {
         let p = Path::new(p);
@@ -255,6 +299,7 @@ pub trait StageFactory: Send + Sync {
 #[derive(Clone, Default)]
 pub struct Registry {
     kinds: BTreeMap<&'static str, Arc<dyn StageFactory>>,
+    device_opener: Option<DeviceOpener>,
 }
 
 impl fmt::Debug for Registry {
@@ -275,6 +320,22 @@ impl Registry {
         let info = f.info();
         self.kinds.insert(info.kind, Arc::new(f));
         self
+    }
+
+    /// Install the function that opens devices for the stages this registry
+    /// builds ([`BuildEnv::open_device`]); the facade installs
+    /// `edgeflow_backends::open`.
+    pub fn set_device_opener(
+        &mut self,
+        open: impl Fn(DeviceSpec) -> edgeflow_runtime::Result<Device> + Send + Sync + 'static,
+    ) -> &mut Self {
+        self.device_opener = Some(DeviceOpener::new(open));
+        self
+    }
+
+    /// The installed device opener, if any.
+    pub fn device_opener(&self) -> Option<&DeviceOpener> {
+        self.device_opener.as_ref()
     }
 
     /// Look a kind up.

@@ -55,15 +55,6 @@ pub enum Error {
         /// What failed.
         msg: String,
     },
-    /// Fetching a model into the cache failed (no network, bad hash, broken
-    /// archive); see [`crate::models`].
-    #[error("fetching `{model}`: {msg}")]
-    Fetch {
-        /// Model name as used by `edgeflow models fetch`.
-        model: String,
-        /// What failed and what to do.
-        msg: String,
-    },
     /// I/O failure with the path concerned.
     #[error("{path}: {error}")]
     Io {

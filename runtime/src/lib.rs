@@ -23,14 +23,11 @@
 //!   device and counts their resident bytes in [`Device::stats`].
 //! - [`rng`] is the one seeded normal generator every backend uses.
 //! - [`probe`] holds the availability probe and its on-disk cache.
-//! - [`models`] is the local model cache and the pinned-wheel fetch every
-//!   model stage uses.
 
 mod backend;
 mod device;
 mod dtype;
 mod error;
-pub mod models;
 mod op;
 mod ops_api;
 pub mod probe;

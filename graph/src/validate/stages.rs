@@ -244,6 +244,7 @@ pub(super) fn plan_stage(
         device,
         threads: threads.clamp(1, MAX_THREADS),
         base_dir: base_dir.to_path_buf(),
+        device_opener: registry.device_opener().cloned(),
     };
     let params = Params::new(&s.id, values);
     let ports = match factory.ports(&params, &env) {

@@ -54,7 +54,10 @@ pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
                 profile_ops: a.profile_ops,
                 ..Default::default()
             };
-            print!("{}", edgeflow_llm::bench(&o)?);
+            print!(
+                "{}",
+                edgeflow_llm::bench(&o, &edgeflow_backends::open(o.device)?)?
+            );
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Audio => {
@@ -66,7 +69,8 @@ pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
             let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
             let o = edgeflow_speech::bench::BenchOptions::for_repo(&repo);
             eprintln!("measuring Silero VAD and Whisper tiny.en (and the peers)...");
-            print!("{}", edgeflow_speech::bench::bench(&o)?);
+            let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu)?;
+            print!("{}", edgeflow_speech::bench::bench(&o, &dev)?);
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Dataflow => {

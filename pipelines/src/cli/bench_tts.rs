@@ -9,7 +9,8 @@
 //! pinned venv of `scripts/piper_reference.py`.
 
 use anyhow::Context;
-use edgeflow_piper::piper::{fetch, FrontEnd, InferenceScales, VoiceConfig};
+use edgeflow_piper::piper::cards::VoiceFiles;
+use edgeflow_piper::piper::{FrontEnd, InferenceScales, VoiceConfig};
 use edgeflow_piper::vits::{AudioAhead, Chunking, SynthesisParams, Vits, VitsConfig};
 use edgeflow_runtime::DeviceSpec;
 use std::path::{Path, PathBuf};
@@ -196,7 +197,7 @@ pub fn run(a: BenchTtsArgs) -> anyhow::Result<ExitCode> {
     let text = a.text.clone().unwrap_or_else(|| DEFAULT_TEXT.to_string());
     let runs = a.runs.max(1);
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let voice = fetch::locate(&fetch::PIPER_JOE)?;
+    let voice = VoiceFiles::in_dir(&edgeflow_piper::PIPER_JOE.locate()?)?;
     let spec: DeviceSpec = a.device.parse()?;
 
     eprintln!("ours: loading the voice on {spec}...");

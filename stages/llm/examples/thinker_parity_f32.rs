@@ -3,11 +3,11 @@
 //!
 //! `cargo run -p edgeflow-llm --example thinker_parity_f32`
 
-use edgeflow_llm::{fetch, greedy, Config, Llama, VarBuilder};
+use edgeflow_llm::{greedy, Config, Llama, VarBuilder};
 use edgeflow_runtime::weights::GgufFile;
 
 fn main() -> anyhow::Result<()> {
-    let path = fetch::locate()?;
+    let path = edgeflow_llm::SMOLLM2.path(edgeflow_llm::cards::GGUF_FILE)?;
     let g = GgufFile::open(&path)?;
     let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu)?;
     let fx: serde_json::Value =

@@ -5,7 +5,7 @@
 use crate::model::Llama;
 use crate::tokenizer::{ChatMessage, TextTokenizer};
 use crate::{sampling, Error, Result};
-use edgeflow_runtime::DeviceSpec;
+use edgeflow_runtime::{Device, DeviceSpec};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -48,12 +48,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Measure prefill and decode throughput; returns a readable report.
+/// Measure prefill and decode throughput on `dev` (opened for
+/// `o.device`); returns a readable report.
 ///
 /// The prompt is a chat turn asking to continue a long text, cut to
 /// `prompt_tokens`; decode runs greedily for `decode_tokens` without
 /// stopping at end-of-turn tokens, so every run does the same work.
-pub fn bench(o: &BenchOptions) -> Result<String> {
+pub fn bench(o: &BenchOptions, dev: &Device) -> Result<String> {
     if o.prompt_tokens == 0 || o.decode_tokens == 0 || o.runs == 0 {
         return Err(Error::BadInput(
             "prompt_tokens, decode_tokens and runs must be at least 1".into(),
@@ -61,9 +62,8 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
     }
     let path = match &o.model {
         Some(p) => p.clone(),
-        None => crate::fetch::locate()?,
+        None => crate::cards::SMOLLM2.path(crate::cards::GGUF_FILE)?,
     };
-    let dev = edgeflow_backends::open(o.device)?;
     let t = Instant::now();
     let gguf = edgeflow_runtime::weights::GgufFile::open(&path)?;
     let cfg = crate::Config {
@@ -71,7 +71,7 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
         ..crate::Config::from_gguf(&gguf)?
     };
     let tok = TextTokenizer::from_gguf(&gguf)?;
-    let mut model = Llama::load(&crate::VarBuilder::from_reader(gguf, &dev), &cfg)?;
+    let mut model = Llama::load(&crate::VarBuilder::from_reader(gguf, dev), &cfg)?;
     let load_s = t.elapsed().as_secs_f64();
     let filler = "The history of the printing press begins in the fifteenth century, when \
                   movable type changed how books were made, sold and read across Europe. ";

@@ -5,22 +5,10 @@ use std::path::PathBuf;
 /// Errors of the thinker: model files, tokenizer, template, runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The model is not in the cache (or the given path does not exist).
-    #[error("model `{model}` not found: {msg}")]
-    ModelMissing {
-        /// Model name.
-        model: String,
-        /// What is missing and how to get it.
-        msg: String,
-    },
-    /// Fetching a model failed.
-    #[error("fetching `{model}`: {msg}")]
-    Fetch {
-        /// Model name.
-        model: String,
-        /// What went wrong and what to do.
-        msg: String,
-    },
+    /// The model is not in the cache, or fetching it failed (the model
+    /// registry's error: it says what to run or where to put which file).
+    #[error(transparent)]
+    Models(#[from] edgeflow_models::Error),
     /// The GGUF lacks something the model needs, or holds unsupported values.
     #[error("{path}: {msg}")]
     Model {
@@ -54,20 +42,10 @@ pub enum Error {
     },
 }
 
-impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
-        Error::Io {
-            path: path.into(),
-            error,
-        }
-    }
-}
-
 impl From<edgeflow_runtime::Error> for Error {
     fn from(e: edgeflow_runtime::Error) -> Self {
-        // The runtime's model-cache errors are this crate's own kinds.
+        // The runtime's I/O errors are this crate's own kind.
         match e {
-            edgeflow_runtime::Error::Fetch { model, msg } => Error::Fetch { model, msg },
             edgeflow_runtime::Error::Io { path, error } => Error::Io { path, error },
             other => Error::Runtime(other),
         }

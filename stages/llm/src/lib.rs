@@ -9,18 +9,19 @@
 //!   metadata, streaming detokenization on UTF-8 boundaries;
 //! - [`sampling`]: greedy / temperature / top-k / top-p / repetition penalty;
 //! - [`stage`]: the `thinker` stage kind;
-//! - [`fetch`]: getting the model into the cache;
+//! - [`cards`]: the model cards ([`cards()`]) the model registry fetches;
 //! - [`bench()`]: prefill / decode throughput and decode's weight bandwidth.
 
 mod bench;
+pub mod cards;
 mod error;
-pub mod fetch;
 pub mod model;
 pub mod sampling;
 pub mod stage;
 pub mod tokenizer;
 
 pub use bench::{bench, BenchOptions};
+pub use cards::SMOLLM2;
 pub use edgeflow_nn::VarBuilder;
 pub use error::{Error, Result};
 pub use model::{Config, Llama};
@@ -29,6 +30,11 @@ pub use stage::{Thinker, ThinkerConfig, ThinkerKind};
 pub use tokenizer::{ChatMessage, TextTokenizer, Utf8Stream};
 
 use edgeflow_graph::Registry;
+
+/// The model cards of the language models (`edgeflow models list`).
+pub fn cards() -> &'static [edgeflow_models::ModelCard] {
+    cards::CARDS
+}
 
 /// Register the stage kinds of this crate (`thinker`).
 pub fn register(r: &mut Registry) {

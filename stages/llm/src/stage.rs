@@ -11,10 +11,11 @@
 //! turn from the conversation (its tokens leave the cache at the next
 //! turn, which shares only the earlier prefix).
 
+use crate::cards::{GGUF_FILE, SMOLLM2};
 use crate::model::{Config, Llama};
 use crate::sampling::{Sampler, SamplingParams};
 use crate::tokenizer::{ChatMessage, TextTokenizer, Utf8Stream};
-use crate::{fetch, Error, VarBuilder};
+use crate::{Error, VarBuilder};
 use edgeflow_graph::{
     BuildEnv, Epoch, Event, Input, ParamInfo, ParamType, Params, Payload, PortSpec, PortType,
     Ports, Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult,
@@ -83,7 +84,7 @@ impl StageFactory for ThinkerKind {
 
     fn build(&self, p: &Params, env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
         let cfg = ThinkerConfig::from_params(p, env)?;
-        let dev = edgeflow_backends::open(env.device)?;
+        let dev = env.open_device()?;
         Ok(Box::new(Thinker::new(&dev, cfg)?))
     }
 }
@@ -109,7 +110,7 @@ impl ThinkerConfig {
     /// Defaults with the cached SmolLM2 (errors when it is not cached).
     pub fn cached() -> Result<Self, Error> {
         Ok(ThinkerConfig {
-            model: fetch::locate()?,
+            model: SMOLLM2.path(GGUF_FILE)?,
             max_tokens: 256,
             sampling: SamplingParams::default(),
             system: String::new(),
@@ -126,7 +127,7 @@ impl ThinkerConfig {
                     .into())
             }
             Some(m) => m,
-            None => fetch::locate()?,
+            None => SMOLLM2.path(GGUF_FILE)?,
         };
         let max_tokens: i64 = p.get_or("max_tokens", 256)?;
         if max_tokens < 1 {

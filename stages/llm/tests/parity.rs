@@ -27,7 +27,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use edgeflow_llm::{fetch, greedy, ChatMessage, Config, Llama, TextTokenizer, VarBuilder};
+use edgeflow_llm::{greedy, ChatMessage, Config, Llama, TextTokenizer, VarBuilder};
 use edgeflow_runtime::weights::GgufFile;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -41,7 +41,7 @@ fn model() -> Option<PathBuf> {
         eprintln!("EDGEFLOW_SKIP_MODEL_TESTS=1: skipping a test that needs SmolLM2");
         return None;
     }
-    match fetch::locate() {
+    match edgeflow_llm::SMOLLM2.path(edgeflow_llm::cards::GGUF_FILE) {
         Ok(p) => Some(p),
         Err(e) => panic!(
             "{e}\n(run `edgeflow models fetch smollm2`, or set EDGEFLOW_SKIP_MODEL_TESTS=1 to skip)"

@@ -21,7 +21,7 @@ fn skip() -> bool {
         eprintln!("EDGEFLOW_SKIP_MODEL_TESTS=1: skipping a test that needs SmolLM2");
         return true;
     }
-    if let Err(e) = edgeflow_llm::fetch::locate() {
+    if let Err(e) = edgeflow_llm::SMOLLM2.locate() {
         panic!(
             "{e}\n(run `edgeflow models fetch smollm2`, or set EDGEFLOW_SKIP_MODEL_TESTS=1 to skip)"
         );
@@ -31,6 +31,7 @@ fn skip() -> bool {
 
 fn pipeline(max_tokens: usize, dequantize: bool) -> Pipeline {
     let mut r = Registry::builtin();
+    r.set_device_opener(edgeflow_backends::open);
     edgeflow_llm::register(&mut r);
     let yaml = format!(
         r#"

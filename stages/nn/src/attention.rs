@@ -415,7 +415,10 @@ mod tests {
             // kernels may pick another blocking and round differently: the
             // outputs agree to float rounding (|x| < 1, so 1e-6 is a few ULP).
             for (x, y) in a.iter().zip(&b) {
-                assert!((x - y).abs() < 1e-6, "{masking:?}: chunked {y} vs whole {x}");
+                assert!(
+                    (x - y).abs() < 1e-6,
+                    "{masking:?}: chunked {y} vs whole {x}"
+                );
             }
         }
         assert!(

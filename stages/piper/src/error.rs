@@ -14,23 +14,10 @@ pub enum Error {
     /// A shared layer failed in another way (see [`edgeflow_nn::Error`]).
     #[error(transparent)]
     Layers(edgeflow_nn::Error),
-    /// A model is not in the cache (or is incomplete); the message says how
-    /// to get it.
-    #[error("model `{model}` is not available: {msg}")]
-    ModelMissing {
-        /// Model name as used by `edgeflow models fetch`.
-        model: String,
-        /// What to run or where to put which file.
-        msg: String,
-    },
-    /// Fetching a model failed (no network, bad hash, broken archive).
-    #[error("fetching `{model}`: {msg}")]
-    Fetch {
-        /// Model name.
-        model: String,
-        /// What failed and what to do.
-        msg: String,
-    },
+    /// A model is not in the cache, or fetching it failed (the model
+    /// registry's error: it says what to run or where to put which file).
+    #[error(transparent)]
+    Models(#[from] edgeflow_models::Error),
     /// A weight or config file is malformed or does not match the model.
     #[error("{path}: {msg}")]
     BadFile {
@@ -86,10 +73,9 @@ impl Error {
 
 impl From<edgeflow_runtime::Error> for Error {
     fn from(e: edgeflow_runtime::Error) -> Self {
-        // Fetch and I/O errors read the same in both crates; only op
-        // failures are worth the "runtime:" prefix.
+        // I/O errors read the same in both crates; only op failures are
+        // worth the "runtime:" prefix.
         match e {
-            edgeflow_runtime::Error::Fetch { model, msg } => Error::Fetch { model, msg },
             edgeflow_runtime::Error::Io { path, error } => Error::Io { path, error },
             other => Error::Runtime(other),
         }

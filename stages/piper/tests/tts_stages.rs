@@ -12,6 +12,7 @@ use std::time::Duration;
 
 fn registry() -> Registry {
     let mut r = Registry::builtin();
+    r.set_device_opener(edgeflow_backends::open);
     edgeflow_piper::register(&mut r);
     r
 }

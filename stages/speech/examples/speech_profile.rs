@@ -17,7 +17,7 @@
 //! compare ratios within one run.
 
 use edgeflow_runtime::{ConvCfg, Device, DeviceSpec, Tensor, UnaryOp};
-use edgeflow_speech::fetch::{self, SILERO_VAD, WHISPER_TINY_EN};
+use edgeflow_speech::cards::{SILERO_VAD, SILERO_WEIGHTS, WHISPER_TINY_EN};
 use edgeflow_speech::silero::{SileroVad, WINDOW};
 use edgeflow_speech::whisper::Transcriber;
 use std::time::Instant;
@@ -47,10 +47,7 @@ fn main() -> anyhow::Result<()> {
     let (_, clip) = edgeflow_audio::wav::read_wav(&repo.join("tests/fixtures/speech_mix.wav"))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if std::env::args().nth(1).as_deref() == Some("vad") {
-        let vb = edgeflow_speech::VarBuilder::open(
-            &[fetch::locate(&SILERO_VAD)?.join(fetch::SILERO_WEIGHTS)],
-            &dev,
-        )?;
+        let vb = edgeflow_speech::VarBuilder::open(&[SILERO_VAD.path(SILERO_WEIGHTS)?], &dev)?;
         let mut vad = SileroVad::load(&vb, &Default::default())?;
         for _ in 0..5 {
             vad.reset()?;
@@ -67,7 +64,7 @@ fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let mut tr = Transcriber::load(&fetch::locate(&WHISPER_TINY_EN)?, &dev)?;
+    let mut tr = Transcriber::load(&WHISPER_TINY_EN.locate()?, &dev)?;
     // The bench's VAD segments of the fixture clip.
     let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
         repo.join("tests/fixtures/reference.json"),

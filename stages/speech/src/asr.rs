@@ -7,7 +7,7 @@
 //! is buffered and transcribed at end of stream, as are utterances still
 //! open then. `Flush` transcribes what is buffered.
 
-use crate::fetch::{self, WHISPER_TINY_EN};
+use crate::cards::WHISPER_TINY_EN;
 use crate::whisper::{Transcriber, WHISPER_SAMPLE_RATE};
 use crate::Error;
 use edgeflow_graph::{
@@ -42,7 +42,7 @@ impl StageFactory for AsrKind {
     fn build(&self, p: &Params, env: &BuildEnv) -> Result<Box<dyn Stage>, StageError> {
         let dir = match p.path("model", env)? {
             Some(d) => d,
-            None => fetch::locate(&WHISPER_TINY_EN)?,
+            None => WHISPER_TINY_EN.locate()?,
         };
         let max_s: f64 = p.get_or("max_utterance_s", 120.0)?;
         if !(1.0..=3600.0).contains(&max_s) {
@@ -53,7 +53,7 @@ impl StageFactory for AsrKind {
                 )
                 .into());
         }
-        let dev = edgeflow_backends::open(env.device)?;
+        let dev = env.open_device()?;
         let mut tr = Transcriber::load(&dir, &dev)?;
         tr.options.condition_on_previous_text = p.get_or("condition_on_previous_text", true)?;
         Ok(Box::new(AsrStage {

@@ -8,12 +8,12 @@
 //! count (ours: the CPU backend's pool, `RAYON_NUM_THREADS`; faster-whisper:
 //! `cpu_threads`). Times are medians of `repeats` runs after one warm-up.
 
-use crate::fetch::{self, SILERO_VAD, WHISPER_TINY_EN};
+use crate::cards::{SILERO_VAD, SILERO_WEIGHTS, WHISPER_TINY_EN};
 use crate::silero::{SileroVad, WINDOW};
 use crate::vad::{Segmenter, VadConfig, VadEvent};
 use crate::whisper::Transcriber;
 use crate::{Error, Result};
-use edgeflow_runtime::DeviceSpec;
+use edgeflow_runtime::Device;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -63,8 +63,8 @@ fn threads() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// Run the benchmark and render a text report.
-pub fn bench(o: &BenchOptions) -> Result<String> {
+/// Run the benchmark on `dev` (a CPU device) and render a text report.
+pub fn bench(o: &BenchOptions, dev: &Device) -> Result<String> {
     let (info, audio) = edgeflow_audio::wav::read_wav(&o.clip)
         .map_err(|e| Error::BadInput(format!("{}: {e}", o.clip.display())))?;
     if info.sample_rate != 16_000 || info.channels != 1 {
@@ -73,14 +73,12 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
             o.clip.display()
         )));
     }
-    let dev = edgeflow_backends::open(DeviceSpec::Cpu)?;
     let repeats = o.repeats.max(1);
     let mut out = String::new();
     let n = threads();
 
     // VAD: per-window time over the whole clip, and the segments.
-    let vad_dir = fetch::locate(&SILERO_VAD)?;
-    let vb = crate::VarBuilder::open(&[vad_dir.join(fetch::SILERO_WEIGHTS)], &dev)?;
+    let vb = crate::VarBuilder::open(&[SILERO_VAD.path(SILERO_WEIGHTS)?], dev)?;
     let mut vad = SileroVad::load(&vb, &crate::silero::SileroConfig::default())?;
     let mut per_window = Vec::new();
     let mut segments = Vec::new();
@@ -108,7 +106,7 @@ pub fn bench(o: &BenchOptions) -> Result<String> {
 
     // ASR on each segment.
     let t0 = Instant::now();
-    let mut tr = Transcriber::load(&fetch::locate(&WHISPER_TINY_EN)?, &dev)?;
+    let mut tr = Transcriber::load(&WHISPER_TINY_EN.locate()?, dev)?;
     let load_s = t0.elapsed().as_secs_f64();
     let mut ours = Vec::new();
     for &(a, b) in &segments {

@@ -5,22 +5,10 @@ use std::path::{Path, PathBuf};
 /// Everything that can go wrong in the speech stages.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A model is not in the local cache.
-    #[error("model `{model}` is not available: {msg}")]
-    ModelMissing {
-        /// Cache name of the model (`silero-vad`, `whisper-tiny-en`).
-        model: String,
-        /// What is missing and the command that fetches it.
-        msg: String,
-    },
-    /// Fetching a model failed.
-    #[error("fetching `{model}`: {msg}")]
-    Fetch {
-        /// Cache name of the model.
-        model: String,
-        /// What went wrong and what to do.
-        msg: String,
-    },
+    /// A model is not in the cache, or fetching it failed (the model
+    /// registry's error: it says what to run or where to put which file).
+    #[error(transparent)]
+    Models(#[from] edgeflow_models::Error),
     /// A file could not be read or written.
     #[error("{}: {error}", path.display())]
     Io {
@@ -71,9 +59,8 @@ impl Error {
 
 impl From<edgeflow_runtime::Error> for Error {
     fn from(e: edgeflow_runtime::Error) -> Self {
-        // The runtime's model-cache errors are this crate's own kinds.
+        // The runtime's I/O errors are this crate's own kind.
         match e {
-            edgeflow_runtime::Error::Fetch { model, msg } => Error::Fetch { model, msg },
             edgeflow_runtime::Error::Io { path, error } => Error::Io { path, error },
             other => Error::Runtime(other),
         }

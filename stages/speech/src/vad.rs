@@ -2,7 +2,7 @@
 //! into speech-start / speech-end events with silero-vad's `VADIterator`
 //! rules (plus an optional minimum speech duration).
 
-use crate::fetch::{self, SILERO_VAD};
+use crate::cards::{SILERO_VAD, SILERO_WEIGHTS};
 use crate::silero::{SileroConfig, SileroVad, CONTEXT, SAMPLE_RATE, WINDOW};
 use crate::VarBuilder;
 use crate::{Error, Result};
@@ -312,9 +312,9 @@ impl StageFactory for VadKind {
         let cfg = config_from(p)?;
         let path = match p.path("model", env)? {
             Some(path) => path,
-            None => fetch::locate(&SILERO_VAD)?.join(fetch::SILERO_WEIGHTS),
+            None => SILERO_VAD.path(SILERO_WEIGHTS)?,
         };
-        let dev = edgeflow_backends::open(env.device)?;
+        let dev = env.open_device()?;
         let model = SileroVad::load(&VarBuilder::open(&[&path], &dev)?, &SileroConfig::default())?;
         Ok(Box::new(VadStage {
             stream: VadStream::new(model, cfg),

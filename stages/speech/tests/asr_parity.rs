@@ -13,7 +13,7 @@
 mod common;
 
 use edgeflow_runtime::DeviceSpec;
-use edgeflow_speech::fetch::WHISPER_TINY_EN;
+use edgeflow_speech::cards::WHISPER_TINY_EN;
 use edgeflow_speech::whisper::Transcriber;
 
 #[test]

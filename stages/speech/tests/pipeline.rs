@@ -5,12 +5,13 @@
 mod common;
 
 use edgeflow_graph::{parse_spec, Pipeline, Registry};
-use edgeflow_speech::fetch::{SILERO_VAD, WHISPER_TINY_EN};
+use edgeflow_speech::cards::{SILERO_VAD, WHISPER_TINY_EN};
 use std::path::Path;
 use std::time::Duration;
 
 fn registry() -> Registry {
     let mut r = Registry::builtin();
+    r.set_device_opener(edgeflow_backends::open);
     edgeflow_audio::register(&mut r);
     edgeflow_speech::register(&mut r);
     r

@@ -4,7 +4,7 @@
 mod common;
 
 use edgeflow_runtime::DeviceSpec;
-use edgeflow_speech::fetch::{SILERO_VAD, SILERO_WEIGHTS};
+use edgeflow_speech::cards::{SILERO_VAD, SILERO_WEIGHTS};
 use edgeflow_speech::silero::{SileroConfig, SileroVad, WINDOW};
 use edgeflow_speech::vad::{clip_probs, Segmenter, VadConfig, VadEvent, VadStream};
 

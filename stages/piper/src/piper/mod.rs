@@ -1,9 +1,9 @@
-//! Piper voices: fetching them, their config, the text front end
+//! Piper voices: their model cards, their config, the text front end
 //! (normalization, sentence splitting, espeak-ng phonemes, phoneme ids) and
 //! the stages that speak.
 
+pub mod cards;
 pub mod config;
-pub mod fetch;
 pub mod phonemize;
 pub mod stage;
 pub mod text;

@@ -21,16 +21,14 @@
 //!   - { from: tts.out, to: out.in }
 //! ```
 
+use super::cards::{self, VoiceFiles};
 use super::config::{InferenceScales, VoiceConfig};
-use super::fetch::{self, VoiceFiles};
 use super::phonemize::FrontEnd;
 use crate::vits::{AudioAhead, Chunking, SynthesisParams, Vits, VitsConfig};
-use crate::Error;
 use edgeflow_graph::{
     BuildEnv, Input, ParamInfo, ParamType, Params, Payload, PortSpec, PortType, Ports, Registry,
     Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult, Timestamp,
 };
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -59,11 +57,11 @@ fn voice_params() -> Vec<ParamInfo> {
 /// The voice files named by `voice` / `model_dir`.
 fn voice_files(p: &Params, env: &BuildEnv) -> Result<VoiceFiles, StageError> {
     if let Some(dir) = p.path("model_dir", env)? {
-        return files_in(&dir).map_err(StageError::from);
+        return VoiceFiles::in_dir(&dir).map_err(StageError::from);
     }
     let name: String = p.get_or("voice", "piper-joe".to_string())?;
-    let Some(voice) = fetch::voice_by_name(&name) else {
-        let known: Vec<&str> = fetch::KNOWN_VOICES.iter().map(|v| v.name).collect();
+    let Some(voice) = cards::CARDS.iter().find(|c| c.name == name) else {
+        let known: Vec<&str> = cards::CARDS.iter().map(|v| v.name).collect();
         return Err(p
             .error(
                 "voice",
@@ -71,23 +69,7 @@ fn voice_files(p: &Params, env: &BuildEnv) -> Result<VoiceFiles, StageError> {
             )
             .into());
     };
-    Ok(fetch::locate(voice)?)
-}
-
-fn files_in(dir: &Path) -> crate::Result<VoiceFiles> {
-    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
-    let config = rd
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| p.to_string_lossy().ends_with(".onnx.json"))
-        .ok_or_else(|| Error::bad_file(dir, "no <voice>.onnx.json in this folder"))?;
-    let onnx = config.with_extension("");
-    Ok(VoiceFiles {
-        dir: dir.to_path_buf(),
-        onnx,
-        weights: dir.join(fetch::WEIGHTS_FILE),
-        config,
-    })
+    Ok(VoiceFiles::in_dir(&voice.locate()?)?)
 }
 
 // ---------------------------------------------------------------- piper_frontend
@@ -239,7 +221,7 @@ impl StageFactory for VitsKind {
                 .error("chunk_frames", "chunk sizes must be at least 1 frame")
                 .into());
         }
-        let dev = edgeflow_backends::open(env.device)?;
+        let dev = env.open_device()?;
         let cfg = VitsConfig {
             num_symbols: vc.num_symbols,
             ..VitsConfig::default()

@@ -2,15 +2,15 @@
 
 #![allow(dead_code)]
 
-use edgeflow_piper::piper::fetch::{self, VoiceFiles};
+use edgeflow_piper::piper::cards::VoiceFiles;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// The cached voice, `None` when EDGEFLOW_SKIP_MODEL_TESTS=1 and it is not
 /// cached; otherwise a missing voice fails the test with what to run.
 pub fn voice() -> Option<VoiceFiles> {
-    match fetch::locate(&fetch::PIPER_JOE) {
-        Ok(v) => Some(v),
+    match edgeflow_piper::PIPER_JOE.locate() {
+        Ok(dir) => Some(VoiceFiles::in_dir(&dir).expect("voice files")),
         Err(e) => {
             if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
                 eprintln!("skipped (EDGEFLOW_SKIP_MODEL_TESTS=1): {e}");

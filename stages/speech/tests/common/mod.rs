@@ -1,7 +1,7 @@
 //! Shared helpers of the model tests.
 #![allow(dead_code)]
 
-use edgeflow_speech::fetch::{self, ModelPackage};
+use edgeflow_models::ModelCard;
 use std::path::{Path, PathBuf};
 
 /// The fixture folder.
@@ -28,8 +28,8 @@ pub fn clip() -> Vec<f32> {
 /// The cached model folder, `None` when it is missing and
 /// EDGEFLOW_SKIP_MODEL_TESTS=1; otherwise a missing model fails the test
 /// with the command that fetches it.
-pub fn model(m: &ModelPackage) -> Option<PathBuf> {
-    match fetch::locate(m) {
+pub fn model(m: &ModelCard) -> Option<PathBuf> {
+    match m.locate() {
         Ok(d) => Some(d),
         Err(e) if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").as_deref() == Ok("1") => {
             eprintln!("skipping (EDGEFLOW_SKIP_MODEL_TESTS=1): {e}");
