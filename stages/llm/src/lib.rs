@@ -9,10 +9,11 @@
 //!   metadata, streaming detokenization on UTF-8 boundaries;
 //! - [`sampling`]: greedy / temperature / top-k / top-p / repetition penalty;
 //! - [`stage`]: the `thinker` stage kind;
-//! - [`fetch`]: getting the model into the cache;
-//! - [`bench()`]: prefill / decode throughput and decode's weight bandwidth.
+//! - [`fetch`]: getting the model into the cache.
+//!
+//! Prefill / decode throughput is measured by `edgeflow bench thinker`
+//! (the CLI crate), through this crate's public API.
 
-mod bench;
 mod error;
 pub mod fetch;
 pub mod model;
@@ -20,7 +21,6 @@ pub mod sampling;
 pub mod stage;
 pub mod tokenizer;
 
-pub use bench::{bench, BenchOptions};
 pub use error::{Error, Result};
 pub use model::{Config, Llama};
 pub use sampling::{Sampler, SamplingParams};

