@@ -260,6 +260,25 @@ pub fn run_all(benches: Vec<Box<dyn Bench>>, only: &[String]) -> anyhow::Result<
     Ok(out)
 }
 
+/// A warning when the 1-minute load average, at the start or the end, was
+/// above the number of logical CPUs.
+fn contention(m: &Machine) -> Option<String> {
+    let first = |l: &str| l.split_whitespace().next()?.parse::<f64>().ok();
+    let worst = [first(&m.load_start), first(&m.load_end)]
+        .into_iter()
+        .flatten()
+        .fold(f64::NAN, f64::max);
+    (worst > m.logical_cpus as f64).then(|| {
+        format!(
+            "Contended run: a 1-minute load of up to {worst:.1} on {} logical CPUs means other \
+             work held most of the CPU time; read absolute figures as lower bounds, ratios as \
+             rough (a side that ran in a busier moment looks slower), and % of bandwidth \
+             against a ceiling that was probed low",
+            m.logical_cpus
+        )
+    })
+}
+
 /// `BENCHMARKS.md`: the machine, then every bench's table with its command.
 pub fn render_markdown(m: &Machine, outcomes: &[Outcome], quick: bool, total_s: f64) -> String {
     let mut s = String::new();
@@ -319,6 +338,9 @@ pub fn render_markdown(m: &Machine, outcomes: &[Outcome], quick: bool, total_s: 
          nothing.",
         m.load_start, m.load_end
     );
+    if let Some(caveat) = contention(m) {
+        let _ = writeln!(s, "- **{caveat}**");
+    }
     let _ = writeln!(s, "- date: {}", m.date);
     let _ = writeln!(
         s,
@@ -473,6 +495,16 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("- commit: abc123\n"), "{md}");
+        assert!(
+            md.contains("**Contended run: a 1-minute load of up to 2.1 on 2 logical CPUs"),
+            "{md}"
+        );
+        let quiet = Machine {
+            load_start: "0.50 0.40 0.30".into(),
+            load_end: "1.90 0.40 0.30".into(),
+            ..m.clone()
+        };
+        assert!(contention(&quiet).is_none());
         assert!(
             md.contains(
                 "## ops: kernels vs candle\n\n`edgeflow bench ops --min-time-ms 100` (30 s)\n"
