@@ -16,8 +16,8 @@ Two modes:
 
 Set-up (pinned packages, a venv outside git):
 
-  scripts/piper_reference_venv.sh     # creates ~/.cache/edgeflow/piper-ref-venv
-  ~/.cache/edgeflow/piper-ref-venv/bin/python scripts/piper_reference.py fixtures
+  scripts/peer_envs.sh piper          # creates ~/.cache/edgeflow/peers/piper-venv
+  ~/.cache/edgeflow/peers/piper-venv/bin/python scripts/piper_reference.py fixtures
 
 The voice comes from the edgeflow model cache (`edgeflow models fetch piper-joe`).
 """

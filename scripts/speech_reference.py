@@ -20,12 +20,12 @@ Produces the small committed fixtures under stages/speech/tests/fixtures/:
     its known offsets, and of the whole clip; plus the suppress-token list
     faster-whisper hands CTranslate2.
 
-Pinned environment (a venv under ~/.cache, outside git):
+Pinned environment (onnxruntime==1.23.2, numpy==2.2.6, faster-whisper==1.2.1
+and their dependencies, scripts/speech_reference_requirements.txt; a venv
+outside git, the one `edgeflow bench speech` runs this script from):
 
-    python3 -m venv ~/.cache/edgeflow/speech-ref-venv
-    ~/.cache/edgeflow/speech-ref-venv/bin/pip install \
-        onnxruntime==1.23.2 numpy==2.2.6 faster-whisper==1.2.1
-    ~/.cache/edgeflow/speech-ref-venv/bin/python scripts/speech_reference.py \
+    scripts/peer_envs.sh speech       # prints ~/.cache/edgeflow/peers/speech-venv
+    ~/.cache/edgeflow/peers/speech-venv/bin/python scripts/speech_reference.py \
         --models ~/.cache/edgeflow/models
 
 The models are fetched by `cargo test -p edgeflow-speech` helpers or by
@@ -231,7 +231,7 @@ def transcribe_all(model_dir: str, clips):
 
 
 def bench(args):
-    """Peer timings for `edgeflow_speech::bench`: JSON on stdout."""
+    """Peer timings for `edgeflow bench speech`: JSON on stdout."""
     from faster_whisper import WhisperModel
 
     audio = read_wav(args.bench_wav)

@@ -18,7 +18,6 @@
 //! pipeline: [`StreamResampler`], [`LogMel`], [`Denoiser`], [`Chunker`],
 //! [`wav::read_wav`] / [`wav::write_wav`].
 
-pub mod bench;
 pub mod denoise;
 pub mod device;
 mod error;

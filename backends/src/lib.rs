@@ -7,6 +7,9 @@
 //!
 //! [`open`] turns a placement ([`DeviceSpec`]) into a [`Device`];
 //! [`probe_all`] runs the availability probe on every backend.
+//! [`bandwidth`] measures the memory read bandwidth decode is bound by;
+//! [`candle_attention`] is attention written directly in candle ops, the
+//! reference the fused CPU kernel is tested and benchmarked against.
 //!
 //! ## Design
 //! A backend is available only when a real computation on it matched the
@@ -35,10 +38,10 @@
 //!   its own context, and hand outputs back through host memory; the counted
 //!   transfer between two NPU stages is that hand-off.
 
+pub mod bandwidth;
 pub mod cpu;
 pub mod gpu;
 pub mod npu;
-pub mod opbench;
 
 pub use cpu::cpu_backend;
 pub use edgeflow_runtime::probe::ProbeReport;
@@ -91,6 +94,54 @@ pub fn keep_freed_memory() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
+}
+
+/// Back `t`'s host or quantized bytes with 2 MB pages where the OS allows
+/// (Linux: `MADV_COLLAPSE`, then `MADV_HUGEPAGE`), as the CPU backend does
+/// for the weights it places; best effort, errors are ignored. For memory a
+/// measurement compares with placed weights (a raw-candle baseline reading
+/// the unplaced tensor). Device tensors and tensors under 128 KB are left
+/// alone.
+pub fn advise_huge_pages(t: &edgeflow_runtime::Tensor) {
+    cpu::huge_pages::advise(t);
+}
+
+/// Attention written directly in candle ops: `softmax(q k^T * scale) v`
+/// with grouped-query heads folded into rows (`q`: `[b, h, s, d]`,
+/// `k`/`v`: `[b, hk, t, d]`, `h` a multiple of `hk`); `causal` masks key
+/// `j` for query `i` when `j > i + t - s`. The unfused reference the CPU
+/// backend's attention kernel is tested against and `edgeflow bench ops`
+/// times it against.
+pub fn candle_attention(
+    q: &candle_core::Tensor,
+    k: &candle_core::Tensor,
+    v: &candle_core::Tensor,
+    scale: f64,
+    causal: bool,
+) -> Result<candle_core::Tensor> {
+    let (b, h, s, d) = q.dims4()?;
+    let (_, hk, t, _) = k.dims4()?;
+    let rep = h / hk;
+    let qg = q.reshape((b, hk, rep * s, d))?;
+    let sc = (qg.matmul(&k.t()?)? * scale)?.reshape((b, h, s, t))?;
+    let sc = if causal {
+        let m: Vec<f32> = (0..s)
+            .flat_map(|i| {
+                (0..t).map(move |j| {
+                    if j > i + t - s {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+            })
+            .collect();
+        sc.broadcast_add(&candle_core::Tensor::from_vec(m, (s, t), q.device())?)?
+    } else {
+        sc
+    };
+    let p = candle_nn::ops::softmax_last_dim(&sc)?.reshape((b, hk, rep * s, t))?;
+    Ok(p.matmul(v)?.reshape((b, h, s, d))?)
 }
 
 /// How many GPU / NPU indices the probe tries beyond the ones that exist.

@@ -22,7 +22,6 @@
 //! assert_eq!(msg.payload.as_text(), Some("hello"));
 //! ```
 
-pub mod bench;
 pub mod builtin;
 mod error;
 mod exec;

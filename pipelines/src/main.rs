@@ -3,6 +3,7 @@
 use clap::Parser;
 use std::process::ExitCode;
 
+mod bench;
 mod cli;
 
 /// Run multimodal agent pipelines (speech, voice loops, robot control) from YAML.

@@ -472,7 +472,7 @@ mod block_tests {
     /// The unfused formula (the bench's raw-candle baseline) on contiguous copies.
     fn reference(q: &T, k: &T, v: &T, scale: f64, causal: bool) -> T {
         let c = |t: &T| t.contiguous().unwrap();
-        crate::opbench::candle_attention(&c(q), &c(k), &c(v), scale, causal).unwrap()
+        crate::candle_attention(&c(q), &c(k), &c(v), scale, causal).unwrap()
     }
 
     #[test]

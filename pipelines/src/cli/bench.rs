@@ -1,84 +1,55 @@
-//! `edgeflow bench ...`.
+//! `edgeflow bench ...`: the command line of the benches in `crate::bench`.
 
+use crate::bench::{self, Bench};
 use std::process::ExitCode;
-
-// Declared here rather than in cli/mod.rs: the TTS bench belongs to the
-// bench command.
-#[path = "bench_tts.rs"]
-mod bench_tts;
 
 /// Benchmarks.
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
     /// Dataflow engine: 17-stage chain latency, throughput, 4 MB tensor hops,
     /// against a raw crossbeam-channel baseline.
-    Dataflow,
+    Dataflow(bench::dataflow::DataflowArgs),
     /// Tensor ops on the CPU backend: GEMM, decode GEMV (f32, Q8_0, Q4_1,
     /// Q4_0), prefill-shaped quantized matmul, conv1d and attention vs raw
     /// candle and the measured memory bandwidth.
-    Ops(super::bench_ops::BenchOpsArgs),
+    Ops(bench::ops::OpsArgs),
     /// Audio: resampler, mel and denoise throughput as multiples of real
     /// time; mic -> speaker latency p50/p99 on the default devices.
-    Audio,
+    Audio(bench::audio::AudioArgs),
     /// Speech in: Silero VAD time per 32 ms window vs onnxruntime, Whisper
     /// tiny.en time per utterance vs faster-whisper (same clip, segments and
-    /// threads; the peers run from scripts/speech_reference.py's venv).
-    Speech,
+    /// threads; the peers run from the venv of `scripts/peer_envs.sh speech`).
+    Speech(bench::speech::SpeechArgs),
     /// Text to speech: the Piper "joe" voice on our runtime vs Piper on
     /// onnxruntime (RTF and time to first audio, same text and threads; the
-    /// peer runs from scripts/piper_reference.py's venv).
-    Tts(bench_tts::BenchTtsArgs),
+    /// peer runs from the venv of `scripts/peer_envs.sh piper`).
+    Tts(bench::tts::TtsArgs),
     /// Thinker: SmolLM2-135M-Instruct (Q4_1 GGUF) prefill and decode
     /// tokens/s and decode's weight bandwidth (128-token prompt, 64 tokens,
-    /// median of 3).
-    Thinker(ThinkerArgs),
+    /// median of 3) vs llama.cpp on the same GGUF (`scripts/peer_envs.sh
+    /// llama.cpp`).
+    Thinker(bench::thinker::ThinkerArgs),
+    /// Every bench above; with --markdown, also write BENCHMARKS.md (the
+    /// machine, the date and commit, every table with its command).
+    All(bench::all::AllArgs),
 }
 
-/// `edgeflow bench thinker` options.
-#[derive(Debug, clap::Args)]
-pub struct ThinkerArgs {
-    /// After the timed runs, time every op of one more decode and print the
-    /// N costliest (op, input shapes) rows (0: off).
-    #[arg(long, default_value_t = 0)]
-    pub profile_ops: usize,
-}
-
-/// Run a benchmark.
+/// Run a benchmark and print its table.
 pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
-    match b {
-        BenchCommand::Ops(a) => super::bench_ops::run(a),
-        BenchCommand::Tts(a) => bench_tts::run(a),
-        BenchCommand::Thinker(a) => {
-            eprintln!("measuring SmolLM2 prefill and decode...");
-            let o = edgeflow_llm::BenchOptions {
-                profile_ops: a.profile_ops,
-                ..Default::default()
-            };
-            print!(
-                "{}",
-                edgeflow_llm::bench(&o, &edgeflow_backends::open(o.device)?)?
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        BenchCommand::Audio => {
-            eprintln!("measuring resample, mel, denoise and a 5 s live passthrough...");
-            print!("{}", edgeflow_audio::bench::run_bench()?);
-            Ok(ExitCode::SUCCESS)
-        }
-        BenchCommand::Speech => {
-            let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-            let o = edgeflow_speech::bench::BenchOptions::for_repo(&repo);
-            eprintln!("measuring Silero VAD and Whisper tiny.en (and the peers)...");
-            let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu)?;
-            print!("{}", edgeflow_speech::bench::bench(&o, &dev)?);
-            Ok(ExitCode::SUCCESS)
-        }
-        BenchCommand::Dataflow => {
-            let o = edgeflow_graph::bench::DataflowBenchOptions::default();
-            eprintln!("measuring the raw baseline and the engine (about 10 s)...");
-            let r = edgeflow_graph::bench::run_dataflow_bench(&o)?;
-            print!("{}", r.render());
-            Ok(ExitCode::SUCCESS)
-        }
+    let report = match &b {
+        BenchCommand::All(a) => return bench::all::run(a.clone()),
+        BenchCommand::Dataflow(a) => a.run()?,
+        BenchCommand::Ops(a) => a.run()?,
+        BenchCommand::Audio(a) => a.run()?,
+        BenchCommand::Speech(a) => a.run()?,
+        BenchCommand::Tts(a) => a.run()?,
+        BenchCommand::Thinker(a) => a.run()?,
+    };
+    print!("{}", report.render_text());
+    // `bench tts` exists to compare with onnxruntime: without the peer it
+    // fails (the other benches' peers are extras to their own figures).
+    if matches!(b, BenchCommand::Tts(_)) && !report.missing.is_empty() {
+        return Ok(ExitCode::FAILURE);
     }
+    Ok(ExitCode::SUCCESS)
 }

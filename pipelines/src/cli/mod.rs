@@ -4,7 +4,6 @@ use clap::Subcommand;
 use std::process::ExitCode;
 
 mod bench;
-mod bench_ops;
 mod devices;
 mod graph;
 mod models;

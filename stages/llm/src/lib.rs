@@ -9,10 +9,11 @@
 //!   metadata, streaming detokenization on UTF-8 boundaries;
 //! - [`sampling`]: greedy / temperature / top-k / top-p / repetition penalty;
 //! - [`stage`]: the `thinker` stage kind;
-//! - [`cards`]: the model cards ([`cards()`]) the model registry fetches;
-//! - [`bench()`]: prefill / decode throughput and decode's weight bandwidth.
+//! - [`cards`]: the model cards ([`cards()`]) the model registry fetches.
+//!
+//! Prefill / decode throughput is measured by `edgeflow bench thinker`
+//! (the CLI crate), through this crate's public API.
 
-mod bench;
 pub mod cards;
 mod error;
 pub mod model;
@@ -20,7 +21,6 @@ pub mod sampling;
 pub mod stage;
 pub mod tokenizer;
 
-pub use bench::{bench, BenchOptions};
 pub use cards::SMOLLM2;
 pub use edgeflow_nn::VarBuilder;
 pub use error::{Error, Result};

@@ -12,7 +12,6 @@
 //! [`cards`] describes the models for the model registry ([`cards()`]).
 
 pub mod asr;
-pub mod bench;
 pub mod cards;
 mod error;
 pub mod silero;

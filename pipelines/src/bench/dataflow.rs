@@ -2,26 +2,32 @@
 //! chain measured in the same run, on the 17-stage topology that copper-rs
 //! and dora-rs publish figures for.
 
-use crate::metrics::Histogram;
-use crate::{Payload, Pipeline, Policy, Registry};
+use super::{Bench, BenchReport, Row};
+use anyhow::Context as _;
+use edgeflow_graph::metrics::Histogram;
+use edgeflow_graph::{Payload, Pipeline, Policy, Registry};
 use edgeflow_runtime::Tensor;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-/// Benchmark options.
-#[derive(Debug, Clone)]
-pub struct DataflowBenchOptions {
-    /// Stages in the chain (source and sink included).
+/// Options of `edgeflow bench dataflow`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DataflowArgs {
+    /// Stages in the chain (source and sink included; at least 2).
+    #[arg(long, default_value_t = 17)]
     pub stages: usize,
-    /// Messages timed one at a time for latency.
+    /// Messages timed one at a time for latency (a quarter of them, at
+    /// least 10, for the tensor hops).
+    #[arg(long, default_value_t = 2000)]
     pub latency_msgs: usize,
     /// Messages pushed back to back for throughput.
+    #[arg(long, default_value_t = 100_000)]
     pub throughput_msgs: usize,
 }
 
-impl Default for DataflowBenchOptions {
+impl Default for DataflowArgs {
     fn default() -> Self {
-        DataflowBenchOptions {
+        DataflowArgs {
             stages: 17,
             latency_msgs: 2000,
             throughput_msgs: 100_000,
@@ -30,87 +36,100 @@ impl Default for DataflowBenchOptions {
 }
 
 /// One measured configuration.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct BenchRow {
-    /// What ran.
-    pub name: String,
+#[derive(Debug, Clone)]
+struct Config {
+    name: String,
     /// End-to-end latency p50, microseconds.
-    pub p50_us: f64,
+    p50_us: f64,
     /// End-to-end latency p99, microseconds.
-    pub p99_us: f64,
+    p99_us: f64,
     /// Messages per second, back to back.
-    pub msgs_per_s: f64,
+    msgs_per_s: f64,
 }
 
-/// The whole report.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct DataflowBenchReport {
-    /// Options used.
-    pub stages: usize,
-    /// Rows: baseline first.
-    pub rows: Vec<BenchRow>,
-    /// Latency of a tiny and a 4 MB tensor through 8 hops, microseconds (p50).
-    pub tensor_tiny_p50_us: f64,
-    /// See above.
-    pub tensor_4mb_p50_us: f64,
-}
+impl Bench for DataflowArgs {
+    fn name(&self) -> &'static str {
+        "dataflow"
+    }
 
-impl DataflowBenchReport {
-    /// Human-readable table with ratios against the baseline.
-    pub fn render(&self) -> String {
-        let mut s = String::new();
-        let base = &self.rows[0];
-        let _ = writeln!(
-            s,
-            "dataflow: {}-stage chain (thread per stage unless inline), small messages",
-            self.stages
-        );
-        let _ = writeln!(
-            s,
-            "{:<34} {:>10} {:>10} {:>12} {:>10} {:>10}",
-            "configuration", "p50 us", "p99 us", "msgs/s", "p50/base", "tput/base"
-        );
-        for r in &self.rows {
-            let _ = writeln!(
-                s,
-                "{:<34} {:>10.1} {:>10.1} {:>12.0} {:>9.2}x {:>9.2}x",
-                r.name,
-                r.p50_us,
-                r.p99_us,
-                r.msgs_per_s,
-                r.p50_us / base.p50_us.max(1e-9),
-                r.msgs_per_s / base.msgs_per_s.max(1e-9)
+    fn compares(&self) -> &'static str {
+        "the graph engine on a chain of stages vs the same chain on raw crossbeam channels"
+    }
+
+    fn args(&self) -> Vec<String> {
+        let d = DataflowArgs::default();
+        let mut a = Vec::new();
+        if self.stages != d.stages {
+            a.extend(["--stages".into(), self.stages.to_string()]);
+        }
+        if self.latency_msgs != d.latency_msgs {
+            a.extend(["--latency-msgs".into(), self.latency_msgs.to_string()]);
+        }
+        if self.throughput_msgs != d.throughput_msgs {
+            a.extend(["--throughput-msgs".into(), self.throughput_msgs.to_string()]);
+        }
+        a
+    }
+
+    fn run(&self) -> anyhow::Result<BenchReport> {
+        if self.stages < 2 {
+            anyhow::bail!(
+                "--stages {}: the chain needs a source and a sink (at least 2)",
+                self.stages
             );
         }
-        let _ = writeln!(
-            s,
-            "tensor through 8 hops (p50): tiny {:.1} us, 4 MB {:.1} us, ratio {:.2}x (shared, not copied)",
-            self.tensor_tiny_p50_us,
-            self.tensor_4mb_p50_us,
-            self.tensor_4mb_p50_us / self.tensor_tiny_p50_us.max(1e-9)
+        eprintln!("measuring the raw baseline and the engine...");
+        let base = raw_crossbeam(self);
+        let engines = [
+            engine(self, false, "edgeflow, thread per stage")?,
+            engine(self, true, "edgeflow, inline passthroughs")?,
+        ];
+        let tiny = tensor_hops(&[16], self.latency_msgs / 4)?;
+        let big = tensor_hops(&[1 << 20], self.latency_msgs / 4)?;
+
+        let mut r = BenchReport::new(
+            format!(
+                "edgeflow bench dataflow: {}-stage chain (thread per stage unless inline), small messages",
+                self.stages
+            ),
+            "raw crossbeam-channel",
+            "ours / baseline",
         );
-        s
+        r.context.push(format!(
+            "{} messages timed one at a time, {} back to back",
+            self.latency_msgs, self.throughput_msgs
+        ));
+        for e in &engines {
+            r.rows.push(
+                Row::new(format!("{}: latency p50", e.name), e.p50_us, "us")
+                    .baseline(base.p50_us)
+                    .ratio(e.p50_us / base.p50_us.max(1e-9)),
+            );
+            r.rows.push(
+                Row::new(format!("{}: latency p99", e.name), e.p99_us, "us")
+                    .baseline(base.p99_us)
+                    .ratio(e.p99_us / base.p99_us.max(1e-9)),
+            );
+            r.rows.push(
+                Row::new(format!("{}: throughput", e.name), e.msgs_per_s, "msgs/s")
+                    .baseline(base.msgs_per_s)
+                    .ratio(e.msgs_per_s / base.msgs_per_s.max(1e-9)),
+            );
+        }
+        r.rows.push(
+            Row::new("4 MB tensor through 8 hops, latency p50", big, "us")
+                .baseline(tiny)
+                .ratio(big / tiny.max(1e-9))
+                .note("baseline: a 16-float tensor, same hops (shared, not copied)"),
+        );
+        r.notes.push(
+            "ratio = ours / the raw chain: latency lower is better, throughput higher".into(),
+        );
+        Ok(r)
     }
 }
 
-/// Run the benchmark.
-pub fn run_dataflow_bench(o: &DataflowBenchOptions) -> crate::Result<DataflowBenchReport> {
-    let rows = vec![
-        raw_crossbeam(o),
-        engine(o, false, "edgeflow, thread per stage")?,
-        engine(o, true, "edgeflow, inline passthroughs")?,
-    ];
-    let tiny = tensor_hops(&[16], o.latency_msgs / 4)?;
-    let big = tensor_hops(&[1 << 20], o.latency_msgs / 4)?;
-    Ok(DataflowBenchReport {
-        stages: o.stages,
-        rows,
-        tensor_tiny_p50_us: tiny,
-        tensor_4mb_p50_us: big,
-    })
-}
-
-fn raw_crossbeam(o: &DataflowBenchOptions) -> BenchRow {
+fn raw_crossbeam(o: &DataflowArgs) -> Config {
     // main -> s1 -> ... -> sN -> main, bounded(8) like the engine's default.
     let n = o.stages;
     let (first_tx, mut rx) = crossbeam_channel::bounded::<Instant>(8);
@@ -153,7 +172,7 @@ fn raw_crossbeam(o: &DataflowBenchOptions) -> BenchRow {
         let _ = h.join();
     }
     let s = h.summary();
-    BenchRow {
+    Config {
         name: "raw crossbeam-channel (baseline)".into(),
         p50_us: s.p50_us,
         p99_us: s.p99_us,
@@ -185,7 +204,7 @@ fn chain_yaml(n: usize, inline: bool, ty: &str) -> String {
     y
 }
 
-fn engine(o: &DataflowBenchOptions, inline: bool, name: &str) -> crate::Result<BenchRow> {
+fn engine(o: &DataflowArgs, inline: bool, name: &str) -> anyhow::Result<Config> {
     let n = o.stages.max(2);
     let yaml = chain_yaml(n, inline, "any");
     let running = Pipeline::from_yaml(&yaml, &Registry::builtin())?.start()?;
@@ -204,9 +223,9 @@ fn engine(o: &DataflowBenchOptions, inline: bool, name: &str) -> crate::Result<B
         }
     }
     let t0 = Instant::now();
-    std::thread::scope(|sc| -> crate::Result<()> {
+    std::thread::scope(|sc| -> anyhow::Result<()> {
         let r = &running;
-        let pusher = sc.spawn(move || -> crate::Result<()> {
+        let pusher = sc.spawn(move || -> edgeflow_graph::Result<()> {
             for _ in 0..o.throughput_msgs {
                 r.push("s0", Payload::text(""))?;
             }
@@ -215,13 +234,16 @@ fn engine(o: &DataflowBenchOptions, inline: bool, name: &str) -> crate::Result<B
         for _ in 0..o.throughput_msgs {
             running.pull(&last, timeout)?;
         }
-        pusher.join().map_err(|_| crate::Error::Stopped)?
+        pusher
+            .join()
+            .map_err(|_| anyhow::anyhow!("the pushing thread panicked"))?
+            .context("pushing messages")
     })?;
     let el = t0.elapsed();
     running.stop();
     let _ = running.wait(Some(Duration::from_secs(5)));
     let s = h.summary();
-    Ok(BenchRow {
+    Ok(Config {
         name: name.into(),
         p50_us: s.p50_us,
         p99_us: s.p99_us,
@@ -229,13 +251,10 @@ fn engine(o: &DataflowBenchOptions, inline: bool, name: &str) -> crate::Result<B
     })
 }
 
-fn tensor_hops(dims: &[usize], msgs: usize) -> crate::Result<f64> {
+fn tensor_hops(dims: &[usize], msgs: usize) -> anyhow::Result<f64> {
     let yaml = chain_yaml(9, false, "tensor"); // 8 hops
     let running = Pipeline::from_yaml(&yaml, &Registry::builtin())?.start()?;
-    let t = Tensor::zeros(dims).map_err(|e| crate::Error::Build {
-        stage: "bench".into(),
-        msg: e.to_string(),
-    })?;
+    let t = Tensor::zeros(dims)?;
     let mut h = Histogram::default();
     let timeout = Duration::from_secs(10);
     for i in 0..msgs.max(10) + 20 {

@@ -1,20 +1,20 @@
-//! The op benchmark behind `edgeflow bench ops`: the runtime's CPU path
-//! against raw candle calls on the same shapes, and against a memory
-//! bandwidth ceiling measured in the same run.
+//! `edgeflow bench ops`: the runtime's CPU path against raw candle calls on
+//! the same shapes, and against a memory bandwidth ceiling measured in the
+//! same run.
 //!
 //! ## Method
 //! - Every measurement alternates the runtime call and the raw candle call
 //!   (A, B, A, B...) so machine noise hits both alike, and reports medians.
 //! - Decode-shaped GEMVs rotate through enough copies of the weight matrix
-//!   to cover [`BenchOptions::working_set_mb`], as a model's layers do, so
-//!   weights stream from memory instead of sitting in cache; their
-//!   achieved GB/s counts weight bytes only.
+//!   to cover `--working-set-mb`, as a model's layers do, so weights stream
+//!   from memory instead of sitting in cache; their achieved GB/s counts
+//!   weight bytes only.
 //! - Prefill-shaped quantized matmuls (`m` activation rows) reuse one weight
 //!   matrix, as a prompt's rows do, and report GFLOP/s.
-//! - The bandwidth ceiling is a multi-threaded f32 sum over a buffer of the
-//!   same size (read-only, like a GEMV) on huge pages, best of 8 passes
-//!   that alternate a plain loop and one that prefetches ahead in software
-//!   as the GEMV kernels do.
+//! - The bandwidth ceiling is [`edgeflow_backends::bandwidth`]'s probe: a
+//!   multi-threaded f32 sum over a buffer of the same size (read-only, like
+//!   a GEMV) on huge pages, best of 8 passes that alternate a plain loop and
+//!   one that prefetches ahead in software as the GEMV kernels do.
 //! - The run's ceiling, probed at both ends, is the best of 8 passes each
 //!   time; the higher counts (a busy moment can only lower a probe) and
 //!   the lower is printed too, so a reader sees how much the machine
@@ -27,150 +27,183 @@
 //!   is also one 10 ms sample where the ceiling is the best of 8.
 //! - ratio = candle time / runtime time: 1.0 means no overhead.
 
-use crate::cpu_backend;
+use super::{Bench, BenchReport, Row};
 use candle_core::quantized::QMatMul;
 use candle_core::{Module, Tensor as CTensor};
+use edgeflow_backends::bandwidth::BandwidthProbe;
 use edgeflow_runtime::{ConvCfg, DType, Device, Result, Tensor};
-use rayon::prelude::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Benchmark settings.
-#[derive(Debug, Clone)]
-pub struct BenchOptions {
-    /// Bytes of weights a GEMV pass streams, and of the bandwidth buffer, in MB.
+/// The row groups the bench knows, in the order it runs them.
+pub const GROUPS: [&str; 5] = ["gemm", "gemv", "matmul", "conv", "attention"];
+
+/// Options of `edgeflow bench ops`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OpsArgs {
+    /// Weight bytes streamed per GEMV pass and size of the bandwidth buffer, MB.
+    #[arg(long, default_value_t = 256)]
     pub working_set_mb: usize,
-    /// Minimum measuring time per row.
-    pub min_time: Duration,
-    /// Parts the bandwidth ceiling splits its buffer into, run on rayon's
-    /// pool (where candle's kernels run too).
-    pub threads: usize,
-    /// Row groups to run (`gemm`, `gemv`, `matmul`, `conv`, `attention`);
-    /// empty runs them all.
+    /// Minimum measuring time per row, ms.
+    #[arg(long, default_value_t = 600)]
+    pub min_time_ms: u64,
+    /// Parts the bandwidth ceiling is read in, on the worker pool (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Run only these row groups (comma-separated: gemm, gemv, matmul, conv,
+    /// attention).
+    #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
 
-impl Default for BenchOptions {
+impl Default for OpsArgs {
     fn default() -> Self {
-        BenchOptions {
+        OpsArgs {
             working_set_mb: 256,
-            min_time: Duration::from_millis(600),
-            threads: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
+            min_time_ms: 600,
+            threads: None,
             only: Vec::new(),
         }
     }
 }
 
-/// The row groups [`run`] knows, in the order it runs them.
-pub const GROUPS: [&str; 5] = ["gemm", "gemv", "matmul", "conv", "attention"];
+impl OpsArgs {
+    fn threads(&self) -> usize {
+        self.threads.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |t| t.max(1),
+        )
+    }
+
+    fn min_time(&self) -> Duration {
+        Duration::from_millis(self.min_time_ms)
+    }
+}
+
+impl Bench for OpsArgs {
+    fn name(&self) -> &'static str {
+        "ops"
+    }
+
+    fn compares(&self) -> &'static str {
+        "tensor ops on the CPU backend vs raw candle; decode GEMVs vs the measured memory bandwidth"
+    }
+
+    fn args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--working-set-mb".into(),
+            self.working_set_mb.to_string(),
+            "--min-time-ms".into(),
+            self.min_time_ms.to_string(),
+        ];
+        if let Some(t) = self.threads {
+            a.extend(["--threads".into(), t.to_string()]);
+        }
+        if !self.only.is_empty() {
+            a.extend(["--only".into(), self.only.join(",")]);
+        }
+        a
+    }
+
+    fn run(&self) -> anyhow::Result<BenchReport> {
+        let o = OpsArgs {
+            working_set_mb: self.working_set_mb.max(1),
+            ..self.clone()
+        };
+        let run = measure(&o, |what| eprintln!("measuring {what}..."))?;
+        Ok(run.report())
+    }
+}
 
 /// What a row's throughput counts.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Throughput {
+enum Throughput {
     /// Floating-point operations per call.
     Flops(f64),
     /// Weight bytes streamed per call.
     Bytes(f64),
-    /// Nothing (timing only).
-    None,
 }
 
-/// One benchmark row.
+/// One measured op.
 #[derive(Debug, Clone)]
-pub struct BenchRow {
+struct OpRow {
     /// What was measured.
-    pub name: String,
+    name: String,
     /// Median seconds per call through the runtime (`Device` on the CPU backend).
-    pub runtime_s: f64,
+    runtime_s: f64,
     /// Median seconds per call of the raw candle baseline.
-    pub candle_s: f64,
+    candle_s: f64,
     /// What a call does, for GFLOP/s or GB/s.
-    pub throughput: Throughput,
+    throughput: Throughput,
     /// The bandwidth probed while this row ran (the median of single
     /// probe passes between its blocks), for its "of BW then" reading;
     /// None for rows without one. "% of BW" is always against the run's
     /// ceiling.
-    pub ceiling_gbs: Option<f64>,
-}
-
-impl BenchRow {
-    /// candle time / runtime time (>= 1 is no overhead).
-    pub fn ratio(&self) -> f64 {
-        self.candle_s / self.runtime_s
-    }
+    ceiling_gbs: Option<f64>,
 }
 
 /// The whole run.
 #[derive(Debug, Clone)]
-pub struct BenchReport {
+struct OpsRun {
     /// Measured read bandwidth ceiling, GB/s: the highest probe.
-    pub bandwidth_gbs: f64,
+    bandwidth_gbs: f64,
     /// The lowest probe of the run, GB/s.
-    pub bandwidth_low_gbs: f64,
+    bandwidth_low_gbs: f64,
     /// Probes taken.
-    pub probes: usize,
+    probes: usize,
     /// Threads used for the ceiling.
-    pub threads: usize,
-    /// Rows.
-    pub rows: Vec<BenchRow>,
+    threads: usize,
+    rows: Vec<OpRow>,
 }
 
-impl BenchReport {
-    /// A text table.
-    pub fn render(&self) -> String {
-        let mut s = format!(
-            "memory bandwidth ceiling (f32 sum, {} threads): {:.1} GB/s (best of {} probes; lowest {:.1})\n\n{:<44} {:>10} {:>10} {:>8} {:>14}  {:<20}\n",
-            self.threads,
-            self.bandwidth_gbs,
-            self.probes,
-            self.bandwidth_low_gbs,
-            "op",
-            "runtime",
+impl OpsRun {
+    fn report(&self) -> BenchReport {
+        let mut r = BenchReport::new(
+            "edgeflow bench ops: the runtime's CPU kernels vs raw candle, same shapes, same run",
             "candle",
-            "ratio",
-            "throughput",
-            "% of BW (of BW then)"
+            "candle / runtime",
         );
-        for r in &self.rows {
-            let (tp, bw) = match r.throughput {
-                Throughput::Flops(f) => (
-                    format!("{:.1} GFLOP/s", f / r.runtime_s / 1e9),
-                    String::new(),
-                ),
+        r.context.push(format!(
+            "memory bandwidth ceiling (f32 sum, {} threads): {:.1} GB/s (best of {} probes; lowest {:.1})",
+            self.threads, self.bandwidth_gbs, self.probes, self.bandwidth_low_gbs
+        ));
+        r.bandwidth_gbs = Some(self.bandwidth_gbs);
+        for o in &self.rows {
+            let note = match o.throughput {
+                Throughput::Flops(f) => format!("{:.1} GFLOP/s", f / o.runtime_s / 1e9),
                 Throughput::Bytes(b) => {
-                    let gbs = b / r.runtime_s / 1e9;
-                    let then = match r.ceiling_gbs {
+                    let gbs = b / o.runtime_s / 1e9;
+                    let then = match o.ceiling_gbs {
                         Some(c) => format!(" ({:.0}% of {c:.1})", 100.0 * gbs / c),
                         None => String::new(),
                     };
-                    (
-                        format!("{gbs:.1} GB/s"),
-                        format!("{:.0}%{then}", 100.0 * gbs / self.bandwidth_gbs),
+                    format!(
+                        "{gbs:.1} GB/s, {:.0}%{then}",
+                        100.0 * gbs / self.bandwidth_gbs
                     )
                 }
-                Throughput::None => (String::new(), String::new()),
             };
-            s.push_str(&format!(
-                "{:<44} {:>10} {:>10} {:>7.2}x {:>14}  {:<20}\n",
-                r.name,
-                fmt_time(r.runtime_s),
-                fmt_time(r.candle_s),
-                r.ratio(),
-                tp,
-                bw
-            ));
+            let (scale, unit) = if o.runtime_s >= 1e-3 {
+                (1e3, "ms")
+            } else {
+                (1e6, "us")
+            };
+            r.rows.push(
+                Row::new(&o.name, o.runtime_s * scale, unit)
+                    .baseline(o.candle_s * scale)
+                    .ratio(o.candle_s / o.runtime_s)
+                    .note(note),
+            );
         }
-        s
-    }
-}
-
-fn fmt_time(s: f64) -> String {
-    if s >= 1e-3 {
-        format!("{:.2} ms", s * 1e3)
-    } else {
-        format!("{:.1} us", s * 1e6)
+        r.notes.push(
+            "ratio = candle time / runtime time (targets: >= 0.95x; decode GEMV >= 70% of bandwidth)"
+                .into(),
+        );
+        r.notes.push(
+            "GEMV notes: weight GB/s, % of the run's ceiling (% of the bandwidth probed while the row ran)"
+                .into(),
+        );
+        r
     }
 }
 
@@ -240,126 +273,27 @@ fn ab_probed(
     Ok((median(&mut ta), median(&mut tb), p))
 }
 
-/// Read bandwidth: `threads` threads summing disjoint parts of an `mb` MB
-/// f32 buffer; best of eight passes (plain and prefetching loops in
-/// turn), in GB/s.
-pub fn bandwidth_gbs(mb: usize, threads: usize) -> f64 {
-    stream(&probe_buffer(mb), threads, 0, 8)
-}
-
-/// `mb` MB of f32 on the pages weights get (Device::place): the ceiling
-/// is what the machine streams at its best.
-fn probe_buffer(mb: usize) -> Vec<f32> {
-    let n = mb * (1 << 20) / 4;
-    let buf: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-    crate::cpu::huge_pages::advise_range(buf.as_ptr() as usize, 4 * n);
-    buf
-}
-
-/// [`bandwidth_gbs`] over `buf`: best of `passes` (from pass number
-/// `first`, which picks the loops). A pass reads at least 64 MB: a
-/// smaller buffer (`--working-set-mb 1`, weights in cache) is read over
-/// several times, so dispatching the pass does not dominate it.
-fn stream(buf: &[f32], threads: usize, first: usize, passes: usize) -> f64 {
-    let n = buf.len();
-    let threads = threads.max(1);
-    let chunk = n.div_ceil(threads).max(1);
-    let reps = (64usize << 20).div_ceil((4 * n).max(1));
-    let mut best = f64::INFINITY;
-    let mut sink = 0.0f32;
-    for pass in first..first + passes {
-        let prefetch = pass % 2 == 1;
-        let t = Instant::now();
-        // On rayon's warm workers (threads spawned per pass read 1-2 GB/s
-        // less at the run's ends, same runs).
-        let total: f32 = buf
-            .par_chunks(chunk)
-            .map(|part| (0..reps).map(|_| sum(part, prefetch)).sum::<f32>())
-            .sum();
-        best = best.min(t.elapsed().as_secs_f64());
-        sink += total;
-    }
-    std::hint::black_box(sink);
-    (n * 4 * reps) as f64 / best / 1e9
-}
-
-/// The sum of `part`, prefetching ahead in software where asked and the
-/// machine has AVX2.
-fn sum(part: &[f32], prefetch: bool) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if prefetch && std::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was detected.
-        return unsafe { sum_prefetching(part) };
-    }
-    let _ = prefetch;
-    let mut acc = [0f32; 16];
-    let mut it = part.chunks_exact(16);
-    for c in &mut it {
-        for (a, x) in acc.iter_mut().zip(c) {
-            *a += *x;
-        }
-    }
-    acc.iter().sum::<f32>() + it.remainder().iter().sum::<f32>()
-}
-
-/// [`sum`] in 128-byte steps, each prefetching the two lines 512 bytes
-/// ahead (the GEMV kernels prefetch two tiles, a few hundred bytes, ahead
-/// of each row stream).
-///
-/// # Safety
-/// The CPU must have AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn sum_prefetching(part: &[f32]) -> f32 {
-    use std::arch::x86_64::*;
-    const AHEAD: usize = 512;
-    let mut it = part.chunks_exact(32);
-    // SAFETY: each chunk holds 32 floats, read as 4 unaligned vectors;
-    // prefetches never fault.
-    unsafe {
-        let mut a = [_mm256_setzero_ps(); 4];
-        for c in &mut it {
-            let p = c.as_ptr();
-            let b = p.cast::<i8>();
-            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(AHEAD));
-            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(AHEAD + 64));
-            for (v, acc) in a.iter_mut().enumerate() {
-                *acc = _mm256_add_ps(*acc, _mm256_loadu_ps(p.add(8 * v)));
-            }
-        }
-        let s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), s);
-        lanes.iter().sum::<f32>() + it.remainder().iter().sum::<f32>()
-    }
-}
-
 /// The ceiling probes of a run (one buffer): the highest and lowest reading.
 struct Probes {
-    buf: Vec<f32>,
-    threads: usize,
+    probe: BandwidthProbe,
     high: f64,
     low: f64,
     count: usize,
-    /// Single passes taken.
-    passes: usize,
 }
 
 impl Probes {
     fn new(mb: usize, threads: usize) -> Self {
         Probes {
-            buf: probe_buffer(mb),
-            threads,
+            probe: BandwidthProbe::new(mb, threads),
             high: 0.0,
             low: f64::INFINITY,
             count: 0,
-            passes: 0,
         }
     }
 
     /// A full probe (best of 8 passes), counted in the run's range.
     fn probe(&mut self) {
-        let g = stream(&self.buf, self.threads, 0, 8);
+        let g = self.probe.probe();
         self.high = self.high.max(g);
         self.low = self.low.min(g);
         self.count += 1;
@@ -367,8 +301,7 @@ impl Probes {
 
     /// One pass (the loops in turn), for a row's interleaved readings.
     fn pass(&mut self) -> f64 {
-        self.passes += 1;
-        stream(&self.buf, self.threads, self.passes, 1)
+        self.probe.pass()
     }
 }
 
@@ -380,22 +313,33 @@ fn c(t: &Tensor) -> Result<CTensor> {
     Ok(t.candle("bench")?.clone())
 }
 
-fn gemm(dev: &Device, n: usize, o: &BenchOptions) -> Result<BenchRow> {
+fn gemm(dev: &Device, n: usize, o: &OpsArgs) -> Result<OpRow> {
     let (a, b) = (randn(&[n, n], 1)?, randn(&[n, n], 2)?);
     let (ca, cb) = (c(&a)?, c(&b)?);
     let (r, k) = ab(
         dev,
-        o.min_time,
+        o.min_time(),
         || dev.matmul(&a, &b).map(|_| ()),
         || ca.matmul(&cb).map(|_| ()).map_err(Into::into),
     )?;
-    Ok(BenchRow {
+    Ok(OpRow {
         name: format!("gemm f32 {n}x{n}x{n}"),
         runtime_s: r,
         candle_s: k,
         throughput: Throughput::Flops(2.0 * (n * n * n) as f64),
         ceiling_gbs: None,
     })
+}
+
+/// The quantized storage of `w` (the GGML blocks candle's `QMatMul` reads).
+fn quantized(w: &Tensor) -> Result<QMatMul> {
+    let edgeflow_runtime::Storage::Quantized(q) = w.storage() else {
+        return Err(edgeflow_runtime::Error::bad_input(
+            "bench",
+            "expected quantized weights",
+        ));
+    };
+    Ok(QMatMul::from_arc(Arc::clone(q))?)
 }
 
 /// Decode GEMV `x[1, k] @ w[n, k]^T` over enough weight copies to stream
@@ -405,9 +349,9 @@ fn gemv(
     k: usize,
     n: usize,
     dt: DType,
-    o: &BenchOptions,
+    o: &OpsArgs,
     probes: &mut Probes,
-) -> Result<BenchRow> {
+) -> Result<OpRow> {
     let x = randn(&[1, k], 3)?;
     let cx = c(&x)?;
     let w0 = randn(&[n, k], 4)?;
@@ -430,7 +374,7 @@ fn gemv(
         // candle below reads GGML's layout: the same memory for f32, the
         // unplaced tensor on huge pages too for quantized weights.
         ws.push(dev.place(&w)?);
-        crate::cpu::huge_pages::advise(&w);
+        edgeflow_backends::advise_huge_pages(&w);
         unplaced.push(w);
     }
     // The raw candle calls: what candle_nn::Linear / QMatMul do.
@@ -441,23 +385,13 @@ fn gemv(
     let raw = if dt == DType::F32 {
         Raw::F(unplaced.iter().map(c).collect::<Result<_>>()?)
     } else {
-        let mut v = Vec::new();
-        for w in &unplaced {
-            let edgeflow_runtime::Storage::Quantized(q) = w.storage() else {
-                return Err(edgeflow_runtime::Error::bad_input(
-                    "bench",
-                    "expected quantized weights",
-                ));
-            };
-            v.push(QMatMul::from_arc(Arc::clone(q))?);
-        }
-        Raw::Q(v)
+        Raw::Q(unplaced.iter().map(quantized).collect::<Result<_>>()?)
     };
     let (mut i, mut j) = (0usize, 0usize);
     let mut pass = || probes.pass();
     let (r, kk, ceiling) = ab_probed(
         dev,
-        o.min_time,
+        o.min_time(),
         || {
             let w = &ws[i % copies];
             i += 1;
@@ -473,7 +407,7 @@ fn gemv(
         },
         Some(&mut pass),
     )?;
-    Ok(BenchRow {
+    Ok(OpRow {
         name: format!("gemv {dt} 1x{k}x{n} ({copies} weight copies)"),
         runtime_s: r,
         candle_s: kk,
@@ -485,14 +419,7 @@ fn gemv(
 /// Prefill-shaped quantized linear `x[m, k] @ w[n, k]^T` (one weight
 /// matrix, so it stays in cache as a prompt's rows do) against candle's
 /// `QMatMul` on the same rows.
-fn qmatmul(
-    dev: &Device,
-    m: usize,
-    k: usize,
-    n: usize,
-    dt: DType,
-    o: &BenchOptions,
-) -> Result<BenchRow> {
+fn qmatmul(dev: &Device, m: usize, k: usize, n: usize, dt: DType, o: &OpsArgs) -> Result<OpRow> {
     let x = randn(&[m, k], 13)?;
     let cx = c(&x)?;
     let w = dev.cast(&randn(&[n, k], 14)?, dt)?;
@@ -500,23 +427,17 @@ fn qmatmul(
     // tiles where they read them packed); candle's QMatMul reads GGML's
     // layout.
     let placed = dev.place(&w)?;
-    let edgeflow_runtime::Storage::Quantized(q) = w.storage() else {
-        return Err(edgeflow_runtime::Error::bad_input(
-            "bench",
-            "expected quantized weights",
-        ));
-    };
-    let mm = QMatMul::from_arc(Arc::clone(q))?;
+    let mm = quantized(&w)?;
     let (r, kk) = ab(
         dev,
-        o.min_time,
+        o.min_time(),
         || dev.linear(&x, &placed, None).map(|_| ()),
         || {
             mm.forward(&cx)?;
             Ok(())
         },
     )?;
-    Ok(BenchRow {
+    Ok(OpRow {
         name: format!("matmul {dt} {m}x{k}x{n}"),
         runtime_s: r,
         candle_s: kk,
@@ -525,7 +446,7 @@ fn qmatmul(
     })
 }
 
-fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
+fn conv(dev: &Device, o: &OpsArgs) -> Result<Vec<OpRow>> {
     let mut rows = Vec::new();
     // (c_in, c_out, k, dilation, length): a VITS flow / text-encoder conv,
     // the flow's WaveNet input and 1x1 convs on a sentence's frames and the
@@ -560,14 +481,14 @@ fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
         };
         let (r, k) = ab(
             dev,
-            o.min_time,
+            o.min_time(),
             || dev.conv1d(&x, &w, Some(&b), cfg).map(|_| ()),
             || {
                 cx.conv1d(&cw, pad, 1, d, 1)?.broadcast_add(&cb)?;
                 Ok(())
             },
         )?;
-        rows.push(BenchRow {
+        rows.push(OpRow {
             name: format!("conv1d {ci}->{co} k{kk} d{d} l{l}"),
             runtime_s: r,
             candle_s: k,
@@ -585,14 +506,14 @@ fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
     };
     let (r, k) = ab(
         dev,
-        o.min_time,
+        o.min_time(),
         || dev.conv_transpose1d(&x, &w, None, tcfg).map(|_| ()),
         || {
             cx.conv_transpose1d(&cw, 4, 0, 8, 1, 1)?;
             Ok(())
         },
     )?;
-    rows.push(BenchRow {
+    rows.push(OpRow {
         name: "conv_transpose1d 256->128 k16 s8 l200".into(),
         runtime_s: r,
         candle_s: k,
@@ -602,41 +523,7 @@ fn conv(dev: &Device, o: &BenchOptions) -> Result<Vec<BenchRow>> {
     Ok(rows)
 }
 
-/// The same attention written directly in candle (GQA folded into rows);
-/// also the CPU attention kernel's test reference.
-pub(crate) fn candle_attention(
-    q: &CTensor,
-    k: &CTensor,
-    v: &CTensor,
-    scale: f64,
-    causal: bool,
-) -> Result<CTensor> {
-    let (b, h, s, d) = q.dims4()?;
-    let (_, hk, t, _) = k.dims4()?;
-    let rep = h / hk;
-    let qg = q.reshape((b, hk, rep * s, d))?;
-    let sc = (qg.matmul(&k.t()?)? * scale)?.reshape((b, h, s, t))?;
-    let sc = if causal {
-        let m: Vec<f32> = (0..s)
-            .flat_map(|i| {
-                (0..t).map(move |j| {
-                    if j > i + t - s {
-                        f32::NEG_INFINITY
-                    } else {
-                        0.0
-                    }
-                })
-            })
-            .collect();
-        sc.broadcast_add(&CTensor::from_vec(m, (s, t), q.device())?)?
-    } else {
-        sc
-    };
-    let p = candle_nn::ops::softmax_last_dim(&sc)?.reshape((b, hk, rep * s, t))?;
-    Ok(p.matmul(v)?.reshape((b, h, s, d))?)
-}
-
-fn attention(dev: &Device, s: usize, t: usize, o: &BenchOptions) -> Result<BenchRow> {
+fn attention(dev: &Device, s: usize, t: usize, o: &OpsArgs) -> Result<OpRow> {
     let (h, hk, d) = (9, 3, 64);
     let q = randn(&[1, h, s, d], 10)?;
     let k = randn(&[1, hk, t, d], 11)?;
@@ -645,11 +532,11 @@ fn attention(dev: &Device, s: usize, t: usize, o: &BenchOptions) -> Result<Bench
     let scale = 1.0 / (d as f64).sqrt();
     let (r, kk) = ab(
         dev,
-        o.min_time,
+        o.min_time(),
         || dev.attention(&q, &k, &v, None, scale, true).map(|_| ()),
-        || candle_attention(&cq, &ck, &cv, scale, true).map(|_| ()),
+        || edgeflow_backends::candle_attention(&cq, &ck, &cv, scale, true).map(|_| ()),
     )?;
-    Ok(BenchRow {
+    Ok(OpRow {
         name: format!("attention causal h{h}/{hk} d{d} s{s} t{t}"),
         runtime_s: r,
         candle_s: kk,
@@ -659,7 +546,7 @@ fn attention(dev: &Device, s: usize, t: usize, o: &BenchOptions) -> Result<Bench
 }
 
 /// Run the benchmark; `progress` is told what is being measured.
-pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchReport> {
+fn measure(o: &OpsArgs, mut progress: impl FnMut(&str)) -> Result<OpsRun> {
     if let Some(g) = o.only.iter().find(|g| !GROUPS.contains(&g.as_str())) {
         return Err(edgeflow_runtime::Error::bad_input(
             "bench ops",
@@ -667,10 +554,11 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
         ));
     }
     let want = |g: &str| o.only.is_empty() || o.only.iter().any(|w| w == g);
-    let cpu = cpu_backend();
+    let cpu = edgeflow_backends::cpu_backend();
     let dev = Device::new(cpu.clone(), cpu);
+    let threads = o.threads();
     progress("memory bandwidth");
-    let mut probes = Probes::new(o.working_set_mb, o.threads);
+    let mut probes = Probes::new(o.working_set_mb, threads);
     probes.probe();
     let mut rows = Vec::new();
     // Each row's calls run in blocks (see `ab`): ours inside Device::batch,
@@ -707,11 +595,11 @@ pub fn run(o: &BenchOptions, mut progress: impl FnMut(&str)) -> Result<BenchRepo
     // The highest probe is the ceiling (a busy machine can only lower it).
     progress("memory bandwidth again");
     probes.probe();
-    Ok(BenchReport {
+    Ok(OpsRun {
         bandwidth_gbs: probes.high,
         bandwidth_low_gbs: probes.low,
         probes: probes.count,
-        threads: o.threads,
+        threads,
         rows,
     })
 }
@@ -724,14 +612,14 @@ mod tests {
     /// against the bandwidth probed while it ran; other rows get neither.
     #[test]
     fn gemv_rows_read_against_both_ceilings() {
-        let row = |name: &str, throughput, ceiling_gbs| BenchRow {
+        let row = |name: &str, throughput, ceiling_gbs| OpRow {
             name: name.into(),
             runtime_s: 1e-4,
             candle_s: 2e-4,
             throughput,
             ceiling_gbs,
         };
-        let report = BenchReport {
+        let run = OpsRun {
             bandwidth_gbs: 25.0,
             bandwidth_low_gbs: 20.0,
             probes: 2,
@@ -742,7 +630,9 @@ mod tests {
                 row("gemm", Throughput::Flops(1e9), None),
             ],
         };
-        let text = report.render();
+        let report = run.report();
+        assert_eq!(report.bandwidth_gbs, Some(25.0));
+        let text = report.render_text();
         assert!(
             text.contains("25.0 GB/s (best of 2 probes; lowest 20.0)"),
             "{text}"
@@ -758,16 +648,19 @@ mod tests {
         assert!(line("gemv b").trim_end().ends_with("80%"), "{text}");
         assert!(!line("gemm").contains('%'), "{text}");
         assert!(line("gemm").contains("2.00x"), "{text}");
+        // Times in the runtime's unit, baseline alongside.
+        assert!(line("gemm").contains("100.0 us"), "{text}");
+        assert!(line("gemm").contains("200.0 us"), "{text}");
     }
 
     #[test]
     fn an_unknown_row_group_is_refused_before_measuring() {
-        let o = BenchOptions {
+        let o = OpsArgs {
             only: vec!["gemv".into(), "gemvv".into()],
-            ..BenchOptions::default()
+            ..OpsArgs::default()
         };
         let mut measured = Vec::new();
-        let e = run(&o, |w| measured.push(w.to_string())).unwrap_err();
+        let e = measure(&o, |w| measured.push(w.to_string())).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("gemvv") && msg.contains("attention"), "{msg}");
         assert!(measured.is_empty());
@@ -775,14 +668,28 @@ mod tests {
 
     #[test]
     fn only_runs_the_named_groups() {
-        let o = BenchOptions {
+        let o = OpsArgs {
             working_set_mb: 1,
-            min_time: Duration::from_millis(1),
-            threads: 1,
+            min_time_ms: 1,
+            threads: Some(1),
             only: vec!["attention".into()],
         };
-        let r = run(&o, |_| {}).unwrap();
+        let r = measure(&o, |_| {}).unwrap();
         assert_eq!(r.rows.len(), 2);
         assert!(r.rows.iter().all(|row| row.name.starts_with("attention")));
+    }
+
+    #[test]
+    fn args_reproduce_the_options() {
+        let o = OpsArgs {
+            working_set_mb: 64,
+            min_time_ms: 150,
+            threads: Some(2),
+            only: vec!["gemv".into(), "conv".into()],
+        };
+        assert_eq!(
+            super::super::command(&o),
+            "edgeflow bench ops --working-set-mb 64 --min-time-ms 150 --threads 2 --only gemv,conv"
+        );
     }
 }

@@ -1,0 +1,212 @@
+//! The benchmarks behind `edgeflow bench NAME`: each puts one part of
+//! edgeflow next to a baseline measured in the same run, on the same
+//! machine state, and reports the ratio.
+//!
+//! | bench | ours | baseline |
+//! |---|---|---|
+//! | `dataflow` | the graph engine: a 17-stage chain, 4 MB tensor hops | the same chain on raw crossbeam channels |
+//! | `ops` | the tensor runtime's CPU kernels | raw candle calls on the same shapes; the memory bandwidth ceiling |
+//! | `audio` | resampler, log-mel, denoiser; mic -> speaker latency | real time |
+//! | `tts` | the Piper "joe" voice on our runtime | Piper on onnxruntime (peer venv) |
+//! | `speech` | Silero VAD and Whisper tiny.en | onnxruntime and faster-whisper (peer venv) |
+//! | `thinker` | SmolLM2-135M prefill and decode | llama.cpp's `llama-bench` on the same GGUF (peer build) |
+//!
+//! Every bench returns one [`BenchReport`]: rows of label, our value, unit,
+//! the baseline's value, the ratio and a note; [`BenchReport::render_text`]
+//! prints it, [`BenchReport::render_markdown`] writes it for
+//! `BENCHMARKS.md`. `edgeflow bench all --markdown` ([`all`]) runs them all
+//! and writes the machine (CPU, the ISA extensions the kernels use, cores,
+//! the measured memory bandwidth, the load average), the date and commit,
+//! and every table with the command that reproduces it.
+//!
+//! ## Peer environments
+//! The peers run from pinned environments outside git, under
+//! `${XDG_CACHE_HOME:-~/.cache}/edgeflow/peers` (or `$EDGEFLOW_PEERS`),
+//! created by `scripts/peer_envs.sh [piper|speech|llama.cpp]`:
+//! `piper-venv` (piper-tts on onnxruntime), `speech-venv` (faster-whisper,
+//! onnxruntime for Silero) and `llama.cpp/llama-bench`. A bench whose peer
+//! is absent still measures our side and prints a row saying the baseline is
+//! absent, with the command that creates it.
+//!
+//! ## Machine load
+//! A bench reads the machine as it is: other processes running at the same
+//! time slow both sides, not always alike. Ratios from one run are more
+//! trustworthy than absolute figures; `BENCHMARKS.md` records the load
+//! average at the start and end of its run.
+
+pub mod all;
+pub mod audio;
+pub mod dataflow;
+pub mod ops;
+mod report;
+pub mod speech;
+pub mod thinker;
+pub mod tts;
+
+pub use report::{BenchReport, MissingPeer, Row};
+
+use std::path::{Path, PathBuf};
+
+/// One benchmark, with its options.
+pub trait Bench {
+    /// Its name: `edgeflow bench NAME`.
+    fn name(&self) -> &'static str;
+    /// What it compares with what, in one line.
+    fn compares(&self) -> &'static str;
+    /// The options of this run as command-line flags (what follows
+    /// `edgeflow bench NAME` to reproduce it).
+    fn args(&self) -> Vec<String>;
+    /// Measure. Progress goes to stderr; an absent peer is a row of the
+    /// report, not an error.
+    fn run(&self) -> anyhow::Result<BenchReport>;
+}
+
+/// The command that reproduces a bench run.
+pub fn command(b: &dyn Bench) -> String {
+    let mut c = format!("edgeflow bench {}", b.name());
+    for a in b.args() {
+        c.push(' ');
+        if a.contains(|ch: char| ch.is_whitespace() || ch == '"' || ch == '\'') {
+            c.push_str(&format!("'{}'", a.replace('\'', "'\\''")));
+        } else {
+            c.push_str(&a);
+        }
+    }
+    c
+}
+
+/// The checkout this binary was built from (scripts, fixtures).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Where `scripts/peer_envs.sh` puts the peer environments:
+/// `$EDGEFLOW_PEERS`, else `${XDG_CACHE_HOME:-$HOME/.cache}/edgeflow/peers`.
+pub fn peers_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("EDGEFLOW_PEERS").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    cache_dir().join("edgeflow/peers")
+}
+
+fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// A peer environment: where the bench looks for it, and how to create it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// piper-tts on onnxruntime (`bench tts`).
+    Piper,
+    /// faster-whisper and onnxruntime (`bench speech`).
+    Speech,
+    /// llama.cpp's llama-bench (`bench thinker`).
+    LlamaCpp,
+}
+
+impl Peer {
+    /// The argument of `scripts/peer_envs.sh` that creates it.
+    pub fn script_arg(self) -> &'static str {
+        match self {
+            Peer::Piper => "piper",
+            Peer::Speech => "speech",
+            Peer::LlamaCpp => "llama.cpp",
+        }
+    }
+
+    /// The executable the bench runs: the venv's python or llama-bench.
+    /// `EDGEFLOW_PIPER_VENV` (a venv directory) overrides the Piper one.
+    pub fn program(self) -> PathBuf {
+        match self {
+            Peer::Piper => {
+                match std::env::var_os("EDGEFLOW_PIPER_VENV").filter(|v| !v.is_empty()) {
+                    Some(v) => PathBuf::from(v).join("bin/python"),
+                    None => peers_dir().join("piper-venv/bin/python"),
+                }
+            }
+            Peer::Speech => peers_dir().join("speech-venv/bin/python"),
+            Peer::LlamaCpp => peers_dir().join("llama.cpp/llama-bench"),
+        }
+    }
+
+    /// The executable if it is there.
+    pub fn find(self) -> Option<PathBuf> {
+        let p = self.program();
+        p.is_file().then_some(p)
+    }
+
+    /// The report entry for its absence.
+    pub fn missing(self) -> MissingPeer {
+        let what = match self {
+            Peer::Piper => "the Piper onnxruntime venv",
+            Peer::Speech => "the faster-whisper / onnxruntime venv",
+            Peer::LlamaCpp => "the llama.cpp build",
+        };
+        MissingPeer {
+            what: what.into(),
+            looked_at: self.program().display().to_string(),
+            create: format!("scripts/peer_envs.sh {}", self.script_arg()),
+        }
+    }
+}
+
+/// Median (NaN for none).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Threads of the CPU backend's pool (`RAYON_NUM_THREADS`, which `main`
+/// pins, else every core).
+pub(crate) fn pool_threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Demo;
+    impl Bench for Demo {
+        fn name(&self) -> &'static str {
+            "demo"
+        }
+        fn compares(&self) -> &'static str {
+            "nothing"
+        }
+        fn args(&self) -> Vec<String> {
+            vec![
+                "--text".into(),
+                "it's two words".into(),
+                "--runs".into(),
+                "1".into(),
+            ]
+        }
+        fn run(&self) -> anyhow::Result<BenchReport> {
+            Ok(BenchReport::default())
+        }
+    }
+
+    #[test]
+    fn the_command_quotes_arguments_a_shell_would_split() {
+        assert_eq!(
+            command(&Demo),
+            "edgeflow bench demo --text 'it'\\''s two words' --runs 1"
+        );
+    }
+
+    #[test]
+    fn an_absent_peer_names_the_script_that_creates_it() {
+        let m = Peer::LlamaCpp.missing();
+        assert_eq!(m.create, "scripts/peer_envs.sh llama.cpp");
+        assert!(m.looked_at.ends_with("llama.cpp/llama-bench"), "{m:?}");
+    }
+}

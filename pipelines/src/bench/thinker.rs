@@ -1,0 +1,302 @@
+//! `edgeflow bench thinker`: prefill and decode tokens/s of the thinker's
+//! LLM, and the weight bandwidth decode achieves (bytes of weights read per
+//! token / time per token), next to llama.cpp's `llama-bench` on the same
+//! GGUF with the same thread count, prompt and decode lengths (the llama.cpp
+//! peer build of `scripts/peer_envs.sh llama.cpp`).
+//!
+//! The prompt is a chat turn asking to continue a long text, cut to
+//! `--prompt-tokens`; decode runs greedily for `--decode-tokens` without
+//! stopping at end-of-turn tokens, so every run does the same work.
+
+use super::{median, pool_threads, Bench, BenchReport, Peer, Row};
+use anyhow::Context as _;
+use edgeflow_llm::{sampling, ChatMessage, Llama, TextTokenizer};
+use edgeflow_runtime::DeviceSpec;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// Options of `edgeflow bench thinker`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ThinkerArgs {
+    /// GGUF file (default: the cached SmolLM2-135M-Instruct Q4_1).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Placement of our side: cpu, gpu:N, npu:N or auto.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Prompt length for the prefill measurement.
+    #[arg(long, default_value_t = 128)]
+    pub prompt_tokens: usize,
+    /// Tokens decoded for the decode measurement.
+    #[arg(long, default_value_t = 64)]
+    pub decode_tokens: usize,
+    /// Repetitions; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Expand quantized weights to f32 at load.
+    #[arg(long)]
+    pub dequantize: bool,
+    /// After the timed runs, time every op of one more decode and print the
+    /// N costliest (op, input shapes) rows (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub profile_ops: usize,
+}
+
+impl Default for ThinkerArgs {
+    fn default() -> Self {
+        ThinkerArgs {
+            model: None,
+            device: "cpu".into(),
+            prompt_tokens: 128,
+            decode_tokens: 64,
+            runs: 3,
+            dequantize: false,
+            profile_ops: 0,
+        }
+    }
+}
+
+/// Our side's figures.
+struct Ours {
+    prefill_tps: f64,
+    decode_tps: f64,
+    prompt_len: usize,
+    weight_gbs: f64,
+    mb_per_token: f64,
+    summary: String,
+    profile: String,
+}
+
+fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Ours> {
+    let dev = edgeflow_backends::open(spec)?;
+    let t = Instant::now();
+    let gguf = edgeflow_runtime::weights::GgufFile::open(path)?;
+    let cfg = edgeflow_llm::Config {
+        dequantize: o.dequantize,
+        ..edgeflow_llm::Config::from_gguf(&gguf)?
+    };
+    let tok = TextTokenizer::from_gguf(&gguf)?;
+    let mut model = Llama::load(&edgeflow_llm::VarBuilder::from_reader(gguf, &dev), &cfg)?;
+    let load_s = t.elapsed().as_secs_f64();
+    let filler = "The history of the printing press begins in the fifteenth century, when \
+                  movable type changed how books were made, sold and read across Europe. ";
+    let text = tok.render_chat(
+        &[ChatMessage::new(
+            "user",
+            &filler.repeat(o.prompt_tokens / 10 + 2),
+        )],
+        true,
+    )?;
+    let mut ids = tok.encode(&text)?;
+    ids.truncate(o.prompt_tokens);
+
+    let (mut pre, mut dec) = (Vec::new(), Vec::new());
+    for _ in 0..o.runs {
+        model.reset();
+        let t = Instant::now();
+        let mut logits = model.forward(&ids)?;
+        pre.push(ids.len() as f64 / t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for _ in 0..o.decode_tokens {
+            let id = sampling::argmax(&logits) as u32;
+            logits = model.forward(&[id])?;
+        }
+        dec.push(o.decode_tokens as f64 / t.elapsed().as_secs_f64());
+    }
+    let profile = if o.profile_ops > 0 {
+        // One more decode with every op timed (the timing itself costs a
+        // little, so the timed runs above go without it).
+        model.reset();
+        let mut logits = model.forward(&ids)?;
+        dev.stats().profile_ops(true);
+        for _ in 0..o.decode_tokens {
+            let id = sampling::argmax(&logits) as u32;
+            logits = model.forward(&[id])?;
+        }
+        let rows = dev.stats().op_profile();
+        dev.stats().profile_ops(false);
+        format!(
+            "decode of {} tokens, {}",
+            o.decode_tokens,
+            edgeflow_runtime::render_op_profile(&rows, o.profile_ops)
+        )
+    } else {
+        String::new()
+    };
+    let (pre, dec) = (median(pre), median(dec));
+    let bytes = model.weight_bytes_per_token() as f64;
+    let c = model.config();
+    Ok(Ours {
+        prefill_tps: pre,
+        decode_tps: dec,
+        prompt_len: ids.len(),
+        weight_gbs: bytes * dec / 1e9,
+        mb_per_token: bytes / 1e6,
+        summary: format!(
+            "model: {} layers, d={}, {} heads / {} KV heads, vocab {}; {:.1} MB of weights, loaded in {:.2} s",
+            c.n_layer,
+            c.d_model,
+            c.n_head,
+            c.n_kv_head,
+            c.vocab,
+            model.weight_bytes() as f64 / 1e6,
+            load_s,
+        ),
+        profile,
+    })
+}
+
+/// llama.cpp's figures: (prefill tokens/s, decode tokens/s), means over
+/// its repetitions, and a note on how it ran.
+fn llama_cpp(
+    bin: &Path,
+    gguf: &Path,
+    threads: usize,
+    o: &ThinkerArgs,
+    prompt_len: usize,
+) -> anyhow::Result<(f64, f64, String)> {
+    let run = |extra: &[&str]| {
+        Command::new(bin)
+            .arg("-m")
+            .arg(gguf)
+            .args(["-t", &threads.to_string()])
+            .args(["-p", &prompt_len.to_string()])
+            .args(["-n", &o.decode_tokens.to_string()])
+            .args(["-r", &o.runs.to_string()])
+            .args(["-o", "json"])
+            .args(extra)
+            .output()
+            .with_context(|| format!("running {}", bin.display()))
+    };
+    let mut note = format!("llama-bench, {threads} threads, mean of {} reps", o.runs);
+    let mut out = run(&[])?;
+    if !out.status.success() {
+        // On CPUs with AMX (Sapphire Rapids VMs) the repacked AMX matmul of
+        // this llama.cpp build crashes (SIGSEGV in ggml_backend_amx_mul_mat);
+        // the plain CPU kernels (still -march=native: AVX-512 / VNNI) run.
+        out = run(&["--repack", "0"])?;
+        note.push_str(", --repack 0 (the repacking run failed)");
+    }
+    if !out.status.success() {
+        anyhow::bail!(
+            "{} failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("llama-bench printed no JSON")?;
+    let tests = v.as_array().context("llama-bench JSON is not a list")?;
+    let rate = |prompt: bool| {
+        tests
+            .iter()
+            .find(|t| {
+                let p = t["n_prompt"].as_u64().unwrap_or(0);
+                let g = t["n_gen"].as_u64().unwrap_or(0);
+                if prompt {
+                    p > 0 && g == 0
+                } else {
+                    g > 0 && p == 0
+                }
+            })
+            .and_then(|t| t["avg_ts"].as_f64())
+            .context("no pp / tg result in llama-bench's JSON")
+    };
+    Ok((rate(true)?, rate(false)?, note))
+}
+
+impl Bench for ThinkerArgs {
+    fn name(&self) -> &'static str {
+        "thinker"
+    }
+
+    fn compares(&self) -> &'static str {
+        "SmolLM2-135M (Q4_1 GGUF) prefill and decode vs llama.cpp on the same GGUF and threads"
+    }
+
+    fn args(&self) -> Vec<String> {
+        let d = ThinkerArgs::default();
+        let mut a = Vec::new();
+        if let Some(m) = &self.model {
+            a.extend(["--model".into(), m.display().to_string()]);
+        }
+        if self.device != d.device {
+            a.extend(["--device".into(), self.device.clone()]);
+        }
+        let mut num = |flag: &str, v: usize, def: usize| {
+            if v != def {
+                a.extend([flag.to_string(), v.to_string()]);
+            }
+        };
+        num("--prompt-tokens", self.prompt_tokens, d.prompt_tokens);
+        num("--decode-tokens", self.decode_tokens, d.decode_tokens);
+        num("--runs", self.runs, d.runs);
+        num("--profile-ops", self.profile_ops, d.profile_ops);
+        if self.dequantize {
+            a.push("--dequantize".into());
+        }
+        a
+    }
+
+    fn run(&self) -> anyhow::Result<BenchReport> {
+        if self.prompt_tokens == 0 || self.decode_tokens == 0 || self.runs == 0 {
+            anyhow::bail!("--prompt-tokens, --decode-tokens and --runs must be at least 1");
+        }
+        let spec: DeviceSpec = self.device.parse()?;
+        let path = match &self.model {
+            Some(p) => p.clone(),
+            None => edgeflow_llm::SMOLLM2.path(edgeflow_llm::cards::GGUF_FILE)?,
+        };
+        eprintln!("measuring SmolLM2 prefill and decode...");
+        let ours = measure(self, &path, spec)?;
+        let threads = pool_threads();
+        let mut r = BenchReport::new(
+            format!(
+                "edgeflow bench thinker: {} on {spec}{}",
+                path.display(),
+                if self.dequantize {
+                    " (weights dequantized to f32)"
+                } else {
+                    ""
+                }
+            ),
+            "llama.cpp",
+            "ours / llama.cpp",
+        );
+        r.context.push(ours.summary.clone());
+        r.context.push(format!(
+            "{} prompt tokens, {} decoded after the prompt, median of {} runs, {threads} threads",
+            ours.prompt_len, self.decode_tokens, self.runs
+        ));
+        let prefill = Row::new("prefill", ours.prefill_tps, "tokens/s");
+        let decode = Row::new("decode", ours.decode_tps, "tokens/s")
+            .note(format!("{:.2} ms/token", 1e3 / ours.decode_tps));
+        let bandwidth = Row::new("decode weight bandwidth", ours.weight_gbs, "GB/s")
+            .note(format!("{:.1} MB read per token", ours.mb_per_token));
+        match Peer::LlamaCpp.find() {
+            Some(bin) => {
+                eprintln!("llama.cpp's llama-bench on the same GGUF...");
+                let (pp, tg, note) = llama_cpp(&bin, &path, threads, self, ours.prompt_len)?;
+                r.rows.push(
+                    prefill
+                        .baseline(pp)
+                        .ratio(ours.prefill_tps / pp)
+                        .note(note.clone()),
+                );
+                r.rows.push(decode.baseline(tg).ratio(ours.decode_tps / tg));
+                r.rows.push(bandwidth);
+            }
+            None => {
+                r.rows.extend([prefill, decode, bandwidth]);
+                r.peer_missing("prefill / decode vs llama.cpp", Peer::LlamaCpp.missing());
+            }
+        }
+        r.notes
+            .push("ratio = our tokens/s / llama.cpp's (above 1: ours faster)".into());
+        if !ours.profile.is_empty() {
+            r.notes.push(ours.profile);
+        }
+        Ok(r)
+    }
+}

@@ -1,0 +1,120 @@
+//! `edgeflow bench`: the cheap dataflow bench end to end, the table it
+//! prints and the Markdown `bench all --markdown` writes. No timed
+//! assertions: only what the output says, never how fast.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn edgeflow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_edgeflow"))
+        .args(args)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .expect("failed to start the edgeflow binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const TINY: [&str; 6] = [
+    "--stages",
+    "4",
+    "--latency-msgs",
+    "40",
+    "--throughput-msgs",
+    "400",
+];
+
+#[test]
+fn bench_dataflow_prints_one_table_with_baseline_ratios() {
+    let mut args = vec!["bench", "dataflow"];
+    args.extend(TINY);
+    let out = edgeflow(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(
+        t.starts_with("edgeflow bench dataflow: 4-stage chain"),
+        "{t}"
+    );
+    let head = t
+        .lines()
+        .find(|l| l.starts_with("measured"))
+        .unwrap_or_else(|| panic!("no header: {t}"));
+    assert!(head.contains("baseline (raw crossbeam-channel)"), "{t}");
+    assert!(head.contains("ratio (ours / baseline)"), "{t}");
+    for label in [
+        "edgeflow, thread per stage: latency p50",
+        "edgeflow, thread per stage: latency p99",
+        "edgeflow, thread per stage: throughput",
+        "edgeflow, inline passthroughs: latency p50",
+        "edgeflow, inline passthroughs: throughput",
+        "4 MB tensor through 8 hops, latency p50",
+    ] {
+        let row = t
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no row {label:?}: {t}"));
+        // A value with its unit, a baseline with the same unit, a ratio.
+        let unit = if label.ends_with("throughput") {
+            "msgs/s"
+        } else {
+            "us"
+        };
+        assert_eq!(row.matches(unit).count(), 2, "{row}");
+        assert!(row.trim_end().contains('x'), "{row}");
+    }
+}
+
+#[test]
+fn bench_dataflow_refuses_a_chain_without_a_sink() {
+    let out = edgeflow(&["bench", "dataflow", "--stages", "1"]);
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(e.contains("--stages 1") && e.contains("at least 2"), "{e}");
+}
+
+#[test]
+fn bench_all_writes_markdown_with_the_machine_and_the_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let md_path = dir.path().join("BENCHMARKS.md");
+    let out = edgeflow(&[
+        "bench",
+        "all",
+        "--markdown",
+        "--quick",
+        "--only",
+        "dataflow",
+        "--out",
+        md_path.to_str().expect("path"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let md = std::fs::read_to_string(&md_path).expect("BENCHMARKS.md written");
+    assert!(md.starts_with("# edgeflow benchmarks\n"), "{md}");
+    assert!(md.contains("This is a `--quick` run"), "{md}");
+    assert!(md.contains("## Machine\n"), "{md}");
+    assert!(md.contains("- CPU: "), "{md}");
+    assert!(md.contains("- load average (1, 5, 15 min): "), "{md}");
+    assert!(
+        md.contains("- memory read bandwidth: not measured (the ops bench did not run)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("`edgeflow bench dataflow --latency-msgs 500 --throughput-msgs 20000`"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| edgeflow, thread per stage: latency p50 | "),
+        "{md}"
+    );
+    // Only the bench asked for ran.
+    assert!(!md.contains("## ops"), "{md}");
+}
+
+#[test]
+fn bench_all_refuses_an_unknown_bench_name() {
+    let out = edgeflow(&["bench", "all", "--only", "dataflw"]);
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(e.contains("dataflw") && e.contains("thinker"), "{e}");
+}
