@@ -275,3 +275,102 @@ impl StageCtx {
         self.sleep_until(Instant::now() + d)
     }
 }
+
+/// A `Send + Clone` handle to a stage's outputs and metrics, for a helper
+/// thread the stage owns (a fixed-rate control loop, a transport callback)
+/// that must emit without waiting for an input to arrive. Get it from
+/// [`StageCtx::handle`] in `start`; the stage must stop the thread (join it)
+/// in `finish` and on drop. Its sequence numbers are its own: a port should
+/// be emitted on either by the handle or by the context, not both.
+#[derive(Clone)]
+pub struct StageHandle {
+    id: Arc<str>,
+    ports: Arc<[Vec<crate::exec::Target>]>,
+    seqs: Arc<[std::sync::atomic::AtomicU64]>,
+    shared: Arc<Shared>,
+    metrics: Arc<StageMetrics>,
+}
+
+impl fmt::Debug for StageHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StageHandle").field("id", &self.id).finish()
+    }
+}
+
+impl StageCtx {
+    /// A handle for a helper thread (see [`StageHandle`]).
+    pub fn handle(&self) -> StageHandle {
+        StageHandle {
+            id: self.id.clone(),
+            ports: self.outputs.iter().map(|o| o.targets.clone()).collect(),
+            seqs: self
+                .outputs
+                .iter()
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+            shared: self.shared.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl StageHandle {
+    /// The stage's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Emit a fully formed message on output `port` from this thread. The
+    /// sequence number is assigned per port. Blocks on a full `block` edge;
+    /// `Err(Cancelled)` when the epoch was cancelled or the pipeline stops.
+    pub fn emit_msg(&self, port: usize, mut msg: Message) -> StageResult {
+        let (Some(targets), Some(seq)) = (self.ports.get(port), self.seqs.get(port)) else {
+            return Err(StageError::msg(format!(
+                "stage `{}` emitted on output #{port}, but it has {} output(s)",
+                self.id,
+                self.ports.len()
+            )));
+        };
+        msg.seq = seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let n = targets.len();
+        for (i, t) in targets.iter().enumerate() {
+            let m = if i + 1 == n {
+                std::mem::replace(&mut msg, Message::placeholder())
+            } else {
+                msg.clone()
+            };
+            match t.push(m, &self.shared) {
+                Ok(()) => {}
+                Err(PushError::Cancelled) | Err(PushError::Stopped) => {
+                    return Err(StageError::Cancelled)
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Emit `payload` stamped now in the pipeline's current epoch.
+    pub fn emit(&self, port: usize, payload: Payload) -> StageResult {
+        self.emit_msg(port, Message::new(self.shared.current_epoch(), payload))
+    }
+
+    /// True once the pipeline is shutting down.
+    pub fn should_stop(&self) -> bool {
+        self.shared.is_stopping()
+    }
+
+    /// The pipeline's current epoch.
+    pub fn current_epoch(&self) -> Epoch {
+        self.shared.current_epoch()
+    }
+
+    /// Record a domain metric value (see [`StageCtx::record`]).
+    pub fn record(&self, name: &str, value: f64) {
+        self.metrics.record(name, value);
+    }
+
+    /// Count one missed deadline.
+    pub fn deadline_missed(&self) {
+        self.metrics.deadline_missed();
+    }
+}

@@ -142,6 +142,7 @@ impl Shared {
 }
 
 /// One consumer edge reached from an output port.
+#[derive(Clone)]
 pub(crate) struct Target {
     pub(crate) inbox: Arc<Inbox>,
     pub(crate) edge: usize,

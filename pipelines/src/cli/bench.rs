@@ -6,6 +6,8 @@ use std::process::ExitCode;
 // bench command.
 #[path = "bench_tts.rs"]
 mod bench_tts;
+#[path = "bench_control.rs"]
+mod bench_control;
 
 /// Benchmarks.
 #[derive(Debug, clap::Subcommand)]
@@ -32,6 +34,10 @@ pub enum BenchCommand {
     /// tokens/s and decode's weight bandwidth (128-token prompt, 64 tokens,
     /// median of 3).
     Thinker(ThinkerArgs),
+    /// Robot control: zenoh round trip through the raw API vs through
+    /// zenoh_pub/zenoh_sub (ratio), and the controller's wake-up jitter and
+    /// missed periods at 100 Hz, idle and beside a compute load.
+    Control(bench_control::BenchControlArgs),
 }
 
 /// `edgeflow bench thinker` options.
@@ -48,6 +54,7 @@ pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
     match b {
         BenchCommand::Ops(a) => super::bench_ops::run(a),
         BenchCommand::Tts(a) => bench_tts::run(a),
+        BenchCommand::Control(a) => bench_control::run(a),
         BenchCommand::Thinker(a) => {
             eprintln!("measuring SmolLM2 prefill and decode...");
             let o = edgeflow_llm::BenchOptions {
