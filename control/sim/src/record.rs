@@ -502,8 +502,11 @@ mod tests {
         }
     }
 
+    /// What a test recorded: frames, states, actions, times.
+    type Recorded = (Vec<Image>, Vec<[f32; 4]>, Vec<[f32; 2]>, Vec<f64>);
+
     /// Record `n` steps of seed 5 into `dir`; return what was written.
-    fn record(dir: &Path, n: usize) -> (Vec<Image>, Vec<[f32; 4]>, Vec<[f32; 2]>, Vec<f64>) {
+    fn record(dir: &Path, n: usize) -> Recorded {
         let cfg = small_cfg();
         let mut sim = PushSim::new(cfg.clone()).unwrap();
         let info = sim.reset(5);

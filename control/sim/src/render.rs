@@ -76,6 +76,13 @@ pub(crate) fn render(s: &TrueState, size: u32) -> Image {
         let h = ZONE_HALF * scale;
         if let Some(r) = Rect::from_ltrb(c[0] - h, c[1] - h, c[0] + h, c[1] + h) {
             pm.fill_rect(r, &paint(z.colour.rgb()), id, None);
+            // Outline width: 0.8 cm, at least one pixel.
+            let t = (0.008 * scale).max(1.0);
+            if let Some(inner) =
+                Rect::from_ltrb(r.left() + t, r.top() + t, r.right() - t, r.bottom() - t)
+            {
+                pm.fill_rect(inner, &paint(z.colour.fill_rgb()), id, None);
+            }
         }
     }
     for b in &s.blocks {
@@ -123,7 +130,7 @@ pub(crate) fn render(s: &TrueState, size: u32) -> Image {
 
 #[cfg(test)]
 mod tests {
-    use crate::{PushConfig, PushSim, PUSHER_RGB};
+    use crate::{PushConfig, PushSim, PUSHER_RGB, ZONE_HALF};
 
     use super::*;
 
@@ -170,10 +177,19 @@ mod tests {
             // unless it happens to start on one.
             for z in &s.zones {
                 if crate::task::dist(z.pos, s.pusher_pos) > 0.05 {
-                    assert_eq!(px_at(&img, z.pos), z.colour.rgb(), "seed {seed}");
+                    assert_eq!(px_at(&img, z.pos), z.colour.fill_rgb(), "seed {seed}");
                 }
             }
             assert_eq!(px_at(&img, s.pusher_pos), PUSHER_RGB);
+            // At 224 px the zone's outline is 3 px wide: its middle is solid.
+            let big = render(&s, 224);
+            for z in &s.zones {
+                if crate::task::dist(z.pos, s.pusher_pos) > 0.07 {
+                    let edge = [z.pos[0] - ZONE_HALF + 0.004, z.pos[1]];
+                    assert_eq!(px_at(&big, edge), z.colour.rgb(), "seed {seed}");
+                    assert_eq!(px_at(&big, z.pos), z.colour.fill_rgb(), "seed {seed}");
+                }
+            }
             assert_eq!(img.pixel(0, 0), Some(WALL_RGB));
             assert_eq!(px_at(&img, [0.27, 0.27]), TABLE_RGB);
         }

@@ -15,9 +15,10 @@ pub const WALL_THICKNESS: f32 = 0.02;
 pub const BLOCK_HALF: f32 = 0.03;
 /// Radius of the circular pusher, metres.
 pub const PUSHER_RADIUS: f32 = 0.015;
-/// Half the side of a (square, axis-aligned) target zone, metres: the zone
-/// is drawn the size of a block, where the block should go.
-pub const ZONE_HALF: f32 = BLOCK_HALF;
+/// Half the side of a (square, axis-aligned) target zone, metres: a block
+/// plus 1 cm all round, drawn pale with a full-colour outline so it cannot
+/// be mistaken for a block.
+pub const ZONE_HALF: f32 = BLOCK_HALF + 0.01;
 
 /// Where the blocks and target zones are placed at reset: `[-LAYOUT_HALF,
 /// LAYOUT_HALF]` in x and y, far enough from the walls that the pusher fits
@@ -251,11 +252,18 @@ impl ZoneColour {
     pub fn index(self) -> usize {
         self as usize
     }
-    /// The colour it is drawn in, RGB8.
+    /// The colour of its outline, RGB8.
     pub fn rgb(self) -> [u8; 3] {
         match self {
             ZoneColour::Green => [40, 170, 70],
             ZoneColour::Yellow => [235, 195, 30],
+        }
+    }
+    /// The colour of its (pale) inside, RGB8.
+    pub fn fill_rgb(self) -> [u8; 3] {
+        match self {
+            ZoneColour::Green => [160, 220, 170],
+            ZoneColour::Yellow => [245, 230, 160],
         }
     }
 }
