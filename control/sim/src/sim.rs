@@ -509,6 +509,36 @@ mod tests {
     }
 
     #[test]
+    fn random_commands_keep_everything_finite_and_on_the_table() {
+        let mut sim = PushSim::new(PushConfig::default()).unwrap();
+        let inner = TABLE_HALF - WALL_THICKNESS;
+        for seed in 0..4 {
+            sim.reset(seed);
+            let mut rng = SplitMix64::new(seed);
+            let mut target = [0.0, 0.0];
+            for k in 0..1500 {
+                if k % 10 == 0 {
+                    // Often at a wall, to squeeze blocks against it.
+                    target = [rng.range(-0.4, 0.4), rng.range(-0.4, 0.4)];
+                }
+                sim.step(target);
+            }
+            let s = sim.true_state();
+            assert!(
+                Workspace::PUSHER.contains(s.pusher_pos)
+                    || dist(Workspace::PUSHER.clamp(s.pusher_pos), s.pusher_pos) < 0.01
+            );
+            for b in &s.blocks {
+                assert!(b.pos.iter().chain(&b.vel).all(|v| v.is_finite()), "{b:?}");
+                assert!(
+                    b.pos[0].abs() < inner && b.pos[1].abs() < inner,
+                    "seed {seed}: {b:?} left the table"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn bad_config_is_an_error_not_a_panic() {
         let e = PushSim::new(PushConfig {
             physics_hz: 120.0,
