@@ -105,8 +105,10 @@ impl SessionConfig {
         set("scouting/multicast/enabled", serde_json::json!(false))?;
         set("scouting/gossip/enabled", serde_json::json!(false))?;
         set("transport/link/tx/lease", serde_json::json!(1000))?;
-        set("connect/retry/period_init_ms", serde_json::json!(100))?;
-        set("connect/retry/period_max_ms", serde_json::json!(500))?;
+        set(
+            "connect/retry",
+            serde_json::json!({ "period_init_ms": 100, "period_max_ms": 500, "period_increase_factor": 2.0 }),
+        )?;
         Ok(c)
     }
 }
