@@ -15,7 +15,11 @@ use std::time::{Duration, Instant};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn repo() -> &'static Path {
@@ -26,7 +30,12 @@ fn repo() -> &'static Path {
 fn sim(port: u16, episodes: u64, seed: u64, episode_seconds: f64) -> Child {
     Command::new(env!("CARGO_BIN_EXE_edgeflow"))
         .args(["sim", "push", "--listen", &format!("tcp/127.0.0.1:{port}")])
-        .args(["--episodes", &episodes.to_string(), "--seed", &seed.to_string()])
+        .args([
+            "--episodes",
+            &episodes.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ])
         .args(["--episode-seconds", &episode_seconds.to_string()])
         .args(["--wait-for", "edgeflow/alive/cmd"])
         .current_dir(repo())
@@ -44,10 +53,14 @@ fn pipeline(port: u16, sets: &[&str]) -> Running {
         "ctl.rt_priority=0".parse().unwrap(),
     ];
     o.extend(sets.iter().map(|s| s.parse::<Override>().unwrap()));
-    Pipeline::from_file(repo().join("pipelines/robot-expert.yaml"), &edgeflow::registry(), &o)
-        .expect("valid pipeline")
-        .start()
-        .expect("start")
+    Pipeline::from_file(
+        repo().join("pipelines/robot-expert.yaml"),
+        &edgeflow::registry(),
+        &o,
+    )
+    .expect("valid pipeline")
+    .start()
+    .expect("start")
 }
 
 /// The simulator's per-episode JSON lines and its summary.
@@ -70,7 +83,8 @@ fn episodes(child: Child, timeout: Duration) -> (Vec<serde_json::Value>, serde_j
             let _ = child.kill();
             panic!("the simulator did not finish within {timeout:?}; episodes so far: {eps:?}");
         };
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("sim printed `{line}`: {e}"));
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("sim printed `{line}`: {e}"));
         if v.get("summary").is_some() {
             let _ = child.wait();
             return (eps, v);
@@ -80,12 +94,25 @@ fn episodes(child: Child, timeout: Duration) -> (Vec<serde_json::Value>, serde_j
     }
 }
 
-fn value(m: &MetricsSnapshot, stage: &str, key: &str) -> Option<edgeflow_graph::metrics::ValueSummary> {
-    m.stages.iter().find(|s| s.id == stage)?.values.get(key).cloned()
+fn value(
+    m: &MetricsSnapshot,
+    stage: &str,
+    key: &str,
+) -> Option<edgeflow_graph::metrics::ValueSummary> {
+    m.stages
+        .iter()
+        .find(|s| s.id == stage)?
+        .values
+        .get(key)
+        .cloned()
 }
 
 fn mean_success_seconds(eps: &[serde_json::Value]) -> f64 {
-    let ok: Vec<f64> = eps.iter().filter(|e| e["success"] == true).map(|e| e["seconds"].as_f64().unwrap()).collect();
+    let ok: Vec<f64> = eps
+        .iter()
+        .filter(|e| e["success"] == true)
+        .map(|e| e["seconds"].as_f64().unwrap())
+        .collect();
     ok.iter().sum::<f64>() / ok.len().max(1) as f64
 }
 
@@ -111,7 +138,10 @@ fn expert_solves_95_percent_of_20_episodes_through_the_pipeline_sync_vs_async() 
         value(&m, "ctl", "underruns").map(|v| v.last),
         value(&m, "ctl", "inference_delay_periods").map(|v| v.p50),
     );
-    assert!(ok >= 19, "the expert solved {ok}/20 through the pipeline (needs >= 95 %)");
+    assert!(
+        ok >= 19,
+        "the expert solved {ok}/20 through the pipeline (needs >= 95 %)"
+    );
     // Synchronous on the first 5 seeds, for the task-time comparison.
     let (sync, _) = run_episodes(5, 1000, &["ctl.threshold=0"]);
     let sync_ok = sync.iter().filter(|e| e["success"] == true).count();
@@ -131,11 +161,24 @@ fn stalled_policy_gets_a_safe_hold_within_one_period_then_recovers() {
     let holds = value(&m, "ctl", "safe_hold_episodes").expect("a safe hold");
     assert!(holds.last >= 1.0, "{holds:?}");
     let reaction = value(&m, "ctl", "safe_hold_reaction_ms").expect("reaction recorded");
-    assert!(reaction.max <= 20.0, "safe action {:.2} ms after it was due (period 20 ms)", reaction.max);
+    assert!(
+        reaction.max <= 20.0,
+        "safe action {:.2} ms after it was due (period 20 ms)",
+        reaction.max
+    );
     let len = value(&m, "ctl", "safe_hold_len_periods").expect("the hold ended: control resumed");
     assert!(len.count >= 1, "{len:?}");
-    assert!(value(&m, "ctl", "missed_periods").map_or(0.0, |v| v.last) == 0.0, "the stall delayed the loop");
-    eprintln!("stall: {} safe-hold episodes, reaction max {:.2} ms, hold {} periods; episode {:?}", holds.last, reaction.max, len.max, eps.first());
+    assert!(
+        value(&m, "ctl", "missed_periods").map_or(0.0, |v| v.last) == 0.0,
+        "the stall delayed the loop"
+    );
+    eprintln!(
+        "stall: {} safe-hold episodes, reaction max {:.2} ms, hold {} periods; episode {:?}",
+        holds.last,
+        reaction.max,
+        len.max,
+        eps.first()
+    );
 }
 
 #[test]
@@ -168,7 +211,10 @@ fn killed_simulator_is_reported_and_the_controller_holds_without_hanging() {
     assert!(lost < Duration::from_secs(1), "took {lost:?}");
     let t1 = Instant::now();
     let (_m, r) = running.finish(Some(Duration::from_secs(5)));
-    assert!(t1.elapsed() < Duration::from_secs(5), "the pipeline hung on stop");
+    assert!(
+        t1.elapsed() < Duration::from_secs(5),
+        "the pipeline hung on stop"
+    );
     assert!(r.is_ok(), "{r:?}");
     eprintln!("sim killed: reported and holding after {lost:?}");
 }
@@ -181,11 +227,22 @@ fn malformed_observations_are_counted_rejected_and_the_episode_still_runs() {
     let port = free_port();
     let child = sim(port, 1, 11, 8.0);
     let running = pipeline(port, &[]);
-    let me = SharedSession::open(&SessionConfig::peer(&[], &[&format!("tcp/127.0.0.1:{port}")])).unwrap();
-    let p = me.session().declare_publisher("robot/true_state").wait().unwrap();
+    let me = SharedSession::open(&SessionConfig::peer(
+        &[],
+        &[&format!("tcp/127.0.0.1:{port}")],
+    ))
+    .unwrap();
+    let p = me
+        .session()
+        .declare_publisher("robot/true_state")
+        .wait()
+        .unwrap();
     let good = edgeflow_control::wire::encode(
         &Default::default(),
-        &edgeflow_control::wire::Body::RobotState { step: 1, values: vec![0.0; 3] },
+        &edgeflow_control::wire::Body::RobotState {
+            step: 1,
+            values: vec![0.0; 3],
+        },
     )
     .unwrap();
     let mut newer = good.clone();
@@ -199,6 +256,10 @@ fn malformed_observations_are_counted_rejected_and_the_episode_still_runs() {
     let m = running.metrics();
     running.stop();
     let n = value(&m, "state", "malformed").map_or(0.0, |v| v.last);
-    assert_eq!(n, bad.len() as f64, "every malformed observation counted once");
+    assert_eq!(
+        n,
+        bad.len() as f64,
+        "every malformed observation counted once"
+    );
     assert_eq!(eps.len(), 1);
 }

@@ -157,7 +157,11 @@ pub fn round_trips(n: usize) -> Result<(Rtt, Rtt)> {
         let t_up = Instant::now() + Duration::from_secs(10);
         loop {
             ping.put(msg.clone()).wait().map_err(zerr)?;
-            if sub.recv_timeout(Duration::from_millis(50)).map_err(zerr)?.is_some() {
+            if sub
+                .recv_timeout(Duration::from_millis(50))
+                .map_err(zerr)?
+                .is_some()
+            {
                 break;
             }
             if Instant::now() > t_up {
@@ -203,14 +207,24 @@ edges:
     let t_up = Instant::now() + Duration::from_secs(10);
     loop {
         running.push("src", state()?).map_err(zerr)?;
-        if running.pull("out", Duration::from_millis(50)).ok().flatten().is_some() {
+        if running
+            .pull("out", Duration::from_millis(50))
+            .ok()
+            .flatten()
+            .is_some()
+        {
             break;
         }
         if Instant::now() > t_up {
             return Err(Error::Zenoh("stage round trip: no echo within 10 s".into()));
         }
     }
-    while running.pull("out", Duration::from_millis(20)).ok().flatten().is_some() {}
+    while running
+        .pull("out", Duration::from_millis(20))
+        .ok()
+        .flatten()
+        .is_some()
+    {}
     let mut s = Vec::with_capacity(n);
     for i in 0..n + 100 {
         let p = state()?;
@@ -279,7 +293,11 @@ edges:
     let end = Instant::now() + Duration::from_secs_f64(o.seconds);
     let dt = Duration::from_secs_f64(1.0 / o.rate_hz);
     while Instant::now() < end {
-        if let Some(m) = running.pull("reqs", Duration::from_millis(50)).ok().flatten() {
+        if let Some(m) = running
+            .pull("reqs", Duration::from_millis(50))
+            .ok()
+            .flatten()
+        {
             if let Some(Event::Named(name, v)) = m.payload.as_event() {
                 if name == "chunk_request" {
                     let step = v["step"].as_u64().unwrap_or(0);
@@ -311,9 +329,14 @@ edges:
         .find(|s| s.id == "ctl")
         .ok_or_else(|| Error::Zenoh("no controller metrics".into()))?;
     let v = |k: &str| st.values.get(k);
-    let j = v("jitter_us").ok_or_else(|| Error::Zenoh("the controller recorded no periods".into()))?;
+    let j =
+        v("jitter_us").ok_or_else(|| Error::Zenoh("the controller recorded no periods".into()))?;
     Ok(Jitter {
-        label: if load { "with compute load".into() } else { "idle".into() },
+        label: if load {
+            "with compute load".into()
+        } else {
+            "idle".into()
+        },
         periods: j.count,
         p50_us: j.p50,
         p99_us: j.p99,
@@ -353,11 +376,30 @@ impl BenchReport {
     /// A text table.
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "CPU: {} ({} threads)", self.cpu, std::thread::available_parallelism().map_or(0, |n| n.get()));
-        let _ = writeln!(s, "zenoh round trip, 80-byte robot_state, TCP on 127.0.0.1:");
-        let _ = writeln!(s, "  {:<28} {:>9} {:>9} {:>9}", "", "p50 us", "p99 us", "max us");
-        for (name, r) in [("raw zenoh API", self.raw), ("through zenoh_pub/zenoh_sub", self.stages)] {
-            let _ = writeln!(s, "  {:<28} {:>9.1} {:>9.1} {:>9.1}", name, r.p50_us, r.p99_us, r.max_us);
+        let _ = writeln!(
+            s,
+            "CPU: {} ({} threads)",
+            self.cpu,
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        let _ = writeln!(
+            s,
+            "zenoh round trip, 80-byte robot_state, TCP on 127.0.0.1:"
+        );
+        let _ = writeln!(
+            s,
+            "  {:<28} {:>9} {:>9} {:>9}",
+            "", "p50 us", "p99 us", "max us"
+        );
+        for (name, r) in [
+            ("raw zenoh API", self.raw),
+            ("through zenoh_pub/zenoh_sub", self.stages),
+        ] {
+            let _ = writeln!(
+                s,
+                "  {:<28} {:>9.1} {:>9.1} {:>9.1}",
+                name, r.p50_us, r.p99_us, r.max_us
+            );
         }
         let _ = writeln!(
             s,
@@ -366,12 +408,23 @@ impl BenchReport {
             self.stages.p99_us / self.raw.p99_us.max(1e-9)
         );
         let _ = writeln!(s, "controller wake-up jitter (actual - scheduled):");
-        let _ = writeln!(s, "  {:<20} {:>8} {:>9} {:>9} {:>9} {:>7} {:>10} {:>5}", "", "periods", "p50 us", "p99 us", "max us", "missed", "underruns", "fifo");
+        let _ = writeln!(
+            s,
+            "  {:<20} {:>8} {:>9} {:>9} {:>9} {:>7} {:>10} {:>5}",
+            "", "periods", "p50 us", "p99 us", "max us", "missed", "underruns", "fifo"
+        );
         for j in &self.jitter {
             let _ = writeln!(
                 s,
                 "  {:<20} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>10} {:>5}",
-                j.label, j.periods, j.p50_us, j.p99_us, j.max_us, j.missed, j.underruns, if j.fifo { "yes" } else { "no" }
+                j.label,
+                j.periods,
+                j.p50_us,
+                j.p99_us,
+                j.max_us,
+                j.missed,
+                j.underruns,
+                if j.fifo { "yes" } else { "no" }
             );
         }
         s

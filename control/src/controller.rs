@@ -91,11 +91,15 @@ impl StageFactory for ControllerKind {
 pub fn parse_config(p: &Params) -> StageResult<ControllerConfig> {
     let rate: f64 = p.get_or("rate_hz", 50.0)?;
     if !(1.0..=2000.0).contains(&rate) {
-        return Err(p.error("rate_hz", format!("must be in 1..=2000, got {rate}")).into());
+        return Err(p
+            .error("rate_hz", format!("must be in 1..=2000, got {rate}"))
+            .into());
     }
     let threshold: f32 = p.get_or("threshold", 0.5)?;
     if !(0.0..=1.0).contains(&threshold) {
-        return Err(p.error("threshold", format!("must be in 0..=1, got {threshold}")).into());
+        return Err(p
+            .error("threshold", format!("must be in 0..=1, got {threshold}"))
+            .into());
     }
     let horizon: usize = p.get_or("horizon", 16)?;
     if horizon == 0 {
@@ -103,7 +107,9 @@ pub fn parse_config(p: &Params) -> StageResult<ControllerConfig> {
     }
     let old_weight: f32 = p.get_or("old_weight", 0.3)?;
     if !(0.0..=1.0).contains(&old_weight) {
-        return Err(p.error("old_weight", format!("must be in 0..=1, got {old_weight}")).into());
+        return Err(p
+            .error("old_weight", format!("must be in 0..=1, got {old_weight}"))
+            .into());
     }
     let m: f32 = p.get_or("ensemble_m", 0.01)?;
     let merge_name: String = p.get_or("merge", "weighted_average".to_string())?;
@@ -125,7 +131,10 @@ pub fn parse_config(p: &Params) -> StageResult<ControllerConfig> {
     let dim: Option<usize> = p.opt("dim")?;
     if safe == SafeMode::Zero && dim.is_none() {
         return Err(p
-            .error("dim", "is required with safe_action: zero (the zero command needs its size)")
+            .error(
+                "dim",
+                "is required with safe_action: zero (the zero command needs its size)",
+            )
             .into());
     }
     Ok(ControllerConfig {
@@ -135,10 +144,14 @@ pub fn parse_config(p: &Params) -> StageResult<ControllerConfig> {
             horizon,
             merge,
             safe,
-            max_obs_age: p.duration("max_obs_age")?.unwrap_or(Duration::from_millis(500)),
+            max_obs_age: p
+                .duration("max_obs_age")?
+                .unwrap_or(Duration::from_millis(500)),
             grace: p.duration("grace")?.unwrap_or(Duration::from_millis(200)),
             dim,
-            request_timeout: p.duration("request_timeout")?.unwrap_or(Duration::from_secs(1)),
+            request_timeout: p
+                .duration("request_timeout")?
+                .unwrap_or(Duration::from_secs(1)),
         },
         rt_priority: p.get_or("rt_priority", 50)?,
         lock_memory: p.get_or("lock_memory", true)?,
@@ -161,7 +174,9 @@ pub struct Controller {
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Controller").field("cfg", &self.cfg).finish()
+        f.debug_struct("Controller")
+            .field("cfg", &self.cfg)
+            .finish()
     }
 }
 
@@ -217,7 +232,10 @@ fn control_loop(h: StageHandle, sh: Arc<Shared>, cfg: ControllerConfig, side: Si
     }
     h.record("rt_fifo", if rt.fifo.is_ok() { 1.0 } else { 0.0 });
     h.record("mem_locked", if rt.mlock.is_ok() { 1.0 } else { 0.0 });
-    let _ = side.try_send((OUT_EVENTS, named("controller_rt", json!({ "status": line }))));
+    let _ = side.try_send((
+        OUT_EVENTS,
+        named("controller_rt", json!({ "status": line })),
+    ));
     let period = cfg.core.period;
     let mut clock = Metronome::new(period.as_nanos() as u64);
     let mut missed_total = 0u64;
@@ -270,7 +288,10 @@ fn control_loop(h: StageHandle, sh: Arc<Shared>, cfg: ControllerConfig, side: Si
         if let Some(r) = tick.request {
             side_send(
                 OUT_REQUEST,
-                named("chunk_request", json!({ "step": r.step, "last_delay": r.last_delay })),
+                named(
+                    "chunk_request",
+                    json!({ "step": r.step, "last_delay": r.last_delay }),
+                ),
             );
         }
         if let Some(reason) = tick.safe_started {
@@ -286,11 +307,17 @@ fn control_loop(h: StageHandle, sh: Arc<Shared>, cfg: ControllerConfig, side: Si
                 h.id(),
                 tick.step
             );
-            side_send(OUT_EVENTS, named("safe_hold", json!({ "reason": why, "step": tick.step })));
+            side_send(
+                OUT_EVENTS,
+                named("safe_hold", json!({ "reason": why, "step": tick.step })),
+            );
         }
         if let Some(n) = tick.safe_ended {
             h.record("safe_hold_len_periods", n as f64);
-            side_send(OUT_EVENTS, named("safe_hold_end", json!({ "periods": n, "step": tick.step })));
+            side_send(
+                OUT_EVENTS,
+                named("safe_hold_end", json!({ "periods": n, "step": tick.step })),
+            );
         }
         if stats.underruns != last.underruns {
             h.record("underruns", stats.underruns as f64);
@@ -320,13 +347,17 @@ impl Stage for Controller {
         let side = std::thread::Builder::new()
             .name("ef-ctl-side".into())
             .spawn(move || side_thread(h2, rx))
-            .map_err(|e| StageError::msg(format!("controller `{}`: cannot spawn: {e}", ctx.id())))?;
+            .map_err(|e| {
+                StageError::msg(format!("controller `{}`: cannot spawn: {e}", ctx.id()))
+            })?;
         let sh = self.shared.clone();
         let cfg = self.cfg.clone();
         let lp = std::thread::Builder::new()
             .name("ef-ctl-loop".into())
             .spawn(move || control_loop(h, sh, cfg, tx))
-            .map_err(|e| StageError::msg(format!("controller `{}`: cannot spawn: {e}", ctx.id())))?;
+            .map_err(|e| {
+                StageError::msg(format!("controller `{}`: cannot spawn: {e}", ctx.id()))
+            })?;
         // Join the loop first: it owns the channel's sender, so the side
         // thread ends when it does.
         self.threads.push(lp);
@@ -346,7 +377,11 @@ impl Stage for Controller {
                     )));
                 };
                 let now = Timestamp::now().0;
-                let r = self.shared.core.lock().on_chunk(a.start_step, a.dim, &a.actions, now);
+                let r = self
+                    .shared
+                    .core
+                    .lock()
+                    .on_chunk(a.start_step, a.dim, &a.actions, now);
                 match r {
                     Ok((rep, delay)) => {
                         self.shared.chunk_capture.store(ts.0, Ordering::Release);
@@ -368,8 +403,16 @@ impl Stage for Controller {
             IN_PEER => {
                 if let Some(Event::Named(name, _)) = input.msg.payload.as_event() {
                     match name.as_str() {
-                        "peer_lost" => self.shared.core.lock().set_peer_lost(true, Timestamp::now().0),
-                        "peer_alive" => self.shared.core.lock().set_peer_lost(false, Timestamp::now().0),
+                        "peer_lost" => self
+                            .shared
+                            .core
+                            .lock()
+                            .set_peer_lost(true, Timestamp::now().0),
+                        "peer_alive" => self
+                            .shared
+                            .core
+                            .lock()
+                            .set_peer_lost(false, Timestamp::now().0),
                         _ => {}
                     }
                 }

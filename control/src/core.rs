@@ -201,7 +201,11 @@ impl ControllerCore {
 
     /// The robot side's liveliness changed at `now_ns`.
     pub fn set_peer_lost(&mut self, lost: bool, now_ns: u64) {
-        self.peer_lost = if lost { Some(self.peer_lost.unwrap_or(now_ns)) } else { None };
+        self.peer_lost = if lost {
+            Some(self.peer_lost.unwrap_or(now_ns))
+        } else {
+            None
+        };
     }
 
     /// A chunk arrived at `now_ns`. Returns the merge report and, when it

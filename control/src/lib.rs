@@ -7,7 +7,7 @@
 //! | `zenoh_sub` | source: a key expression's wire messages as typed payloads; malformed ones counted and rejected; optional peer liveliness watch |
 //! | `zenoh_pub` | sink: payloads published in the wire format with QoS from params |
 //! | `expert_policy` | the push simulator's scripted expert as a policy stage (true state in, chunks out, artificial latency) |
-| `controller` | fixed-rate loop on its own thread: action queue with chunk requests, overlap merge, stale-action drops, inference-delay measurement and a watchdog safe action |
+//! | `controller` | fixed-rate loop on its own thread: action queue with chunk requests, overlap merge, stale-action drops, inference-delay measurement and a watchdog safe action |
 //!
 //! The wire format ([`wire`], `control/WIRE.md`) is versioned and shared
 //! with the Python client in `examples/python/`. The per-period controller

@@ -245,7 +245,14 @@ mod tests {
     fn latest_only_replaces() {
         let mut q = q(MergeMode::LatestOnly);
         let r = q.insert(11, 1, &[20.0, 30.0, 40.0], 10).expect("insert");
-        assert_eq!(r, InsertReport { added: 1, merged: 2, stale: 0 });
+        assert_eq!(
+            r,
+            InsertReport {
+                added: 1,
+                merged: 2,
+                stale: 0
+            }
+        );
         assert_eq!(q.pop(10), Some(vec![1.0]));
         assert_eq!(q.pop(11), Some(vec![20.0]));
         assert_eq!(q.pop(12), Some(vec![30.0]));
@@ -292,7 +299,9 @@ mod tests {
     fn stale_actions_are_dropped_and_counted() {
         let mut q = ActionQueue::new(MergeMode::LatestOnly, None);
         // Chunk for steps 5..9 arriving when step 7 is next: 5 and 6 are stale.
-        let r = q.insert(5, 1, &[5.0, 6.0, 7.0, 8.0, 9.0], 7).expect("insert");
+        let r = q
+            .insert(5, 1, &[5.0, 6.0, 7.0, 8.0, 9.0], 7)
+            .expect("insert");
         assert_eq!(r.stale, 2);
         assert_eq!(q.dropped(), 2);
         // Skipping step 7 (e.g. a missed period) drops it when 8 is popped.
@@ -306,7 +315,10 @@ mod tests {
         let mut q = ActionQueue::new(MergeMode::LatestOnly, Some(2));
         assert_eq!(
             q.insert(0, 3, &[0.0; 3], 0),
-            Err(QueueError::DimMismatch { expected: 2, got: 3 })
+            Err(QueueError::DimMismatch {
+                expected: 2,
+                got: 3
+            })
         );
         assert_eq!(
             q.insert(0, 2, &[0.0; 3], 0),

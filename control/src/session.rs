@@ -53,9 +53,24 @@ impl SessionConfig {
     /// The params every zenoh stage takes for its session.
     pub fn param_infos() -> Vec<ParamInfo> {
         vec![
-            ParamInfo::new("mode", ParamType::String, "peer", "zenoh mode: peer or client"),
-            ParamInfo::new("connect", ParamType::Any, serde_json::json!([]), "endpoints to connect to, e.g. [\"tcp/127.0.0.1:7447\"]"),
-            ParamInfo::new("listen", ParamType::Any, serde_json::json!(["tcp/127.0.0.1:0"]), "endpoints to listen on (default: loopback, ephemeral port)"),
+            ParamInfo::new(
+                "mode",
+                ParamType::String,
+                "peer",
+                "zenoh mode: peer or client",
+            ),
+            ParamInfo::new(
+                "connect",
+                ParamType::Any,
+                serde_json::json!([]),
+                "endpoints to connect to, e.g. [\"tcp/127.0.0.1:7447\"]",
+            ),
+            ParamInfo::new(
+                "listen",
+                ParamType::Any,
+                serde_json::json!(["tcp/127.0.0.1:0"]),
+                "endpoints to listen on (default: loopback, ephemeral port)",
+            ),
         ]
     }
 
@@ -77,13 +92,22 @@ impl SessionConfig {
         for e in connect.iter().chain(&listen) {
             if !e.starts_with("tcp/") {
                 return Err(p.error(
-                    if connect.contains(e) { "connect" } else { "listen" },
-                    format!("endpoint `{e}`: this build has the TCP link only; write tcp/HOST:PORT"),
+                    if connect.contains(e) {
+                        "connect"
+                    } else {
+                        "listen"
+                    },
+                    format!(
+                        "endpoint `{e}`: this build has the TCP link only; write tcp/HOST:PORT"
+                    ),
                 ));
             }
         }
         if mode == "client" && connect.is_empty() {
-            return Err(p.error("connect", "client mode needs an endpoint to connect to (a router or peer)"));
+            return Err(p.error(
+                "connect",
+                "client mode needs an endpoint to connect to (a router or peer)",
+            ));
         }
         Ok(SessionConfig {
             mode,
@@ -101,7 +125,14 @@ impl SessionConfig {
         };
         set("mode", serde_json::json!(self.mode))?;
         set("connect/endpoints", serde_json::json!(self.connect))?;
-        set("listen/endpoints", serde_json::json!(if self.mode == "client" { vec![] } else { self.listen.clone() }))?;
+        set(
+            "listen/endpoints",
+            serde_json::json!(if self.mode == "client" {
+                vec![]
+            } else {
+                self.listen.clone()
+            }),
+        )?;
         set("scouting/multicast/enabled", serde_json::json!(false))?;
         set("scouting/gossip/enabled", serde_json::json!(false))?;
         set("transport/link/tx/lease", serde_json::json!(1000))?;

@@ -14,14 +14,13 @@ use crate::rt::Metronome;
 use crate::session::{SessionConfig, SharedSession};
 use crate::wire::{self, Body, Header, Kind};
 use edgeflow_graph::{
-    ActionChunk, BuildEnv, Event, Input, ImageFrame, Message, ParamInfo, ParamType, Params,
+    ActionChunk, BuildEnv, Event, ImageFrame, Input, Message, ParamInfo, ParamType, Params,
     Payload, PixelFormat, PortSpec, PortType, Ports, Stage, StageCtx, StageError, StageFactory,
     StageInfo, StageResult, Timestamp,
 };
 use edgeflow_sim::record::EpisodeWriter;
 use edgeflow_sim::{
-    BlockColour, BlockState, Expert, PushConfig, PushSim, TrueState, Variant,
-    ZoneColour, ZoneState,
+    BlockColour, BlockState, Expert, PushConfig, PushSim, TrueState, Variant, ZoneColour, ZoneState,
 };
 use parking_lot::Mutex;
 use serde_json::json;
@@ -63,7 +62,10 @@ pub fn flatten(s: &TrueState) -> Vec<f32> {
 /// The inverse of [`flatten`]; checks the length and the variant index.
 pub fn unflatten(v: &[f32]) -> std::result::Result<TrueState, String> {
     if v.len() != TRUE_STATE_DIM {
-        return Err(format!("a true state has {TRUE_STATE_DIM} values, got {}", v.len()));
+        return Err(format!(
+            "a true state has {TRUE_STATE_DIM} values, got {}",
+            v.len()
+        ));
     }
     if v.iter().any(|x| !x.is_finite()) {
         return Err("the true state has a non-finite value".into());
@@ -141,7 +143,9 @@ impl StageFactory for ExpertPolicyKind {
     fn build(&self, p: &Params, _env: &BuildEnv) -> StageResult<Box<dyn Stage>> {
         let horizon: usize = p.get_or("horizon", 16)?;
         if !(1..=1000).contains(&horizon) {
-            return Err(p.error("horizon", format!("must be in 1..=1000, got {horizon}")).into());
+            return Err(p
+                .error("horizon", format!("must be in 1..=1000, got {horizon}"))
+                .into());
         }
         let control_hz: f64 = p.get_or("control_hz", 50.0)?;
         let cfg = PushConfig {
@@ -216,7 +220,11 @@ impl Stage for ExpertPolicy {
                 let mut wait = self.latency;
                 if self.stall_after == Some(self.chunks) {
                     wait += self.stall;
-                    eprintln!("expert_policy `{}`: stalling {:?} (fault injection)", ctx.id(), self.stall);
+                    eprintln!(
+                        "expert_policy `{}`: stalling {:?} (fault injection)",
+                        ctx.id(),
+                        self.stall
+                    );
                 }
                 if !wait.is_zero() && !ctx.sleep(wait) {
                     return Err(StageError::Cancelled);
@@ -334,8 +342,12 @@ impl Pub<'_> {
 
 /// Run the simulator process: episodes from seeds, published over zenoh,
 /// driven by the commands it receives. Calls `on_result` after each episode.
-pub fn run_push_sim(o: &SimOptions, mut on_result: impl FnMut(&EpisodeResult)) -> Result<Vec<EpisodeResult>> {
-    let mut sim = PushSim::new(o.config.clone()).map_err(|e| Error::Payload(format!("sim config: {e}")))?;
+pub fn run_push_sim(
+    o: &SimOptions,
+    mut on_result: impl FnMut(&EpisodeResult),
+) -> Result<Vec<EpisodeResult>> {
+    let mut sim =
+        PushSim::new(o.config.clone()).map_err(|e| Error::Payload(format!("sim config: {e}")))?;
     let session = SharedSession::open(&o.session)?;
     let s = session.session();
     let key = |k: &str| format!("{}/{k}", o.prefix);
@@ -347,8 +359,14 @@ pub fn run_push_sim(o: &SimOptions, mut on_result: impl FnMut(&EpisodeResult)) -
             .wait()
             .map_err(|e| zerr("publisher", e))
     };
-    let mut state_pub = Pub { p: fast(key("state"))?, seq: 0 };
-    let mut true_pub = Pub { p: fast(key("true_state"))?, seq: 0 };
+    let mut state_pub = Pub {
+        p: fast(key("state"))?,
+        seq: 0,
+    };
+    let mut true_pub = Pub {
+        p: fast(key("true_state"))?,
+        seq: 0,
+    };
     let mut image_pub = Pub {
         p: s.declare_publisher(key("image"))
             .congestion_control(zenoh::qos::CongestionControl::Drop)
@@ -356,27 +374,42 @@ pub fn run_push_sim(o: &SimOptions, mut on_result: impl FnMut(&EpisodeResult)) -
             .map_err(|e| zerr("publisher", e))?,
         seq: 0,
     };
-    let reliable = |k: String| s.declare_publisher(k).wait().map_err(|e| zerr("publisher", e));
-    let mut text_pub = Pub { p: reliable(key("instruction"))?, seq: 0 };
-    let mut event_pub = Pub { p: reliable(key("events"))?, seq: 0 };
+    let reliable = |k: String| {
+        s.declare_publisher(k)
+            .wait()
+            .map_err(|e| zerr("publisher", e))
+    };
+    let mut text_pub = Pub {
+        p: reliable(key("instruction"))?,
+        seq: 0,
+    };
+    let mut event_pub = Pub {
+        p: reliable(key("events"))?,
+        seq: 0,
+    };
     let latest: Arc<Mutex<Option<[f32; 2]>>> = Arc::new(Mutex::new(None));
     let commands = Arc::new(AtomicU64::new(0));
     let bad = Arc::new(AtomicU64::new(0));
     let (l2, c2, b2) = (latest.clone(), commands.clone(), bad.clone());
     let _cmd_sub = s
         .declare_subscriber(key("cmd"))
-        .callback(move |sample| match wire::decode_kind(&sample.payload().to_bytes(), Kind::Actions) {
-            Ok(wire::WireMessage { body: Body::Actions(a), .. }) if a.dim >= 2 && !a.actions.is_empty() => {
-                *l2.lock() = Some([a.actions[0], a.actions[1]]);
-                c2.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(_) => {
-                b2.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                let n = b2.fetch_add(1, Ordering::Relaxed) + 1;
-                if n <= 10 {
-                    eprintln!("sim: rejected a command: {e}");
+        .callback(move |sample| {
+            match wire::decode_kind(&sample.payload().to_bytes(), Kind::Actions) {
+                Ok(wire::WireMessage {
+                    body: Body::Actions(a),
+                    ..
+                }) if a.dim >= 2 && !a.actions.is_empty() => {
+                    *l2.lock() = Some([a.actions[0], a.actions[1]]);
+                    c2.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(_) => {
+                    b2.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    let n = b2.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n <= 10 {
+                        eprintln!("sim: rejected a command: {e}");
+                    }
                 }
             }
         })
@@ -390,8 +423,17 @@ pub fn run_push_sim(o: &SimOptions, mut on_result: impl FnMut(&EpisodeResult)) -
     if let Some(w) = &o.wait_for {
         let end = Instant::now() + o.wait_timeout;
         loop {
-            let replies = s.liveliness().get(w.clone()).wait().map_err(|e| zerr("liveliness", e))?;
-            if replies.recv_timeout(Duration::from_millis(500)).ok().flatten().is_some() {
+            let replies = s
+                .liveliness()
+                .get(w.clone())
+                .wait()
+                .map_err(|e| zerr("liveliness", e))?;
+            if replies
+                .recv_timeout(Duration::from_millis(500))
+                .ok()
+                .flatten()
+                .is_some()
+            {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -413,7 +455,11 @@ pub fn run_push_sim(o: &SimOptions, mut on_result: impl FnMut(&EpisodeResult)) -
         let epoch = ep + 1;
         *latest.lock() = None;
         let c0 = commands.load(Ordering::Relaxed);
-        text_pub.put(epoch, wire::mono_ns(), &Body::Text(info.instruction.clone()))?;
+        text_pub.put(
+            epoch,
+            wire::mono_ns(),
+            &Body::Text(info.instruction.clone()),
+        )?;
         event_pub.put(
             epoch,
             wire::mono_ns(),
@@ -445,9 +491,23 @@ pub fn run_push_sim(o: &SimOptions, mut on_result: impl FnMut(&EpisodeResult)) -
             step += 1;
             let now = wire::mono_ns();
             let rs = sim.robot_state();
-            state_pub.put(epoch, now, &Body::RobotState { step, values: rs.to_vec() })?;
+            state_pub.put(
+                epoch,
+                now,
+                &Body::RobotState {
+                    step,
+                    values: rs.to_vec(),
+                },
+            )?;
             let ts = sim.true_state();
-            true_pub.put(epoch, now, &Body::RobotState { step, values: flatten(&ts) })?;
+            true_pub.put(
+                epoch,
+                now,
+                &Body::RobotState {
+                    step,
+                    values: flatten(&ts),
+                },
+            )?;
             let want_image = step as f64 >= next_image;
             if want_image || writer.is_some() {
                 let img = sim.render();
@@ -472,7 +532,10 @@ pub fn run_push_sim(o: &SimOptions, mut on_result: impl FnMut(&EpisodeResult)) -
         }
         let ts = sim.true_state();
         let recorded = match writer {
-            Some(w) => Some(w.finish(sim.success()).map_err(|e| Error::Payload(format!("recording: {e}")))?),
+            Some(w) => Some(
+                w.finish(sim.success())
+                    .map_err(|e| Error::Payload(format!("recording: {e}")))?,
+            ),
             None => None,
         };
         let r = EpisodeResult {

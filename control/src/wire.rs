@@ -493,7 +493,12 @@ impl<'a> Reader<'a> {
     }
     /// The rest must be exactly `count` elements of `size` bytes; checked
     /// before anything is allocated.
-    fn exact(&mut self, count: Option<usize>, size: usize, what: &str) -> Result<&'a [u8], WireError> {
+    fn exact(
+        &mut self,
+        count: Option<usize>,
+        size: usize,
+        what: &str,
+    ) -> Result<&'a [u8], WireError> {
         let need = count.and_then(|c| c.checked_mul(size));
         match need {
             Some(n) if n == self.b.len() => self.take(n, what),
@@ -622,11 +627,7 @@ pub fn decode(bytes: &[u8]) -> Result<WireMessage, WireError> {
             let size = match dtype {
                 1 => 4,
                 2 => 8,
-                d => {
-                    return Err(r.bad(format!(
-                        "dtype code {d} is not f32 (1) or i64 (2)"
-                    )))
-                }
+                d => return Err(r.bad(format!("dtype code {d} is not f32 (1) or i64 (2)"))),
             };
             if rank == 0 || rank > MAX_RANK {
                 return Err(r.bad(format!("rank {rank} is outside 1..={MAX_RANK}")));
@@ -663,7 +664,11 @@ pub fn decode(bytes: &[u8]) -> Result<WireMessage, WireError> {
                 1 => PixelFormat::Rgb8,
                 2 => PixelFormat::Rgba8,
                 3 => PixelFormat::Gray8,
-                f => return Err(r.bad(format!("pixel format {f} is not rgb8 (1), rgba8 (2) or gray8 (3)"))),
+                f => {
+                    return Err(r.bad(format!(
+                        "pixel format {f} is not rgb8 (1), rgba8 (2) or gray8 (3)"
+                    )))
+                }
             };
             r.zero(3, "image reserved")?;
             let px = (width as usize).checked_mul(height as usize);

@@ -98,7 +98,10 @@ fn newer_version_wrong_kind_and_magic_are_typed_errors() {
         })
     );
     b[2] = VERSION + 1;
-    assert_eq!(decode(&b), Err(WireError::NewerVersion { got: VERSION + 1 }));
+    assert_eq!(
+        decode(&b),
+        Err(WireError::NewerVersion { got: VERSION + 1 })
+    );
     b[2] = 0;
     assert_eq!(decode(&b), Err(WireError::ZeroVersion));
     b[2] = VERSION;
@@ -120,7 +123,13 @@ fn wrong_sizes_are_rejected() {
     )
     .expect("encode");
     b[48..52].copy_from_slice(&1000u32.to_le_bytes());
-    assert!(matches!(decode(&b), Err(WireError::BadBody { kind: "robot_state", .. })));
+    assert!(matches!(
+        decode(&b),
+        Err(WireError::BadBody {
+            kind: "robot_state",
+            ..
+        })
+    ));
     // An action chunk whose steps*dim overflows.
     let mut b = encode(
         &hdr(),
@@ -134,7 +143,13 @@ fn wrong_sizes_are_rejected() {
     .expect("encode");
     b[64..68].copy_from_slice(&u32::MAX.to_le_bytes());
     b[68..72].copy_from_slice(&u32::MAX.to_le_bytes());
-    assert!(matches!(decode(&b), Err(WireError::BadBody { kind: "actions", .. })));
+    assert!(matches!(
+        decode(&b),
+        Err(WireError::BadBody {
+            kind: "actions",
+            ..
+        })
+    ));
     // An image claiming 65535 x 65535 with 12 bytes: refused, nothing allocated.
     let mut b = encode(
         &hdr(),
@@ -148,7 +163,10 @@ fn wrong_sizes_are_rejected() {
     .expect("encode");
     b[48..52].copy_from_slice(&65535u32.to_le_bytes());
     b[52..56].copy_from_slice(&65535u32.to_le_bytes());
-    assert!(matches!(decode(&b), Err(WireError::BadBody { kind: "image", .. })));
+    assert!(matches!(
+        decode(&b),
+        Err(WireError::BadBody { kind: "image", .. })
+    ));
     // A tensor with an unknown dtype.
     let mut b = encode(
         &hdr(),
@@ -159,7 +177,10 @@ fn wrong_sizes_are_rejected() {
     )
     .expect("encode");
     b[48] = 9;
-    assert!(matches!(decode(&b), Err(WireError::BadBody { kind: "tensor", .. })));
+    assert!(matches!(
+        decode(&b),
+        Err(WireError::BadBody { kind: "tensor", .. })
+    ));
     // A body length that lies.
     let mut b = encode(&hdr(), &Body::Text("abc".into())).expect("encode");
     b[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
@@ -231,7 +252,11 @@ fn every_byte_corrupted_never_panics_and_header_fields_are_checked() {
                     // A flipped kind byte may name another valid kind whose
                     // body then fails or (rarely) parses; never panics.
                     if i != 3 {
-                        assert!(r.is_err(), "{:?}: byte {i} ^ {flip:#x} accepted", body.kind());
+                        assert!(
+                            r.is_err(),
+                            "{:?}: byte {i} ^ {flip:#x} accepted",
+                            body.kind()
+                        );
                     }
                 }
             }

@@ -9,7 +9,7 @@
 use crate::session::{SessionConfig, SharedSession};
 use crate::wire::{self, Body, Header, Kind, TensorData, WireError};
 use edgeflow_graph::{
-    BuildEnv, Event, Input, Message, ParamInfo, ParamType, Params, Payload, Poll, Policy, PortSpec,
+    BuildEnv, Event, Input, Message, ParamInfo, ParamType, Params, Payload, Policy, Poll, PortSpec,
     PortType, Ports, Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult,
 };
 use edgeflow_runtime::Tensor;
@@ -39,7 +39,10 @@ fn kind_param(p: &Params, required: bool) -> StageResult<Option<Kind>> {
     let Some(t) = p.opt::<String>("type")? else {
         if required {
             return Err(p
-                .error("type", "is required: audio, tensor, image, robot_state, actions, text or control")
+                .error(
+                    "type",
+                    "is required: audio, tensor, image, robot_state, actions, text or control",
+                )
                 .into());
         }
         return Ok(None);
@@ -124,8 +127,14 @@ pub fn body_to_payload(b: Body) -> Result<Payload, crate::Error> {
 fn body_dim(b: &Body) -> Option<usize> {
     match b {
         Body::RobotState { values, .. } => Some(values.len()),
-        Body::Tensor { data: TensorData::F32(v), .. } => Some(v.len()),
-        Body::Tensor { data: TensorData::I64(v), .. } => Some(v.len()),
+        Body::Tensor {
+            data: TensorData::F32(v),
+            ..
+        } => Some(v.len()),
+        Body::Tensor {
+            data: TensorData::I64(v),
+            ..
+        } => Some(v.len()),
         Body::Actions(a) => Some(a.dim),
         Body::Audio(a) => Some(a.channels as usize),
         _ => None,
@@ -142,8 +151,16 @@ fn sub_ports(kind: Option<Kind>) -> Ports {
     Ports {
         inputs: vec![],
         outputs: vec![
-            PortSpec::new("out", kind.map_or(PortType::Any, port_type), "decoded messages (type from the `type` param)"),
-            PortSpec::optional("peer", PortType::Control, "`peer_alive` / `peer_lost` {key} events for the tokens under `watch`"),
+            PortSpec::new(
+                "out",
+                kind.map_or(PortType::Any, port_type),
+                "decoded messages (type from the `type` param)",
+            ),
+            PortSpec::optional(
+                "peer",
+                PortType::Control,
+                "`peer_alive` / `peer_lost` {key} events for the tokens under `watch`",
+            ),
         ],
     }
 }
@@ -184,13 +201,18 @@ impl StageFactory for ZenohSubKind {
             "block" => Policy::Block,
             o => {
                 return Err(p
-                    .error("policy", format!("`{o}` is not latest, drop_oldest, drop_newest or block"))
+                    .error(
+                        "policy",
+                        format!("`{o}` is not latest, drop_oldest, drop_newest or block"),
+                    )
                     .into())
             }
         };
         let capacity: usize = p.get_or("capacity", 16)?;
         if !(1..=65_536).contains(&capacity) {
-            return Err(p.error("capacity", format!("must be in 1..=65536, got {capacity}")).into());
+            return Err(p
+                .error("capacity", format!("must be in 1..=65536, got {capacity}"))
+                .into());
         }
         let dim: Option<usize> = p.opt("dim")?;
         let watch: Option<String> = p.opt("watch")?;
@@ -245,7 +267,12 @@ impl StageFactory for ZenohSubKind {
                             sh.liveliness(key, alive);
                         })
                         .wait()
-                        .map_err(|e| StageError::msg(format!("zenoh_sub `{}`: cannot watch `{w}`: {e}", env.stage_id)))?,
+                        .map_err(|e| {
+                            StageError::msg(format!(
+                                "zenoh_sub `{}`: cannot watch `{w}`: {e}",
+                                env.stage_id
+                            ))
+                        })?,
                 )
             }
         };
@@ -257,7 +284,12 @@ impl StageFactory for ZenohSubKind {
                     .liveliness()
                     .declare_token(t.clone())
                     .wait()
-                    .map_err(|e| StageError::msg(format!("zenoh_sub `{}`: cannot declare token `{t}`: {e}", env.stage_id)))?,
+                    .map_err(|e| {
+                        StageError::msg(format!(
+                            "zenoh_sub `{}`: cannot declare token `{t}`: {e}",
+                            env.stage_id
+                        ))
+                    })?,
             ),
         };
         Ok(Box::new(ZenohSub {
@@ -294,7 +326,8 @@ impl SubShared {
         match policy {
             Policy::Latest => {
                 if !st.queue.is_empty() {
-                    self.dropped.fetch_add(st.queue.len() as u64, Ordering::Relaxed);
+                    self.dropped
+                        .fetch_add(st.queue.len() as u64, Ordering::Relaxed);
                     st.queue.clear();
                 }
                 st.queue.push_back(m);
@@ -374,10 +407,16 @@ impl Stage for ZenohSub {
             if !alive {
                 self.peers_lost += 1;
                 ctx.record("peers_lost", self.peers_lost as f64);
-                eprintln!("zenoh_sub `{}`: peer `{key}` is gone (liveliness token removed)", ctx.id());
+                eprintln!(
+                    "zenoh_sub `{}`: peer `{key}` is gone (liveliness token removed)",
+                    ctx.id()
+                );
             }
             let name = if alive { "peer_alive" } else { "peer_lost" };
-            ctx.emit(1, Payload::event(Event::Named(name.into(), json!({ "key": key }))))?;
+            ctx.emit(
+                1,
+                Payload::event(Event::Named(name.into(), json!({ "key": key }))),
+            )?;
         }
         let idle = msgs.is_empty();
         for m in msgs {
@@ -388,7 +427,10 @@ impl Stage for ZenohSub {
                 Ok(p) => p,
                 Err(e) => {
                     let n = self.shared.malformed.fetch_add(1, Ordering::Relaxed) + 1;
-                    eprintln!("zenoh_sub `{}`: rejected a message: {e} [{n} rejected so far]", ctx.id());
+                    eprintln!(
+                        "zenoh_sub `{}`: rejected a message: {e} [{n} rejected so far]",
+                        ctx.id()
+                    );
                     continue;
                 }
             };
@@ -447,19 +489,37 @@ pub fn parse_qos(p: &Params) -> StageResult<Qos> {
     let reliable = match rel.as_str() {
         "reliable" => true,
         "best_effort" => false,
-        o => return Err(p.error("reliability", format!("`{o}` is not reliable or best_effort")).into()),
+        o => {
+            return Err(p
+                .error(
+                    "reliability",
+                    format!("`{o}` is not reliable or best_effort"),
+                )
+                .into())
+        }
     };
     let policy: String = p.get_or("policy", "block".to_string())?;
     let from_policy = match policy.as_str() {
         "block" => true,
         "latest" | "drop_oldest" | "drop_newest" => false,
-        o => return Err(p.error("policy", format!("`{o}` is not block, latest, drop_oldest or drop_newest")).into()),
+        o => {
+            return Err(p
+                .error(
+                    "policy",
+                    format!("`{o}` is not block, latest, drop_oldest or drop_newest"),
+                )
+                .into())
+        }
     };
     let block = match p.opt::<String>("congestion_control")?.as_deref() {
         None => from_policy,
         Some("block") => true,
         Some("drop") => false,
-        Some(o) => return Err(p.error("congestion_control", format!("`{o}` is not block or drop")).into()),
+        Some(o) => {
+            return Err(p
+                .error("congestion_control", format!("`{o}` is not block or drop"))
+                .into())
+        }
     };
     let pr: String = p.get_or("priority", "data".to_string())?;
     let priority = parse_priority(&pr).ok_or_else(|| {
@@ -501,7 +561,11 @@ impl StageFactory for ZenohPubKind {
     fn ports(&self, p: &Params, _env: &BuildEnv) -> StageResult<Ports> {
         let kind = kind_param(p, false)?;
         Ok(Ports {
-            inputs: vec![PortSpec::new("in", kind.map_or(PortType::Any, port_type), "messages to publish")],
+            inputs: vec![PortSpec::new(
+                "in",
+                kind.map_or(PortType::Any, port_type),
+                "messages to publish",
+            )],
             outputs: vec![],
         })
     }
@@ -515,12 +579,25 @@ impl StageFactory for ZenohPubKind {
         let publisher = session
             .session()
             .declare_publisher(key.clone())
-            .congestion_control(if qos.block { CongestionControl::Block } else { CongestionControl::Drop })
+            .congestion_control(if qos.block {
+                CongestionControl::Block
+            } else {
+                CongestionControl::Drop
+            })
             .priority(qos.priority)
             .express(qos.express)
-            .reliability(if qos.reliable { Reliability::Reliable } else { Reliability::BestEffort })
+            .reliability(if qos.reliable {
+                Reliability::Reliable
+            } else {
+                Reliability::BestEffort
+            })
             .wait()
-            .map_err(|e| StageError::msg(format!("zenoh_pub `{}`: cannot publish on `{key}`: {e}", env.stage_id)))?;
+            .map_err(|e| {
+                StageError::msg(format!(
+                    "zenoh_pub `{}`: cannot publish on `{key}`: {e}",
+                    env.stage_id
+                ))
+            })?;
         let token = match token {
             None => None,
             Some(t) => Some(
@@ -529,7 +606,12 @@ impl StageFactory for ZenohPubKind {
                     .liveliness()
                     .declare_token(t.clone())
                     .wait()
-                    .map_err(|e| StageError::msg(format!("zenoh_pub `{}`: cannot declare token `{t}`: {e}", env.stage_id)))?,
+                    .map_err(|e| {
+                        StageError::msg(format!(
+                            "zenoh_pub `{}`: cannot declare token `{t}`: {e}",
+                            env.stage_id
+                        ))
+                    })?,
             ),
         };
         Ok(Box::new(ZenohPub {
@@ -553,7 +635,9 @@ pub struct ZenohPub {
 
 impl std::fmt::Debug for ZenohPub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZenohPub").field("key", &self.key).finish_non_exhaustive()
+        f.debug_struct("ZenohPub")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
     }
 }
 
@@ -580,12 +664,16 @@ pub fn encode_message(msg: &Message, as_kind: Option<Kind>) -> Result<Vec<u8>, c
 
 impl Stage for ZenohPub {
     fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
-        let bytes = encode_message(&input.msg, self.kind)
-            .map_err(|e| StageError::msg(format!("zenoh_pub `{}` on `{}`: {e}", ctx.id(), self.key)))?;
-        self.publisher
-            .put(bytes)
-            .wait()
-            .map_err(|e| StageError::msg(format!("zenoh_pub `{}`: put on `{}` failed: {e}", ctx.id(), self.key)))?;
+        let bytes = encode_message(&input.msg, self.kind).map_err(|e| {
+            StageError::msg(format!("zenoh_pub `{}` on `{}`: {e}", ctx.id(), self.key))
+        })?;
+        self.publisher.put(bytes).wait().map_err(|e| {
+            StageError::msg(format!(
+                "zenoh_pub `{}`: put on `{}` failed: {e}",
+                ctx.id(),
+                self.key
+            ))
+        })?;
         Ok(())
     }
 }

@@ -31,14 +31,24 @@ edges:
   - {{ from: ctl.command, to: cmd.in, policy: latest, capacity: 4 }}
 "#
     );
-    Pipeline::from_yaml(&yaml, &registry()).expect("valid pipeline").start().expect("start")
+    Pipeline::from_yaml(&yaml, &registry())
+        .expect("valid pipeline")
+        .start()
+        .expect("start")
 }
 
 fn client(port: u16, seconds: f64) -> std::process::Child {
     let py = zenoh_python();
     Command::new(py)
         .arg(repo().join("examples/python/robot_client.py"))
-        .args(["--connect", &format!("tcp/127.0.0.1:{port}"), "--seconds", &seconds.to_string(), "--min-commands", "20"])
+        .args([
+            "--connect",
+            &format!("tcp/127.0.0.1:{port}"),
+            "--seconds",
+            &seconds.to_string(),
+            "--min-commands",
+            "20",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -59,12 +69,20 @@ fn python_client_publishes_observations_and_reads_commands() {
         if let Ok(Some(_)) = child.try_wait() {
             break;
         }
-        while let Some(m) = running.pull("seen", Duration::from_millis(0)).ok().flatten() {
+        while let Some(m) = running
+            .pull("seen", Duration::from_millis(0))
+            .ok()
+            .flatten()
+        {
             if let Payload::Tensor(t) = &m.payload {
                 last_obs = Some(t.to_vec_f32().expect("f32"));
             }
         }
-        let Some(req) = running.pull("reqs", Duration::from_millis(5)).ok().flatten() else {
+        let Some(req) = running
+            .pull("reqs", Duration::from_millis(5))
+            .ok()
+            .flatten()
+        else {
             continue;
         };
         let (Some(Event::Named(name, v)), Some(obs)) = (req.payload.as_event(), &last_obs) else {
@@ -77,18 +95,33 @@ fn python_client_publishes_observations_and_reads_commands() {
             actions.extend([obs[0] + 0.01 * (i + 1) as f32, obs[1]]);
         }
         running
-            .push("chunks", Payload::Actions(Arc::new(ActionChunk { start_step: step, dt: Duration::from_millis(20), dim: 2, actions })))
+            .push(
+                "chunks",
+                Payload::Actions(Arc::new(ActionChunk {
+                    start_step: step,
+                    dt: Duration::from_millis(20),
+                    dim: 2,
+                    actions,
+                })),
+            )
             .expect("push");
         chunks += 1;
     }
     let out = child.wait_with_output().expect("client output");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "robot_client.py failed ({}):\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "robot_client.py failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
     let line = stdout.lines().last().expect("a summary line");
     let summary: serde_json::Value = serde_json::from_str(line).expect("JSON summary");
     eprintln!("python client: {summary}; {chunks} chunks sent");
-    assert!(summary["commands"].as_u64().expect("commands") >= 20, "{summary}");
+    assert!(
+        summary["commands"].as_u64().expect("commands") >= 20,
+        "{summary}"
+    );
     assert_eq!(summary["bad"], 0, "{summary}");
     // The robot followed the commands: x grew from 0.
     let x = summary["last_command"][0].as_f64().expect("last command");
@@ -108,7 +141,11 @@ fn killed_python_robot_is_reported_lost_within_a_second() {
     let t_end = Instant::now() + Duration::from_secs(20);
     let mut alive = false;
     while Instant::now() < t_end && !alive {
-        if let Some(m) = running.pull("peer", Duration::from_millis(50)).ok().flatten() {
+        if let Some(m) = running
+            .pull("peer", Duration::from_millis(50))
+            .ok()
+            .flatten()
+        {
             alive = name(&m) == "peer_alive";
         }
     }
@@ -118,7 +155,11 @@ fn killed_python_robot_is_reported_lost_within_a_second() {
     let _ = child.wait();
     let mut lost = None;
     while t0.elapsed() < Duration::from_secs(5) {
-        if let Some(m) = running.pull("peer", Duration::from_millis(10)).ok().flatten() {
+        if let Some(m) = running
+            .pull("peer", Duration::from_millis(10))
+            .ok()
+            .flatten()
+        {
             if name(&m) == "peer_lost" {
                 lost = Some(t0.elapsed());
                 break;
@@ -126,6 +167,9 @@ fn killed_python_robot_is_reported_lost_within_a_second() {
         }
     }
     let lost = lost.expect("peer_lost after the kill");
-    assert!(lost < Duration::from_secs(1), "peer loss reported after {lost:?}");
+    assert!(
+        lost < Duration::from_secs(1),
+        "peer loss reported after {lost:?}"
+    );
     running.stop();
 }

@@ -47,34 +47,66 @@ edges:
   - {{ from: obs.out, to: out.in }}
 "#
     );
-    let running = Pipeline::from_yaml(&yaml, &registry()).expect("valid").start().expect("start");
+    let running = Pipeline::from_yaml(&yaml, &registry())
+        .expect("valid")
+        .start()
+        .expect("start");
     // A separate raw zenoh session plays the robot.
-    let robot = SharedSession::open(&SessionConfig::peer(&[], &[&format!("tcp/127.0.0.1:{port}")])).expect("robot session");
-    let publisher = robot.session().declare_publisher("robot/obs").wait().expect("publisher");
+    let robot = SharedSession::open(&SessionConfig::peer(
+        &[],
+        &[&format!("tcp/127.0.0.1:{port}")],
+    ))
+    .expect("robot session");
+    let publisher = robot
+        .session()
+        .declare_publisher("robot/obs")
+        .wait()
+        .expect("publisher");
     // Wait until the link is up: resend a valid state until one arrives.
     let first = until(Duration::from_secs(10), || {
-        publisher.put(state_msg(1, vec![1.0, 2.0, 3.0, 4.0])).wait().expect("put");
-        running.pull("out", Duration::from_millis(50)).ok().flatten()
+        publisher
+            .put(state_msg(1, vec![1.0, 2.0, 3.0, 4.0]))
+            .wait()
+            .expect("put");
+        running
+            .pull("out", Duration::from_millis(50))
+            .ok()
+            .flatten()
     })
     .expect("a valid observation arrives");
     match &first.payload {
         Payload::Tensor(t) => assert_eq!(t.to_vec_f32().expect("f32"), vec![1.0, 2.0, 3.0, 4.0]),
         p => panic!("expected a tensor, got {p:?}"),
     }
-    while running.pull("out", Duration::from_millis(100)).ok().flatten().is_some() {}
+    while running
+        .pull("out", Duration::from_millis(100))
+        .ok()
+        .flatten()
+        .is_some()
+    {}
     let before = running.metrics();
-    let base = before.stages.iter().find(|s| s.id == "obs").and_then(|s| s.values.get("malformed")).map_or(0, |v| v.last as u64);
+    let base = before
+        .stages
+        .iter()
+        .find(|s| s.id == "obs")
+        .and_then(|s| s.values.get("malformed"))
+        .map_or(0, |v| v.last as u64);
     // Wrong size, wrong kind (a tensor), wrong dtype, random bytes, newer
     // version, truncated.
     let wrong_size = state_msg(2, vec![1.0, 2.0, 3.0]);
     let tensor = wire::encode(
         &Header::default(),
-        &Body::Tensor { dims: vec![4], data: TensorData::F32(vec![0.0; 4]) },
+        &Body::Tensor {
+            dims: vec![4],
+            data: TensorData::F32(vec![0.0; 4]),
+        },
     )
     .expect("encode");
     let mut bad_dtype = tensor.clone();
     bad_dtype[3] = wire::Kind::RobotState as u8; // a tensor body under a state header
-    let random: Vec<u8> = (0..97u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let random: Vec<u8> = (0..97u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     let mut newer = state_msg(3, vec![0.0; 4]);
     newer[2] = wire::VERSION + 1;
     let truncated = state_msg(4, vec![0.0; 4])[..50].to_vec();
@@ -82,20 +114,42 @@ edges:
     for b in &bad {
         publisher.put(b.clone()).wait().expect("put");
     }
-    publisher.put(state_msg(5, vec![5.0, 6.0, 7.0, 8.0])).wait().expect("put");
-    let good = until(Duration::from_secs(5), || running.pull("out", Duration::from_millis(50)).ok().flatten()).expect("the valid one after the bad ones");
+    publisher
+        .put(state_msg(5, vec![5.0, 6.0, 7.0, 8.0]))
+        .wait()
+        .expect("put");
+    let good = until(Duration::from_secs(5), || {
+        running
+            .pull("out", Duration::from_millis(50))
+            .ok()
+            .flatten()
+    })
+    .expect("the valid one after the bad ones");
     match &good.payload {
         Payload::Tensor(t) => assert_eq!(t.to_vec_f32().expect("f32"), vec![5.0, 6.0, 7.0, 8.0]),
         p => panic!("expected a tensor, got {p:?}"),
     }
     let m = until(Duration::from_secs(2), || {
         let m = running.metrics();
-        let n = m.stages.iter().find(|s| s.id == "obs")?.values.get("malformed")?.last as u64;
+        let n = m
+            .stages
+            .iter()
+            .find(|s| s.id == "obs")?
+            .values
+            .get("malformed")?
+            .last as u64;
         (n >= base + bad.len() as u64).then_some(n)
     })
     .expect("malformed counted");
     assert_eq!(m, base + bad.len() as u64, "every bad message counted once");
-    assert!(running.pull("out", Duration::from_millis(100)).ok().flatten().is_none(), "no bad message got through");
+    assert!(
+        running
+            .pull("out", Duration::from_millis(100))
+            .ok()
+            .flatten()
+            .is_none(),
+        "no bad message got through"
+    );
     running.stop();
     drop(publisher);
     drop(robot);
@@ -116,7 +170,10 @@ edges:
   - {{ from: sub.out, to: out.in }}
 "#
     );
-    let running = Pipeline::from_yaml(&yaml, &registry()).expect("valid").start().expect("start");
+    let running = Pipeline::from_yaml(&yaml, &registry())
+        .expect("valid")
+        .start()
+        .expect("start");
     let chunk = edgeflow_graph::ActionChunk {
         start_step: 7,
         dt: Duration::from_millis(20),
@@ -124,15 +181,23 @@ edges:
         actions: vec![1.0, 2.0, 3.0, 4.0],
     };
     let got = until(Duration::from_secs(10), || {
-        running.push("src", Payload::Actions(std::sync::Arc::new(chunk.clone()))).expect("push");
-        running.pull("out", Duration::from_millis(50)).ok().flatten()
+        running
+            .push("src", Payload::Actions(std::sync::Arc::new(chunk.clone())))
+            .expect("push");
+        running
+            .pull("out", Duration::from_millis(50))
+            .ok()
+            .flatten()
     })
     .expect("the chunk comes back over zenoh");
     match &got.payload {
         Payload::Actions(a) => assert_eq!(**a, chunk),
         p => panic!("expected actions, got {p:?}"),
     }
-    assert!(got.timestamp.elapsed() < Duration::from_secs(1), "capture time survives the trip");
+    assert!(
+        got.timestamp.elapsed() < Duration::from_secs(1),
+        "capture time survives the trip"
+    );
     running.stop();
 }
 
@@ -150,20 +215,48 @@ edges:
   - {{ from: sub.out, to: sink.in }}
 "#
     );
-    let running = Pipeline::from_yaml(&yaml, &registry()).expect("valid").start().expect("start");
-    let sim = SharedSession::open(&SessionConfig::peer(&[], &[&format!("tcp/127.0.0.1:{port}")])).expect("sim session");
-    let token = sim.session().liveliness().declare_token("edgeflow/alive/sim").wait().expect("token");
+    let running = Pipeline::from_yaml(&yaml, &registry())
+        .expect("valid")
+        .start()
+        .expect("start");
+    let sim = SharedSession::open(&SessionConfig::peer(
+        &[],
+        &[&format!("tcp/127.0.0.1:{port}")],
+    ))
+    .expect("sim session");
+    let token = sim
+        .session()
+        .liveliness()
+        .declare_token("edgeflow/alive/sim")
+        .wait()
+        .expect("token");
     let name = |m: &edgeflow_graph::Message| match m.payload.as_event() {
         Some(Event::Named(n, _)) => n.clone(),
         _ => String::new(),
     };
-    let alive = until(Duration::from_secs(10), || running.pull("peer", Duration::from_millis(50)).ok().flatten()).expect("peer_alive");
+    let alive = until(Duration::from_secs(10), || {
+        running
+            .pull("peer", Duration::from_millis(50))
+            .ok()
+            .flatten()
+    })
+    .expect("peer_alive");
     assert_eq!(name(&alive), "peer_alive");
     let t0 = Instant::now();
     drop(token);
     drop(sim);
-    let lost = until(Duration::from_secs(3), || running.pull("peer", Duration::from_millis(20)).ok().flatten()).expect("peer_lost");
+    let lost = until(Duration::from_secs(3), || {
+        running
+            .pull("peer", Duration::from_millis(20))
+            .ok()
+            .flatten()
+    })
+    .expect("peer_lost");
     assert_eq!(name(&lost), "peer_lost");
-    assert!(t0.elapsed() < Duration::from_secs(1), "peer loss took {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "peer loss took {:?}",
+        t0.elapsed()
+    );
     running.stop();
 }

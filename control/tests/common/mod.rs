@@ -29,7 +29,9 @@ pub fn zenoh_python() -> PathBuf {
         .unwrap_or_else(|| {
             let cache = std::env::var_os("XDG_CACHE_HOME")
                 .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+                });
             cache.join("edgeflow/venvs/zenoh")
         });
     let py = venv.join("bin/python");

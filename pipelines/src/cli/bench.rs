@@ -4,10 +4,10 @@ use std::process::ExitCode;
 
 // Declared here rather than in cli/mod.rs: the TTS bench belongs to the
 // bench command.
-#[path = "bench_tts.rs"]
-mod bench_tts;
 #[path = "bench_control.rs"]
 mod bench_control;
+#[path = "bench_tts.rs"]
+mod bench_tts;
 
 /// Benchmarks.
 #[derive(Debug, clap::Subcommand)]

@@ -73,7 +73,11 @@ pub fn run(c: SimCommand) -> anyhow::Result<ExitCode> {
         }
     })?;
     let ok: Vec<_> = results.iter().filter(|r| r.success).collect();
-    let mean = if ok.is_empty() { 0.0 } else { ok.iter().map(|r| r.seconds).sum::<f64>() / ok.len() as f64 };
+    let mean = if ok.is_empty() {
+        0.0
+    } else {
+        ok.iter().map(|r| r.seconds).sum::<f64>() / ok.len() as f64
+    };
     println!(
         "{}",
         serde_json::json!({
