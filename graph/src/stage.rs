@@ -131,6 +131,15 @@ pub(crate) struct Refused;
 pub(crate) trait Outlet: Send {
     /// Deliver `msg` (its `seq` is assigned here, per port).
     fn send(&mut self, msg: Message) -> Result<(), Refused>;
+    /// The same port for a helper thread: shareable, with its own sequence
+    /// numbers (see [`StageHandle`]).
+    fn share(&self) -> Arc<dyn SharedOutlet>;
+}
+
+/// An output port a helper thread emits on through a [`StageHandle`].
+pub(crate) trait SharedOutlet: Send + Sync {
+    /// Deliver `msg` (its `seq` is assigned here, per port).
+    fn send(&self, msg: Message) -> Result<(), Refused>;
 }
 
 /// What a stage uses to talk to the engine: emit, check cancellation, start
@@ -276,5 +285,83 @@ impl StageCtx {
     /// Sleep for `d` (see [`Self::sleep_until`]).
     pub fn sleep(&self, d: Duration) -> bool {
         self.sleep_until(Instant::now() + d)
+    }
+}
+
+/// A `Send + Clone` handle to a stage's outputs and metrics, for a helper
+/// thread the stage owns (a fixed-rate control loop, a transport callback)
+/// that must emit without waiting for an input to arrive. Get it from
+/// [`StageCtx::handle`] in `start`; the stage must stop the thread (join it)
+/// in `finish` and on drop. Its sequence numbers are its own: a port should
+/// be emitted on either by the handle or by the context, not both.
+#[derive(Clone)]
+pub struct StageHandle {
+    id: Arc<str>,
+    ports: Arc<[Arc<dyn SharedOutlet>]>,
+    engine: Arc<dyn EngineLink>,
+    metrics: Arc<StageMetrics>,
+}
+
+impl fmt::Debug for StageHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StageHandle").field("id", &self.id).finish()
+    }
+}
+
+impl StageCtx {
+    /// A handle for a helper thread (see [`StageHandle`]).
+    pub fn handle(&self) -> StageHandle {
+        StageHandle {
+            id: self.id.clone(),
+            ports: self.outputs.iter().map(|o| o.share()).collect(),
+            engine: self.engine.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl StageHandle {
+    /// The stage's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Emit a fully formed message on output `port` from this thread. The
+    /// sequence number is assigned per port. Blocks on a full `block` edge;
+    /// `Err(Cancelled)` when the epoch was cancelled or the pipeline stops.
+    pub fn emit_msg(&self, port: usize, msg: Message) -> StageResult {
+        let Some(out) = self.ports.get(port) else {
+            return Err(StageError::msg(format!(
+                "stage `{}` emitted on output #{port}, but it has {} output(s)",
+                self.id,
+                self.ports.len()
+            )));
+        };
+        out.send(msg).map_err(|Refused| StageError::Cancelled)
+    }
+
+    /// Emit `payload` stamped now in the pipeline's current epoch.
+    pub fn emit(&self, port: usize, payload: Payload) -> StageResult {
+        self.emit_msg(port, Message::new(self.engine.current_epoch(), payload))
+    }
+
+    /// True once the pipeline is shutting down.
+    pub fn should_stop(&self) -> bool {
+        self.engine.is_stopping()
+    }
+
+    /// The pipeline's current epoch.
+    pub fn current_epoch(&self) -> Epoch {
+        self.engine.current_epoch()
+    }
+
+    /// Record a domain metric value (see [`StageCtx::record`]).
+    pub fn record(&self, name: &str, value: f64) {
+        self.metrics.record(name, value);
+    }
+
+    /// Count one missed deadline.
+    pub fn deadline_missed(&self) {
+        self.metrics.deadline_missed();
     }
 }

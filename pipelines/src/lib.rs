@@ -23,6 +23,7 @@ pub fn registry() -> Registry {
     edgeflow_dialogue::register(&mut r);
     edgeflow_llm::register(&mut r);
     edgeflow_speech::register(&mut r);
+    edgeflow_control::register(&mut r);
     r
 }
 

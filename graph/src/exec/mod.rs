@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 use crate::message::{Epoch, Message, Payload, Timestamp};
 use crate::metrics::{CancelReport, EdgeStats, MetricsSnapshot, StageMetrics};
 use crate::plan::Plan;
-use crate::stage::{EngineLink, Input, Outlet, Poll, Refused, Stage, StageCtx, StageError};
+use crate::stage::{
+    EngineLink, Input, Outlet, Poll, Refused, SharedOutlet, Stage, StageCtx, StageError,
+};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -159,6 +161,28 @@ impl Target {
     }
 }
 
+/// Push `msg` to every target (the last one gets the original, the others
+/// clones), blocking on full `block` edges.
+fn deliver(
+    targets: &[Target],
+    shared: &Shared,
+    mut msg: Message,
+) -> std::result::Result<(), Refused> {
+    let n = targets.len();
+    for (i, t) in targets.iter().enumerate() {
+        let m = if i + 1 == n {
+            std::mem::replace(&mut msg, Message::placeholder())
+        } else {
+            msg.clone()
+        };
+        match t.push(m, shared) {
+            Ok(()) => {}
+            Err(PushError::Cancelled) | Err(PushError::Stopped) => return Err(Refused),
+        }
+    }
+    Ok(())
+}
+
 /// An output port and where it leads: a stage's [`Outlet`].
 pub(crate) struct OutPort {
     pub(crate) targets: Vec<Target>,
@@ -170,19 +194,29 @@ impl Outlet for OutPort {
     fn send(&mut self, mut msg: Message) -> std::result::Result<(), Refused> {
         self.seq += 1;
         msg.seq = self.seq;
-        let n = self.targets.len();
-        for (i, t) in self.targets.iter().enumerate() {
-            let m = if i + 1 == n {
-                std::mem::replace(&mut msg, Message::placeholder())
-            } else {
-                msg.clone()
-            };
-            match t.push(m, &self.shared) {
-                Ok(()) => {}
-                Err(PushError::Cancelled) | Err(PushError::Stopped) => return Err(Refused),
-            }
-        }
-        Ok(())
+        deliver(&self.targets, &self.shared, msg)
+    }
+
+    fn share(&self) -> Arc<dyn SharedOutlet> {
+        Arc::new(SharedPort {
+            targets: self.targets.clone(),
+            seq: AtomicU64::new(0),
+            shared: self.shared.clone(),
+        })
+    }
+}
+
+/// An output port shared with a stage's helper thread ([`Outlet::share`]).
+struct SharedPort {
+    targets: Vec<Target>,
+    seq: AtomicU64,
+    shared: Arc<Shared>,
+}
+
+impl SharedOutlet for SharedPort {
+    fn send(&self, mut msg: Message) -> std::result::Result<(), Refused> {
+        msg.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        deliver(&self.targets, &self.shared, msg)
     }
 }
 

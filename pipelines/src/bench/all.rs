@@ -6,6 +6,7 @@
 //! row saying so with the command that creates it. Neither stops the run.
 
 use super::audio::AudioArgs;
+use super::control::ControlArgs;
 use super::dataflow::DataflowArgs;
 use super::ops::OpsArgs;
 use super::speech::SpeechArgs;
@@ -19,7 +20,9 @@ use std::time::Instant;
 
 /// The benches `bench all` runs, in order (ops first: its bandwidth probe
 /// goes in the machine section).
-pub const NAMES: [&str; 6] = ["ops", "dataflow", "audio", "speech", "tts", "thinker"];
+pub const NAMES: [&str; 7] = [
+    "ops", "dataflow", "audio", "speech", "tts", "thinker", "control",
+];
 
 /// Options of `edgeflow bench all`.
 #[derive(Debug, Clone, clap::Args)]
@@ -57,6 +60,7 @@ pub fn benches(quick: bool) -> Vec<Box<dyn Bench>> {
                 ..TtsArgs::default()
             }),
             Box::new(ThinkerArgs::default()),
+            Box::new(ControlArgs::default()),
         ];
     }
     vec![
@@ -82,6 +86,11 @@ pub fn benches(quick: bool) -> Vec<Box<dyn Bench>> {
         Box::new(ThinkerArgs {
             runs: 1,
             ..ThinkerArgs::default()
+        }),
+        Box::new(ControlArgs {
+            seconds: 5.0,
+            round_trips: 500,
+            ..ControlArgs::default()
         }),
     ]
 }

@@ -36,6 +36,7 @@
 
 pub mod all;
 pub mod audio;
+pub mod control;
 pub mod dataflow;
 pub mod ops;
 mod report;

@@ -29,6 +29,10 @@ pub enum BenchCommand {
     /// median of 3) vs llama.cpp on the same GGUF (`scripts/peer_envs.sh
     /// llama.cpp`).
     Thinker(bench::thinker::ThinkerArgs),
+    /// Robot control: zenoh round trip through zenoh_pub/zenoh_sub vs the
+    /// raw zenoh API, and the controller's wake-up jitter and missed periods
+    /// at 100 Hz vs a bare sleep loop, idle and beside a compute load.
+    Control(bench::control::ControlArgs),
     /// Every bench above; with --markdown, also write BENCHMARKS.md (the
     /// machine, the date and commit, every table with its command).
     All(bench::all::AllArgs),
@@ -44,6 +48,7 @@ pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Speech(a) => a.run()?,
         BenchCommand::Tts(a) => a.run()?,
         BenchCommand::Thinker(a) => a.run()?,
+        BenchCommand::Control(a) => a.run()?,
     };
     print!("{}", report.render_text());
     // `bench tts` exists to compare with onnxruntime: without the peer it

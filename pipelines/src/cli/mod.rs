@@ -9,6 +9,7 @@ mod graph;
 mod models;
 mod run;
 mod schema;
+mod sim;
 mod stages;
 mod validate;
 
@@ -46,6 +47,9 @@ pub enum Command {
     /// Fetch model weights into the local cache, or list what is cached.
     #[command(subcommand)]
     Models(models::ModelsCommand),
+    /// Simulated robots, each in its own process, reached over zenoh.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
 }
 
 /// Run a subcommand.
@@ -54,6 +58,7 @@ pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Run(a) => run::run(a),
         Command::Bench(b) => bench::run(b),
         Command::Models(m) => models::run(m),
+        Command::Sim(c) => sim::run(c),
         Command::Validate(a) => validate::run(a),
         Command::Graph(a) => graph::run(a),
         Command::Stages(a) => stages::run(a),

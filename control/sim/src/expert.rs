@@ -1,0 +1,390 @@
+//! A scripted expert that reads the true state and plans the next chunk of
+//! pusher position targets: approach the named block from behind (relative
+//! to its target), orbiting around it and around the other block, then push
+//! it along the line to the target, re-approaching when the block turns off
+//! the line; detour the block around the other block when that one is in
+//! the way.
+
+use crate::task::{
+    dist, PushConfig, TrueState, Workspace, BLOCK_HALF, PUSHER_RADIUS, TABLE_HALF, WALL_THICKNESS,
+};
+
+/// Free-motion speed along the planned path, m/s.
+const MOVE_SPEED: f32 = 0.25;
+/// Pushing speed limits, m/s, and the gain from remaining distance to speed.
+const PUSH_SPEED_MAX: f32 = 0.12;
+const PUSH_SPEED_MIN: f32 = 0.02;
+const PUSH_GAIN: f32 = 1.5;
+/// A block's circumradius.
+const BLOCK_RADIUS: f32 = BLOCK_HALF * std::f32::consts::SQRT_2;
+/// The pusher keeps this far from a block's centre while moving around it.
+const CLEAR: f32 = BLOCK_RADIUS + PUSHER_RADIUS + 0.015;
+/// The named block keeps this far from the other block's centre.
+const BLOCK_CLEAR: f32 = 2.0 * BLOCK_RADIUS + 0.01;
+/// Start pushing when the pusher is within this angle of "behind", keep
+/// pushing while within the larger one (radians).
+const ALIGN_ENTER: f32 = 20.0 * std::f32::consts::PI / 180.0;
+const ALIGN_KEEP: f32 = 35.0 * std::f32::consts::PI / 180.0;
+/// Stop pushing when the named block is this close to its target, metres.
+const DONE_DIST: f32 = 0.006;
+/// A detour point for the block counts as reached within this distance.
+const VIA_REACHED: f32 = 0.03;
+
+type V2 = [f32; 2];
+
+fn add(a: V2, b: V2) -> V2 {
+    [a[0] + b[0], a[1] + b[1]]
+}
+fn sub(a: V2, b: V2) -> V2 {
+    [a[0] - b[0], a[1] - b[1]]
+}
+fn scale(a: V2, k: f32) -> V2 {
+    [a[0] * k, a[1] * k]
+}
+fn dot(a: V2, b: V2) -> f32 {
+    a[0] * b[0] + a[1] * b[1]
+}
+fn norm(a: V2) -> f32 {
+    dot(a, a).sqrt()
+}
+/// Unit vector along `a`, or `fallback` when `a` is (nearly) zero.
+fn unit_or(a: V2, fallback: V2) -> V2 {
+    let n = norm(a);
+    if n > 1e-6 {
+        scale(a, 1.0 / n)
+    } else {
+        fallback
+    }
+}
+fn perp(a: V2) -> V2 {
+    [-a[1], a[0]]
+}
+fn polar(c: V2, r: f32, theta: f32) -> V2 {
+    [c[0] + r * theta.cos(), c[1] + r * theta.sin()]
+}
+/// Angle wrapped to `(-pi, pi]`.
+fn wrap(a: f32) -> f32 {
+    let tau = std::f32::consts::TAU;
+    let mut x = a % tau;
+    if x > std::f32::consts::PI {
+        x -= tau;
+    } else if x <= -std::f32::consts::PI {
+        x += tau;
+    }
+    x
+}
+/// The point of segment `a`-`b` closest to `c`, and its parameter in [0, 1].
+fn closest_on_segment(a: V2, b: V2, c: V2) -> (V2, f32) {
+    let ab = sub(b, a);
+    let l2 = dot(ab, ab);
+    let t = if l2 > 1e-12 {
+        (dot(sub(c, a), ab) / l2).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    (add(a, scale(ab, t)), t)
+}
+
+/// The scripted expert. It keeps a little state between chunks (whether it
+/// is pushing, and the block's current detour point); call
+/// [`Expert::reset`] at every episode reset.
+#[derive(Debug, Clone)]
+pub struct Expert {
+    dt: f32,
+    workspace: Workspace,
+    pushing: bool,
+    via: Option<V2>,
+}
+
+impl Expert {
+    /// An expert for simulations run with `cfg` (it needs the control period).
+    pub fn new(cfg: &PushConfig) -> Self {
+        Self {
+            dt: cfg.control_dt(),
+            workspace: Workspace::PUSHER,
+            pushing: false,
+            via: None,
+        }
+    }
+
+    /// Forget the previous episode.
+    pub fn reset(&mut self) {
+        self.pushing = false;
+        self.via = None;
+    }
+
+    /// The next `horizon` pusher position targets (table frame, metres, one
+    /// per control period, all inside [`Workspace::PUSHER`]), planned from
+    /// `s` alone, to be executed open-loop.
+    pub fn chunk(&mut self, s: &TrueState, horizon: usize) -> Vec<[f32; 2]> {
+        let p = s.pusher_pos;
+        let b = s.goal_block().pos;
+        let g = s.goal_zone().pos;
+        let other = s.blocks[1 - s.variant.block.index()].pos;
+        if s.success || dist(b, g) < DONE_DIST {
+            self.pushing = false;
+            return self.back_off(p, b, horizon);
+        }
+        let aim = self.block_aim(b, g, other);
+        let u = unit_or(sub(aim, b), [1.0, 0.0]);
+        let d = dist(aim, b);
+        let w = sub(p, b);
+        let rho = norm(w);
+        let behind = scale(u, -1.0);
+        let ang = dot(unit_or(w, behind), behind).clamp(-1.0, 1.0).acos();
+        let limit = if self.pushing {
+            ALIGN_KEEP
+        } else {
+            ALIGN_ENTER
+        };
+        if ang < limit && rho < CLEAR + 0.03 {
+            self.pushing = true;
+            // Remaining distance to the real goal (not a detour point) sets
+            // the speed, so a detour is pushed through briskly.
+            let v = (PUSH_GAIN * dist(b, g)).clamp(PUSH_SPEED_MIN, PUSH_SPEED_MAX);
+            let block_angle = s.goal_block().angle;
+            let slack = if self.via.is_some() { VIA_REACHED } else { 0.0 };
+            return self.push(p, b, u, d + slack, block_angle, v, horizon);
+        }
+        self.pushing = false;
+        let path = self.approach_path(p, b, u, other);
+        self.sample(p, &path, MOVE_SPEED, horizon)
+    }
+
+    /// Where to push the named block now: its target, or a detour point
+    /// beside the other block when that one lies on the way.
+    fn block_aim(&mut self, b: V2, g: V2, other: V2) -> V2 {
+        let (c, t) = closest_on_segment(b, g, other);
+        let blocked = dist(c, other) < BLOCK_CLEAR && t > 0.0 && t < 1.0;
+        if let Some(v) = self.via {
+            if dist(b, v) < VIA_REACHED || !blocked {
+                self.via = None;
+            }
+        }
+        if self.via.is_none() && blocked {
+            let dir = unit_or(sub(g, b), [1.0, 0.0]);
+            let n0 = unit_or(sub(c, other), perp(dir));
+            let lim = TABLE_HALF - WALL_THICKNESS - CLEAR - 0.02;
+            let inside = |q: V2| q[0].abs() <= lim && q[1].abs() <= lim;
+            let r = BLOCK_CLEAR + 0.02;
+            let first = add(other, scale(n0, r));
+            let second = add(other, scale(n0, -r));
+            self.via = Some(if inside(first) || !inside(second) {
+                first
+            } else {
+                second
+            });
+        }
+        self.via.unwrap_or(g)
+    }
+
+    /// Targets that push the block at `b` by `d` along `u`.
+    #[allow(clippy::too_many_arguments)]
+    fn push(&self, p: V2, b: V2, u: V2, d: f32, block_angle: f32, v: f32, n: usize) -> Vec<V2> {
+        // Distance from the block's centre to the pusher's centre at contact
+        // when pushing through the centre along u.
+        let phi = wrap(block_angle - u[1].atan2(u[0]));
+        let c = phi.cos().abs().max(phi.sin().abs());
+        let contact = ((BLOCK_HALF + PUSHER_RADIUS) / c).min(BLOCK_RADIUS + PUSHER_RADIUS);
+        let along = dot(sub(b, p), u);
+        let gap = (along - contact).max(0.0);
+        (1..=n)
+            .map(|k| {
+                let adv = (v * self.dt * k as f32).min(gap + d);
+                self.workspace.clamp(add(b, scale(u, adv - along)))
+            })
+            .collect()
+    }
+
+    /// Waypoints from `p` to the pre-push point behind `b` (relative to
+    /// `u`), going around the block and clear of the other block.
+    fn approach_path(&self, p: V2, b: V2, u: V2, other: V2) -> Vec<V2> {
+        let theta_d = (-u[1]).atan2(-u[0]);
+        let pre = polar(b, CLEAR, theta_d);
+        let (c, _) = closest_on_segment(p, pre, b);
+        let mut path = if dist(c, b) >= CLEAR * 0.97 {
+            vec![pre]
+        } else {
+            // Around the block: both ways, keep the cheaper.
+            let a = self.arc_path(p, b, theta_d, 1.0, other);
+            let z = self.arc_path(p, b, theta_d, -1.0, other);
+            if self.cost(p, &a, other) <= self.cost(p, &z, other) {
+                a
+            } else {
+                z
+            }
+        };
+        // Around the other block on the way to the first waypoint.
+        let r_other = CLEAR;
+        if dist(p, other) < r_other {
+            let out = add(
+                other,
+                scale(unit_or(sub(p, other), perp(u)), r_other + 0.01),
+            );
+            path.insert(0, out);
+        } else if let Some(first) = path.first().copied() {
+            let (c, t) = closest_on_segment(p, first, other);
+            if dist(c, other) < r_other && t > 0.0 && t < 1.0 {
+                let dir = unit_or(sub(first, p), u);
+                let n = unit_or(sub(c, other), perp(dir));
+                path.insert(0, add(other, scale(n, r_other + 0.015)));
+            }
+        }
+        path
+    }
+
+    /// Around `b` at radius CLEAR in direction `sign` (+1 counter-clockwise)
+    /// from the pusher's side to angle `theta_d`.
+    fn arc_path(&self, p: V2, b: V2, theta_d: f32, sign: f32, _other: V2) -> Vec<V2> {
+        let w = sub(p, b);
+        let rho = norm(w);
+        let theta_p = w[1].atan2(w[0]);
+        let mut path = Vec::new();
+        let theta_s = if rho <= CLEAR {
+            path.push(polar(b, CLEAR, theta_p));
+            theta_p
+        } else {
+            theta_p + sign * (CLEAR / rho).clamp(-1.0, 1.0).acos()
+        };
+        // Arc length in direction `sign`, in [0, 2 pi).
+        let mut sweep = wrap(theta_d - theta_s) * sign;
+        if sweep < 0.0 {
+            sweep += std::f32::consts::TAU;
+        }
+        let steps = (sweep / (12f32).to_radians()).ceil().max(1.0) as usize;
+        for i in 0..=steps {
+            let th = theta_s + sign * sweep * i as f32 / steps as f32;
+            path.push(polar(b, CLEAR, th));
+        }
+        path
+    }
+
+    /// Path length plus penalties for passing the other block or leaving
+    /// the workspace.
+    fn cost(&self, p: V2, path: &[V2], other: V2) -> f32 {
+        let mut len = 0.0;
+        let mut prev = p;
+        let mut penalty = 0.0;
+        for q in path {
+            len += dist(prev, *q);
+            prev = *q;
+            if dist(*q, other) < CLEAR {
+                penalty += 1.0;
+            }
+            if !self.workspace.contains(*q) {
+                penalty += 1.0;
+            }
+        }
+        len + penalty
+    }
+
+    /// Sample `path` (from `p`) every `speed * dt` metres; hold at the end.
+    fn sample(&self, p: V2, path: &[V2], speed: f32, n: usize) -> Vec<V2> {
+        let step = speed * self.dt;
+        let mut out = Vec::with_capacity(n);
+        let mut seg = 0;
+        let mut from = p;
+        let mut left = step;
+        while out.len() < n {
+            let Some(&to) = path.get(seg) else {
+                out.push(self.workspace.clamp(from));
+                continue;
+            };
+            let l = dist(from, to);
+            if l >= left {
+                from = add(from, scale(sub(to, from), left / l));
+                out.push(self.workspace.clamp(from));
+                left = step;
+            } else {
+                left -= l;
+                from = to;
+                seg += 1;
+            }
+        }
+        out
+    }
+
+    /// Move slowly away from the block (to let it rest in the zone).
+    fn back_off(&self, p: V2, b: V2, n: usize) -> Vec<V2> {
+        let away = unit_or(sub(p, b), [0.0, 1.0]);
+        (1..=n)
+            .map(|k| {
+                self.workspace
+                    .clamp(add(p, scale(away, (0.002 * k as f32).min(0.02))))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PushSim;
+
+    /// Run one episode with the expert's chunks executed open-loop, replanned
+    /// after each chunk. Returns (success, steps).
+    pub(crate) fn run_episode(
+        sim: &mut PushSim,
+        expert: &mut Expert,
+        seed: u64,
+        h: usize,
+    ) -> (bool, u64) {
+        sim.reset(seed);
+        expert.reset();
+        while !sim.done() {
+            for t in expert.chunk(&sim.true_state(), h) {
+                sim.step(t);
+                if sim.done() {
+                    break;
+                }
+            }
+        }
+        (sim.success(), sim.true_state().step)
+    }
+
+    #[test]
+    fn expert_solves_at_least_95_percent_of_20_episodes_open_loop() {
+        let cfg = PushConfig::default();
+        let mut sim = PushSim::new(cfg.clone()).unwrap();
+        let mut expert = Expert::new(&cfg);
+        let mut failed = Vec::new();
+        for seed in 0..20 {
+            let (ok, steps) = run_episode(&mut sim, &mut expert, seed, 16);
+            if !ok {
+                failed.push((seed, steps));
+            }
+        }
+        assert!(failed.len() <= 1, "failed (seed, steps): {failed:?}");
+    }
+
+    #[test]
+    fn chunks_have_the_horizon_and_stay_in_the_workspace() {
+        let cfg = PushConfig::default();
+        let mut sim = PushSim::new(cfg.clone()).unwrap();
+        let mut expert = Expert::new(&cfg);
+        sim.reset(9);
+        for h in [1, 8, 16, 50] {
+            let c = expert.chunk(&sim.true_state(), h);
+            assert_eq!(c.len(), h);
+            assert!(c.iter().all(|p| Workspace::PUSHER.contains(*p)));
+        }
+        assert!(expert.chunk(&sim.true_state(), 0).is_empty());
+    }
+
+    #[test]
+    fn approach_goes_around_the_block_not_through_it() {
+        // Pusher in front of the block (on the target side): the path to
+        // the pre-push point must keep clear of the block.
+        let e = Expert::new(&PushConfig::default());
+        let b = [0.0, 0.0];
+        let u = [1.0, 0.0];
+        let p = [0.1, 0.0];
+        let path = e.approach_path(p, b, u, [0.2, 0.2]);
+        let pts = e.sample(p, &path, MOVE_SPEED, 200);
+        assert!(pts
+            .iter()
+            .all(|q| dist(*q, b) > BLOCK_RADIUS + PUSHER_RADIUS));
+        let end = *pts.last().unwrap();
+        assert!(dist(end, [-CLEAR, 0.0]) < 1e-3, "{end:?}");
+    }
+}

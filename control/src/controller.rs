@@ -1,0 +1,429 @@
+//! The `controller` stage: a fixed-rate loop on its own thread that pops
+//! one action per period from the action queue, asks the policy for chunks,
+//! and publishes the safe action when the policy or the robot side goes
+//! quiet. See [`crate::core`] for the per-period logic.
+
+use crate::core::{ControllerCore, CoreConfig, SafeMode, SafeReason, Source};
+use crate::queue::MergeMode;
+use crate::rt::{try_realtime, Metronome};
+use edgeflow_graph::{
+    ActionChunk, BuildEnv, Event, Input, Message, ParamInfo, ParamType, Params, Payload, PortSpec,
+    PortType, Ports, Stage, StageCtx, StageError, StageFactory, StageHandle, StageInfo,
+    StageResult, Timestamp,
+};
+use parking_lot::Mutex;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Output ports.
+const OUT_COMMAND: usize = 0;
+const OUT_REQUEST: usize = 1;
+const OUT_EVENTS: usize = 2;
+/// Input ports.
+const IN_ACTIONS: usize = 0;
+const IN_OBS: usize = 1;
+const IN_PEER: usize = 2;
+
+/// Settings beyond the core's.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Per-period logic settings.
+    pub core: CoreConfig,
+    /// SCHED_FIFO priority to try (0 = do not).
+    pub rt_priority: i32,
+    /// Try `mlockall`.
+    pub lock_memory: bool,
+}
+
+/// The `controller` kind.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ControllerKind;
+
+fn ports() -> Ports {
+    Ports {
+        inputs: vec![
+            PortSpec::new("actions", PortType::Actions, "action chunks from the policy (first timestep, H actions)"),
+            PortSpec::optional("obs", PortType::Any, "observations; only their capture time is used (watchdog `max_obs_age`)"),
+            PortSpec::optional("peer", PortType::Control, "liveliness events (`peer_lost` / `peer_alive`) from a zenoh stage"),
+        ],
+        outputs: vec![
+            PortSpec::new("command", PortType::Actions, "one action per period (a 1-step chunk at the period's timestep)"),
+            PortSpec::optional("request", PortType::Control, "`chunk_request` {step, last_delay}: the policy should send a chunk starting at `step`"),
+            PortSpec::optional("events", PortType::Control, "`safe_hold` {reason, step} / `safe_hold_end` {periods} / `controller_rt` {status}"),
+        ],
+    }
+}
+
+impl StageFactory for ControllerKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: "controller",
+            doc: "Fixed-rate control loop on its own thread (absolute-deadline clock_nanosleep, SCHED_FIFO and mlockall when permitted): pops one action per period from a timestep-indexed queue, requests chunks below `threshold` x H with the measured inference delay, merges overlaps, and publishes the safe action when observations go stale or the queue stays empty.",
+            params: vec![
+                ParamInfo::new("rate_hz", ParamType::Float, 50.0, "control rate (1..=2000)"),
+                ParamInfo::new("threshold", ParamType::Float, 0.5, "request a chunk when fewer than threshold x H actions remain; 0 = synchronous (wait for each chunk)"),
+                ParamInfo::new("horizon", ParamType::Int, 16, "expected chunk length H before the first chunk arrives"),
+                ParamInfo::new("merge", ParamType::String, "weighted_average", "overlap merge: latest_only, weighted_average, average, conservative, ensemble"),
+                ParamInfo::new("old_weight", ParamType::Float, 0.3, "weighted_average: weight of the queued action (new gets 1 - old_weight)"),
+                ParamInfo::new("ensemble_m", ParamType::Float, 0.01, "ensemble: weights exp(-m i), i = 0 the oldest prediction"),
+                ParamInfo::new("safe_action", ParamType::String, "hold", "hold (repeat the last position target) or zero (zero velocity)"),
+                ParamInfo::new("max_obs_age", ParamType::Duration, "500ms", "an observation older than this triggers the safe action"),
+                ParamInfo::new("grace", ParamType::Duration, "200ms", "an empty queue for longer than this triggers the safe action"),
+                ParamInfo::new("request_timeout", ParamType::Duration, "1s", "re-send a request that got no chunk for this long"),
+                ParamInfo::optional("dim", ParamType::Int, "action dimension, if known before the first chunk (needed by `zero`)"),
+                ParamInfo::new("rt_priority", ParamType::Int, 50, "SCHED_FIFO priority to try for the loop thread (0 = do not)"),
+                ParamInfo::new("lock_memory", ParamType::Bool, true, "try mlockall(MCL_CURRENT | MCL_FUTURE)"),
+            ],
+            ports: ports(),
+            source: false,
+        }
+    }
+
+    fn build(&self, p: &Params, _env: &BuildEnv) -> StageResult<Box<dyn Stage>> {
+        Ok(Box::new(Controller::new(parse_config(p)?)))
+    }
+}
+
+/// Read the stage params.
+pub fn parse_config(p: &Params) -> StageResult<ControllerConfig> {
+    let rate: f64 = p.get_or("rate_hz", 50.0)?;
+    if !(1.0..=2000.0).contains(&rate) {
+        return Err(p
+            .error("rate_hz", format!("must be in 1..=2000, got {rate}"))
+            .into());
+    }
+    let threshold: f32 = p.get_or("threshold", 0.5)?;
+    if !(0.0..=1.0).contains(&threshold) {
+        return Err(p
+            .error("threshold", format!("must be in 0..=1, got {threshold}"))
+            .into());
+    }
+    let horizon: usize = p.get_or("horizon", 16)?;
+    if horizon == 0 {
+        return Err(p.error("horizon", "must be at least 1").into());
+    }
+    let old_weight: f32 = p.get_or("old_weight", 0.3)?;
+    if !(0.0..=1.0).contains(&old_weight) {
+        return Err(p
+            .error("old_weight", format!("must be in 0..=1, got {old_weight}"))
+            .into());
+    }
+    let m: f32 = p.get_or("ensemble_m", 0.01)?;
+    let merge_name: String = p.get_or("merge", "weighted_average".to_string())?;
+    let Some(merge) = MergeMode::parse(&merge_name, old_weight, m) else {
+        return Err(p
+            .error("merge", format!("`{merge_name}` is not a merge mode: use latest_only, weighted_average, average, conservative or ensemble"))
+            .into());
+    };
+    let safe_name: String = p.get_or("safe_action", "hold".to_string())?;
+    let safe = match safe_name.as_str() {
+        "hold" => SafeMode::Hold,
+        "zero" => SafeMode::Zero,
+        other => {
+            return Err(p
+                .error("safe_action", format!("`{other}` is not hold or zero"))
+                .into())
+        }
+    };
+    let dim: Option<usize> = p.opt("dim")?;
+    if safe == SafeMode::Zero && dim.is_none() {
+        return Err(p
+            .error(
+                "dim",
+                "is required with safe_action: zero (the zero command needs its size)",
+            )
+            .into());
+    }
+    Ok(ControllerConfig {
+        core: CoreConfig {
+            period: Duration::from_secs_f64(1.0 / rate),
+            threshold,
+            horizon,
+            merge,
+            safe,
+            max_obs_age: p
+                .duration("max_obs_age")?
+                .unwrap_or(Duration::from_millis(500)),
+            grace: p.duration("grace")?.unwrap_or(Duration::from_millis(200)),
+            dim,
+            request_timeout: p
+                .duration("request_timeout")?
+                .unwrap_or(Duration::from_secs(1)),
+        },
+        rt_priority: p.get_or("rt_priority", 50)?,
+        lock_memory: p.get_or("lock_memory", true)?,
+    })
+}
+
+struct Shared {
+    core: Mutex<ControllerCore>,
+    stop: AtomicBool,
+    /// Capture time (graph ns) of the observation the newest chunk came from.
+    chunk_capture: AtomicU64,
+}
+
+/// The `controller` stage.
+pub struct Controller {
+    cfg: ControllerConfig,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl Controller {
+    /// A controller with these settings (its loop starts with the pipeline).
+    pub fn new(cfg: ControllerConfig) -> Self {
+        Controller {
+            shared: Arc::new(Shared {
+                core: Mutex::new(ControllerCore::new(cfg.core.clone())),
+                stop: AtomicBool::new(false),
+                chunk_capture: AtomicU64::new(0),
+            }),
+            cfg,
+            threads: Vec::new(),
+        }
+    }
+
+    fn stop_threads(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+fn named(name: &str, v: serde_json::Value) -> Payload {
+    Payload::event(Event::Named(name.into(), v))
+}
+
+/// Side outputs (requests, events) go through a bounded channel to their
+/// own thread, so a slow or blocked policy edge never delays a period.
+type SideTx = crossbeam_channel::Sender<(usize, Payload)>;
+
+fn side_thread(h: StageHandle, rx: crossbeam_channel::Receiver<(usize, Payload)>) {
+    while let Ok((port, p)) = rx.recv() {
+        if h.emit(port, p).is_err() {
+            break;
+        }
+    }
+}
+
+fn control_loop(h: StageHandle, sh: Arc<Shared>, cfg: ControllerConfig, side: SideTx) {
+    let rt = try_realtime(cfg.rt_priority, cfg.lock_memory);
+    let line = rt.describe();
+    if rt.fifo.is_err() || rt.mlock.is_err() {
+        eprintln!("controller `{}`: {line}", h.id());
+    }
+    h.record("rt_fifo", if rt.fifo.is_ok() { 1.0 } else { 0.0 });
+    h.record("mem_locked", if rt.mlock.is_ok() { 1.0 } else { 0.0 });
+    let _ = side.try_send((
+        OUT_EVENTS,
+        named("controller_rt", json!({ "status": line })),
+    ));
+    let period = cfg.core.period;
+    let mut clock = Metronome::new(period.as_nanos() as u64);
+    let mut missed_total = 0u64;
+    let mut side_dropped = 0u64;
+    let mut last = crate::core::CoreStats::default();
+    let mut last_dropped = 0u64;
+    while !sh.stop.load(Ordering::Acquire) && !h.should_stop() {
+        let wake = clock.wait();
+        let now = Timestamp::now();
+        h.record("jitter_us", wake.jitter_ns as f64 / 1e3);
+        if wake.missed > 0 {
+            missed_total += wake.missed;
+            h.record("missed_periods", missed_total as f64);
+        }
+        let (tick, stats, dropped) = {
+            let mut c = sh.core.lock();
+            let t = c.tick(now.0);
+            (t, c.stats(), c.dropped())
+        };
+        if !tick.command.is_empty() {
+            let dim = tick.command.len();
+            let msg = Message {
+                epoch: h.current_epoch(),
+                seq: 0,
+                timestamp: now,
+                deadline: Some(now.plus(period)),
+                payload: Payload::Actions(Arc::new(ActionChunk {
+                    start_step: tick.step,
+                    dt: period,
+                    dim,
+                    actions: tick.command,
+                })),
+            };
+            if h.emit_msg(OUT_COMMAND, msg).is_err() {
+                break;
+            }
+            if tick.source == Source::Queue {
+                let cap = sh.chunk_capture.load(Ordering::Acquire);
+                if cap > 0 {
+                    h.record("obs_to_command_ms", now.0.saturating_sub(cap) as f64 / 1e6);
+                }
+            }
+        }
+        let mut side_send = |port: usize, p: Payload| {
+            if side.try_send((port, p)).is_err() {
+                side_dropped += 1;
+                h.record("side_outputs_dropped", side_dropped as f64);
+            }
+        };
+        if let Some(r) = tick.request {
+            side_send(
+                OUT_REQUEST,
+                named(
+                    "chunk_request",
+                    json!({ "step": r.step, "last_delay": r.last_delay }),
+                ),
+            );
+        }
+        if let Some(reason) = tick.safe_started {
+            let why = match reason {
+                SafeReason::StaleObservation => "stale_observation",
+                SafeReason::EmptyQueue => "empty_queue",
+                SafeReason::PeerLost => "peer_lost",
+            };
+            let reaction_ms = tick.safe_reaction_ns.unwrap_or(0) as f64 / 1e6;
+            h.record("safe_hold_reaction_ms", reaction_ms);
+            eprintln!(
+                "controller `{}`: safe hold at step {} ({why}; {reaction_ms:.2} ms after it was due)",
+                h.id(),
+                tick.step
+            );
+            side_send(
+                OUT_EVENTS,
+                named("safe_hold", json!({ "reason": why, "step": tick.step })),
+            );
+        }
+        if let Some(n) = tick.safe_ended {
+            h.record("safe_hold_len_periods", n as f64);
+            side_send(
+                OUT_EVENTS,
+                named("safe_hold_end", json!({ "periods": n, "step": tick.step })),
+            );
+        }
+        if stats.underruns != last.underruns {
+            h.record("underruns", stats.underruns as f64);
+        }
+        if stats.safe_periods != last.safe_periods {
+            h.record("safe_hold_periods", stats.safe_periods as f64);
+        }
+        if stats.safe_episodes != last.safe_episodes {
+            h.record("safe_hold_episodes", stats.safe_episodes as f64);
+        }
+        if stats.requests != last.requests {
+            h.record("requests", stats.requests as f64);
+        }
+        if dropped != last_dropped {
+            h.record("dropped_actions", dropped as f64);
+            last_dropped = dropped;
+        }
+        last = stats;
+    }
+}
+
+impl Stage for Controller {
+    fn start(&mut self, ctx: &mut StageCtx) -> StageResult {
+        let h = ctx.handle();
+        let (tx, rx) = crossbeam_channel::bounded(256);
+        let h2 = h.clone();
+        let side = std::thread::Builder::new()
+            .name("ef-ctl-side".into())
+            .spawn(move || side_thread(h2, rx))
+            .map_err(|e| {
+                StageError::msg(format!("controller `{}`: cannot spawn: {e}", ctx.id()))
+            })?;
+        let sh = self.shared.clone();
+        let cfg = self.cfg.clone();
+        let lp = std::thread::Builder::new()
+            .name("ef-ctl-loop".into())
+            .spawn(move || control_loop(h, sh, cfg, tx))
+            .map_err(|e| {
+                StageError::msg(format!("controller `{}`: cannot spawn: {e}", ctx.id()))
+            })?;
+        // Join the loop first: it owns the channel's sender, so the side
+        // thread ends when it does.
+        self.threads.push(lp);
+        self.threads.push(side);
+        Ok(())
+    }
+
+    fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+        let ts = input.msg.timestamp;
+        match input.port {
+            IN_ACTIONS => {
+                let Payload::Actions(a) = &input.msg.payload else {
+                    return Err(StageError::msg(format!(
+                        "controller `{}`: `actions` got a {} message",
+                        ctx.id(),
+                        input.msg.payload.type_name()
+                    )));
+                };
+                let now = Timestamp::now().0;
+                let r = self
+                    .shared
+                    .core
+                    .lock()
+                    .on_chunk(a.start_step, a.dim, &a.actions, now);
+                match r {
+                    Ok((rep, delay)) => {
+                        self.shared.chunk_capture.store(ts.0, Ordering::Release);
+                        if let Some(d) = delay {
+                            ctx.record("inference_delay_periods", d as f64);
+                        }
+                        if rep.stale > 0 {
+                            ctx.record("stale_on_arrival", rep.stale as f64);
+                        }
+                    }
+                    Err(e) => {
+                        // A bad chunk is the policy's bug: report, keep control.
+                        ctx.record("rejected_chunks", 1.0);
+                        eprintln!("controller `{}`: chunk rejected: {e}", ctx.id());
+                    }
+                }
+            }
+            IN_OBS => self.shared.core.lock().on_observation(ts.0),
+            IN_PEER => {
+                if let Some(Event::Named(name, _)) = input.msg.payload.as_event() {
+                    match name.as_str() {
+                        "peer_lost" => self
+                            .shared
+                            .core
+                            .lock()
+                            .set_peer_lost(true, Timestamp::now().0),
+                        "peer_alive" => self
+                            .shared
+                            .core
+                            .lock()
+                            .set_peer_lost(false, Timestamp::now().0),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, _ctx: &mut StageCtx) -> StageResult {
+        self.stop_threads();
+        Ok(())
+    }
+}

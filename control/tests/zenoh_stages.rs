@@ -1,0 +1,262 @@
+//! zenoh_sub / zenoh_pub over real zenoh on 127.0.0.1: round trip, malformed
+//! observations counted and rejected, liveliness loss reported.
+
+mod common;
+
+use common::{free_port, registry};
+use edgeflow_control::session::{SessionConfig, SharedSession};
+use edgeflow_control::wire::{self, Body, Header, TensorData};
+use edgeflow_graph::{Event, Payload, Pipeline};
+use std::time::{Duration, Instant};
+use zenoh::Wait;
+
+fn state_msg(seq: u64, values: Vec<f32>) -> Vec<u8> {
+    wire::encode(
+        &Header {
+            epoch: 1,
+            seq,
+            capture_ns: wire::mono_ns(),
+            deadline_ns: None,
+        },
+        &Body::RobotState { step: seq, values },
+    )
+    .expect("encode")
+}
+
+/// Wait until `f` returns Some, up to `t`.
+fn until<T>(t: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + t;
+    while Instant::now() < end {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+#[test]
+fn malformed_observations_are_counted_and_rejected() {
+    let port = free_port();
+    let yaml = format!(
+        r#"
+stages:
+  - {{ id: obs, kind: zenoh_sub, params: {{ key: robot/obs, type: robot_state, dim: 4, policy: drop_oldest, listen: ["tcp/127.0.0.1:{port}"] }} }}
+  - {{ id: out, kind: host_out, params: {{ type: tensor }} }}
+edges:
+  - {{ from: obs.out, to: out.in }}
+"#
+    );
+    let running = Pipeline::from_yaml(&yaml, &registry())
+        .expect("valid")
+        .start()
+        .expect("start");
+    // A separate raw zenoh session plays the robot.
+    let robot = SharedSession::open(&SessionConfig::peer(
+        &[],
+        &[&format!("tcp/127.0.0.1:{port}")],
+    ))
+    .expect("robot session");
+    let publisher = robot
+        .session()
+        .declare_publisher("robot/obs")
+        .wait()
+        .expect("publisher");
+    // Wait until the link is up: resend a valid state until one arrives.
+    let first = until(Duration::from_secs(10), || {
+        publisher
+            .put(state_msg(1, vec![1.0, 2.0, 3.0, 4.0]))
+            .wait()
+            .expect("put");
+        running
+            .pull("out", Duration::from_millis(50))
+            .ok()
+            .flatten()
+    })
+    .expect("a valid observation arrives");
+    match &first.payload {
+        Payload::Tensor(t) => assert_eq!(t.to_vec_f32().expect("f32"), vec![1.0, 2.0, 3.0, 4.0]),
+        p => panic!("expected a tensor, got {p:?}"),
+    }
+    while running
+        .pull("out", Duration::from_millis(100))
+        .ok()
+        .flatten()
+        .is_some()
+    {}
+    let before = running.metrics();
+    let base = before
+        .stages
+        .iter()
+        .find(|s| s.id == "obs")
+        .and_then(|s| s.values.get("malformed"))
+        .map_or(0, |v| v.last as u64);
+    // Wrong size, wrong kind (a tensor), wrong dtype, random bytes, newer
+    // version, truncated.
+    let wrong_size = state_msg(2, vec![1.0, 2.0, 3.0]);
+    let tensor = wire::encode(
+        &Header::default(),
+        &Body::Tensor {
+            dims: vec![4],
+            data: TensorData::F32(vec![0.0; 4]),
+        },
+    )
+    .expect("encode");
+    let mut bad_dtype = tensor.clone();
+    bad_dtype[3] = wire::Kind::RobotState as u8; // a tensor body under a state header
+    let random: Vec<u8> = (0..97u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let mut newer = state_msg(3, vec![0.0; 4]);
+    newer[2] = wire::VERSION + 1;
+    let truncated = state_msg(4, vec![0.0; 4])[..50].to_vec();
+    let bad = [wrong_size, tensor, bad_dtype, random, newer, truncated];
+    for b in &bad {
+        publisher.put(b.clone()).wait().expect("put");
+    }
+    publisher
+        .put(state_msg(5, vec![5.0, 6.0, 7.0, 8.0]))
+        .wait()
+        .expect("put");
+    let good = until(Duration::from_secs(5), || {
+        running
+            .pull("out", Duration::from_millis(50))
+            .ok()
+            .flatten()
+    })
+    .expect("the valid one after the bad ones");
+    match &good.payload {
+        Payload::Tensor(t) => assert_eq!(t.to_vec_f32().expect("f32"), vec![5.0, 6.0, 7.0, 8.0]),
+        p => panic!("expected a tensor, got {p:?}"),
+    }
+    let m = until(Duration::from_secs(2), || {
+        let m = running.metrics();
+        let n = m
+            .stages
+            .iter()
+            .find(|s| s.id == "obs")?
+            .values
+            .get("malformed")?
+            .last as u64;
+        (n >= base + bad.len() as u64).then_some(n)
+    })
+    .expect("malformed counted");
+    assert_eq!(m, base + bad.len() as u64, "every bad message counted once");
+    assert!(
+        running
+            .pull("out", Duration::from_millis(100))
+            .ok()
+            .flatten()
+            .is_none(),
+        "no bad message got through"
+    );
+    running.stop();
+    drop(publisher);
+    drop(robot);
+}
+
+#[test]
+fn pub_to_sub_round_trip_keeps_payload_and_capture_time() {
+    let port = free_port();
+    let yaml = format!(
+        r#"
+stages:
+  - {{ id: src, kind: host_in, params: {{ type: actions }} }}
+  - {{ id: pub, kind: zenoh_pub, params: {{ key: t/act, priority: real_time, express: true, congestion_control: drop, listen: ["tcp/127.0.0.1:{port}"] }} }}
+  - {{ id: sub, kind: zenoh_sub, params: {{ key: t/act, type: actions, connect: ["tcp/127.0.0.1:{port}"], listen: [] }} }}
+  - {{ id: out, kind: host_out, params: {{ type: actions }} }}
+edges:
+  - {{ from: src.out, to: pub.in }}
+  - {{ from: sub.out, to: out.in }}
+"#
+    );
+    let running = Pipeline::from_yaml(&yaml, &registry())
+        .expect("valid")
+        .start()
+        .expect("start");
+    let chunk = edgeflow_graph::ActionChunk {
+        start_step: 7,
+        dt: Duration::from_millis(20),
+        dim: 2,
+        actions: vec![1.0, 2.0, 3.0, 4.0],
+    };
+    let got = until(Duration::from_secs(10), || {
+        running
+            .push("src", Payload::Actions(std::sync::Arc::new(chunk.clone())))
+            .expect("push");
+        running
+            .pull("out", Duration::from_millis(50))
+            .ok()
+            .flatten()
+    })
+    .expect("the chunk comes back over zenoh");
+    match &got.payload {
+        Payload::Actions(a) => assert_eq!(**a, chunk),
+        p => panic!("expected actions, got {p:?}"),
+    }
+    assert!(
+        got.timestamp.elapsed() < Duration::from_secs(1),
+        "capture time survives the trip"
+    );
+    running.stop();
+}
+
+#[test]
+fn lost_peer_is_reported_within_a_second() {
+    let port = free_port();
+    let yaml = format!(
+        r#"
+stages:
+  - {{ id: sub, kind: zenoh_sub, params: {{ key: robot/state, type: robot_state, watch: "edgeflow/alive/sim", listen: ["tcp/127.0.0.1:{port}"] }} }}
+  - {{ id: peer, kind: host_out, params: {{ type: control }} }}
+  - {{ id: sink, kind: discard }}
+edges:
+  - {{ from: sub.peer, to: peer.in }}
+  - {{ from: sub.out, to: sink.in }}
+"#
+    );
+    let running = Pipeline::from_yaml(&yaml, &registry())
+        .expect("valid")
+        .start()
+        .expect("start");
+    let sim = SharedSession::open(&SessionConfig::peer(
+        &[],
+        &[&format!("tcp/127.0.0.1:{port}")],
+    ))
+    .expect("sim session");
+    let token = sim
+        .session()
+        .liveliness()
+        .declare_token("edgeflow/alive/sim")
+        .wait()
+        .expect("token");
+    let name = |m: &edgeflow_graph::Message| match m.payload.as_event() {
+        Some(Event::Named(n, _)) => n.clone(),
+        _ => String::new(),
+    };
+    let alive = until(Duration::from_secs(10), || {
+        running
+            .pull("peer", Duration::from_millis(50))
+            .ok()
+            .flatten()
+    })
+    .expect("peer_alive");
+    assert_eq!(name(&alive), "peer_alive");
+    let t0 = Instant::now();
+    drop(token);
+    drop(sim);
+    let lost = until(Duration::from_secs(3), || {
+        running
+            .pull("peer", Duration::from_millis(20))
+            .ok()
+            .flatten()
+    })
+    .expect("peer_lost");
+    assert_eq!(name(&lost), "peer_lost");
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "peer loss took {:?}",
+        t0.elapsed()
+    );
+    running.stop();
+}

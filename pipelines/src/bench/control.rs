@@ -1,0 +1,465 @@
+//! `edgeflow bench control`: the robot-control path's two costs, each next
+//! to a baseline measured in the same run:
+//!
+//! - a zenoh round trip of an 80-byte `robot_state` over TCP on 127.0.0.1
+//!   through our `zenoh_pub` / `zenoh_sub` stages, against the same round
+//!   trip through the raw zenoh API (the echo side is one raw zenoh session
+//!   in both);
+//! - the `controller` stage's wake-up jitter (actual minus scheduled) and
+//!   missed periods at `--rate-hz` for `--seconds`, idle and with a matmul
+//!   thread computing beside it, against a bare absolute-deadline sleep loop
+//!   (the same clock, no engine) under the same load.
+
+use super::{Bench, BenchReport, Row};
+use anyhow::Context as _;
+use edgeflow_control::rt::{percentiles_us, Metronome};
+use edgeflow_control::session::{SessionConfig, SharedSession};
+use edgeflow_control::wire::{self, Body, Header};
+use edgeflow_graph::{ActionChunk, Event, Payload, Pipeline, Registry};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zenoh::Wait;
+
+/// Options of `edgeflow bench control`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControlArgs {
+    /// Seconds the controller runs in each variant (idle, loaded); the bare
+    /// sleep loop runs as long.
+    #[arg(long, default_value_t = 60.0)]
+    pub seconds: f64,
+    /// Controller rate in Hz.
+    #[arg(long, default_value_t = 100.0)]
+    pub rate_hz: f64,
+    /// Timed round trips per variant (after 100 untimed).
+    #[arg(long, default_value_t = 2000)]
+    pub round_trips: usize,
+    /// SCHED_FIFO priority the controller tries (0: do not).
+    #[arg(long, default_value_t = 50)]
+    pub rt_priority: i32,
+}
+
+impl Default for ControlArgs {
+    fn default() -> Self {
+        ControlArgs {
+            seconds: 60.0,
+            rate_hz: 100.0,
+            round_trips: 2000,
+            rt_priority: 50,
+        }
+    }
+}
+
+/// Round-trip latency in µs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Rtt {
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
+}
+
+/// Wake-up timing of one run.
+#[derive(Debug, Clone, PartialEq)]
+struct Jitter {
+    periods: u64,
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
+    missed: u64,
+    underruns: u64,
+    fifo: bool,
+}
+
+impl Bench for ControlArgs {
+    fn name(&self) -> &'static str {
+        "control"
+    }
+
+    fn compares(&self) -> &'static str {
+        "zenoh round trip through our stages vs the raw zenoh API; controller wake-up jitter vs a bare sleep loop"
+    }
+
+    fn args(&self) -> Vec<String> {
+        let d = ControlArgs::default();
+        let mut a = Vec::new();
+        if self.seconds != d.seconds {
+            a.extend(["--seconds".into(), self.seconds.to_string()]);
+        }
+        if self.rate_hz != d.rate_hz {
+            a.extend(["--rate-hz".into(), self.rate_hz.to_string()]);
+        }
+        if self.round_trips != d.round_trips {
+            a.extend(["--round-trips".into(), self.round_trips.to_string()]);
+        }
+        if self.rt_priority != d.rt_priority {
+            a.extend(["--rt-priority".into(), self.rt_priority.to_string()]);
+        }
+        a
+    }
+
+    fn run(&self) -> anyhow::Result<BenchReport> {
+        if !self.rate_hz.is_finite() || self.rate_hz <= 0.0 || self.rate_hz > 10_000.0 {
+            anyhow::bail!("--rate-hz {}: choose a rate in (0, 10000]", self.rate_hz);
+        }
+        if !self.seconds.is_finite() || self.seconds <= 0.0 || self.round_trips == 0 {
+            anyhow::bail!("--seconds and --round-trips must be positive");
+        }
+        eprintln!(
+            "measuring {} zenoh round trips (raw, stages), then {} Hz for 4 x {} s \
+             (bare loop and controller, idle and loaded)...",
+            self.round_trips, self.rate_hz, self.seconds
+        );
+        let (raw, stages) = round_trips(self.round_trips)?;
+        let mut r = BenchReport::new(
+            "robot control: zenoh hop and controller timing",
+            "baseline",
+            "ours / baseline",
+        );
+        r.context.push(format!(
+            "round trip: 80-byte robot_state over TCP on 127.0.0.1, {} timed; baseline: the raw zenoh API",
+            self.round_trips
+        ));
+        r.context.push(format!(
+            "controller: {} Hz for {} s per variant; baseline: a bare clock_nanosleep loop on the same clock",
+            self.rate_hz, self.seconds
+        ));
+        for (what, o, b) in [
+            ("p50", stages.p50_us, raw.p50_us),
+            ("p99", stages.p99_us, raw.p99_us),
+            ("max", stages.max_us, raw.max_us),
+        ] {
+            r.rows.push(
+                Row::new(format!("round trip {what}, zenoh_pub/zenoh_sub"), o, "us")
+                    .baseline(b)
+                    .ratio(o / b.max(1e-9)),
+            );
+        }
+        for load in [false, true] {
+            let label = if load { "with compute load" } else { "idle" };
+            let bare = bare_jitter(self, load)?;
+            let ours = controller_jitter(self, load)?;
+            for (what, o, b) in [
+                ("p50", ours.p50_us, bare.p50_us),
+                ("p99", ours.p99_us, bare.p99_us),
+                ("max", ours.max_us, bare.max_us),
+            ] {
+                r.rows.push(
+                    Row::new(format!("wake-up jitter {what}, {label}"), o, "us")
+                        .baseline(b)
+                        .ratio(o / b.max(1e-9)),
+                );
+            }
+            r.rows.push(
+                Row::new(format!("missed periods, {label}"), ours.missed as f64, "")
+                    .baseline(bare.missed as f64)
+                    .note(format!(
+                        "of {} periods; {} queue underruns; SCHED_FIFO {}",
+                        ours.periods,
+                        ours.underruns,
+                        if ours.fifo {
+                            "granted"
+                        } else {
+                            "not permitted"
+                        }
+                    )),
+            );
+        }
+        Ok(r)
+    }
+}
+
+/// The baseline for the controller: a thread that only sleeps to absolute
+/// deadlines on the same clock, beside the same load.
+fn bare_jitter(o: &ControlArgs, load: bool) -> anyhow::Result<Jitter> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let loader = load.then(|| {
+        let s = stop.clone();
+        std::thread::spawn(move || compute_load(s))
+    });
+    let period = (1e9 / o.rate_hz) as u64;
+    let n = (o.seconds * o.rate_hz).ceil() as usize;
+    let timer = std::thread::spawn(move || {
+        let mut m = Metronome::new(period);
+        let mut j = Vec::with_capacity(n);
+        let mut missed = 0;
+        for _ in 0..n {
+            let w = m.wait();
+            j.push(w.jitter_ns);
+            missed += w.missed;
+        }
+        (j, missed)
+    });
+    let (mut j, missed) = timer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the bare timing thread panicked"))?;
+    stop.store(true, Ordering::Relaxed);
+    if let Some(l) = loader {
+        let _ = l.join();
+    }
+    let (p50_us, p99_us, max_us) = percentiles_us(&mut j);
+    Ok(Jitter {
+        periods: n as u64,
+        p50_us,
+        p99_us,
+        max_us,
+        missed,
+        underruns: 0,
+        fifo: false,
+    })
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(l.local_addr().context("cannot find a free port")?.port())
+}
+
+fn zerr(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+fn rtt(mut s: Vec<u64>) -> Rtt {
+    let (p50_us, p99_us, max_us) = percentiles_us(&mut s);
+    Rtt {
+        p50_us,
+        p99_us,
+        max_us,
+    }
+}
+
+fn sample_msg() -> anyhow::Result<Vec<u8>> {
+    Ok(wire::encode(
+        &Header {
+            epoch: 0,
+            seq: 1,
+            capture_ns: wire::mono_ns(),
+            deadline_ns: None,
+        },
+        &Body::RobotState {
+            step: 1,
+            values: vec![0.1, 0.2, 0.3, 0.4],
+        },
+    )?)
+}
+
+/// Round trips through the raw API and through our stages; the echo side is
+/// the same raw zenoh echo (another session, over TCP on 127.0.0.1) in both.
+fn round_trips(n: usize) -> anyhow::Result<(Rtt, Rtt)> {
+    let port = free_port()?;
+    let ep = format!("tcp/127.0.0.1:{port}");
+    let echo = SharedSession::open(&SessionConfig::peer(&[&ep], &[]))?;
+    let pong = echo
+        .session()
+        .declare_publisher("bench/pong")
+        .express(true)
+        .wait()
+        .map_err(zerr)?;
+    let _echo_sub = echo
+        .session()
+        .declare_subscriber("bench/ping")
+        .callback(move |s| {
+            let _ = pong.put(s.payload().clone()).wait();
+        })
+        .wait()
+        .map_err(zerr)?;
+    // Raw: a second session (its own runtime) connects to the echo.
+    let raw = {
+        let me = SharedSession::open(&SessionConfig::peer(&["tcp/127.0.0.1:0"], &[&ep]))?;
+        let sub = me
+            .session()
+            .declare_subscriber("bench/pong")
+            .wait()
+            .map_err(zerr)?;
+        let ping = me
+            .session()
+            .declare_publisher("bench/ping")
+            .express(true)
+            .wait()
+            .map_err(zerr)?;
+        let msg = sample_msg()?;
+        // Warm up until the link is up.
+        let t_up = Instant::now() + Duration::from_secs(10);
+        loop {
+            ping.put(msg.clone()).wait().map_err(zerr)?;
+            if sub
+                .recv_timeout(Duration::from_millis(50))
+                .map_err(zerr)?
+                .is_some()
+            {
+                break;
+            }
+            if Instant::now() > t_up {
+                anyhow::bail!("raw round trip: no echo within 10 s");
+            }
+        }
+        let mut s = Vec::with_capacity(n);
+        for i in 0..n + 100 {
+            let t0 = wire::mono_ns();
+            ping.put(msg.clone()).wait().map_err(zerr)?;
+            match sub.recv_timeout(Duration::from_secs(1)).map_err(zerr)? {
+                Some(_) if i >= 100 => s.push(wire::mono_ns() - t0),
+                Some(_) => {}
+                None => anyhow::bail!("raw round trip: echo lost"),
+            }
+        }
+        rtt(s)
+    };
+    // Through our stages, with their own session connecting to the echo.
+    let yaml = format!(
+        r#"
+stages:
+  - {{ id: src, kind: host_in, params: {{ type: tensor }} }}
+  - {{ id: ping, kind: zenoh_pub, params: {{ key: bench/ping, type: robot_state, express: true, token: "", connect: ["{ep}"], listen: ["tcp/127.0.0.1:0"] }} }}
+  - {{ id: pong, kind: zenoh_sub, params: {{ key: bench/pong, type: robot_state, policy: drop_oldest, token: "", connect: ["{ep}"], listen: ["tcp/127.0.0.1:0"] }} }}
+  - {{ id: out, kind: host_out, params: {{ type: tensor }} }}
+edges:
+  - {{ from: src.out, to: ping.in }}
+  - {{ from: pong.out, to: out.in }}
+"#
+    );
+    let mut reg = Registry::builtin();
+    edgeflow_control::register(&mut reg);
+    let running = Pipeline::from_yaml(&yaml, &reg)
+        .map_err(zerr)?
+        .start()
+        .map_err(zerr)?;
+    let state = || {
+        edgeflow_runtime::Tensor::from_vec(vec![0.1, 0.2, 0.3, 0.4], &[4])
+            .map(Payload::Tensor)
+            .map_err(zerr)
+    };
+    let t_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        running.push("src", state()?).map_err(zerr)?;
+        if running
+            .pull("out", Duration::from_millis(50))
+            .ok()
+            .flatten()
+            .is_some()
+        {
+            break;
+        }
+        if Instant::now() > t_up {
+            anyhow::bail!("stage round trip: no echo within 10 s");
+        }
+    }
+    while running
+        .pull("out", Duration::from_millis(20))
+        .ok()
+        .flatten()
+        .is_some()
+    {}
+    let mut s = Vec::with_capacity(n);
+    for i in 0..n + 100 {
+        let p = state()?;
+        let t0 = wire::mono_ns();
+        running.push("src", p).map_err(zerr)?;
+        match running.pull("out", Duration::from_secs(1)).ok().flatten() {
+            Some(_) if i >= 100 => s.push(wire::mono_ns() - t0),
+            Some(_) => {}
+            None => anyhow::bail!("stage round trip: echo lost"),
+        }
+    }
+    running.stop();
+    Ok((raw, rtt(s)))
+}
+
+/// A compute load: a naive f32 matrix multiply, repeated until `stop`.
+fn compute_load(stop: Arc<AtomicBool>) {
+    let n = 192;
+    let a: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 * 0.1).collect();
+    let b = a.clone();
+    let mut c = vec![0f32; n * n];
+    while !stop.load(Ordering::Relaxed) {
+        for i in 0..n {
+            for k in 0..n {
+                let x = a[i * n + k];
+                for j in 0..n {
+                    c[i * n + j] += x * b[k * n + j];
+                }
+            }
+        }
+        std::hint::black_box(&c);
+    }
+}
+
+/// Run the `controller` stage at `rate_hz` for `seconds`, fed by a policy
+/// that answers every request at once; with `load`, a matmul thread runs
+/// beside it.
+fn controller_jitter(o: &ControlArgs, load: bool) -> anyhow::Result<Jitter> {
+    let yaml = format!(
+        r#"
+stages:
+  - {{ id: chunks, kind: host_in, params: {{ type: actions }} }}
+  - {{ id: ctl, kind: controller, params: {{ rate_hz: {}, horizon: 20, threshold: 0.5, rt_priority: {}, grace: 1s, max_obs_age: 1s }} }}
+  - {{ id: reqs, kind: host_out, params: {{ type: control }} }}
+  - {{ id: sink, kind: discard }}
+edges:
+  - {{ from: chunks.out, to: ctl.actions }}
+  - {{ from: ctl.request, to: reqs.in }}
+  - {{ from: ctl.command, to: sink.in, policy: latest, capacity: 4 }}
+"#,
+        o.rate_hz, o.rt_priority
+    );
+    let mut reg = Registry::builtin();
+    edgeflow_control::register(&mut reg);
+    let stop = Arc::new(AtomicBool::new(false));
+    let loader = if load {
+        let s = stop.clone();
+        Some(std::thread::spawn(move || compute_load(s)))
+    } else {
+        None
+    };
+    let running = Pipeline::from_yaml(&yaml, &reg)
+        .map_err(zerr)?
+        .start()
+        .map_err(zerr)?;
+    let end = Instant::now() + Duration::from_secs_f64(o.seconds);
+    let dt = Duration::from_secs_f64(1.0 / o.rate_hz);
+    while Instant::now() < end {
+        if let Some(m) = running
+            .pull("reqs", Duration::from_millis(50))
+            .ok()
+            .flatten()
+        {
+            if let Some(Event::Named(name, v)) = m.payload.as_event() {
+                if name == "chunk_request" {
+                    let step = v["step"].as_u64().unwrap_or(0);
+                    let actions: Vec<f32> = (0..40).map(|i| i as f32).collect();
+                    running
+                        .push(
+                            "chunks",
+                            Payload::Actions(Arc::new(ActionChunk {
+                                start_step: step,
+                                dt,
+                                dim: 2,
+                                actions,
+                            })),
+                        )
+                        .map_err(zerr)?;
+                }
+            }
+        }
+    }
+    let m = running.metrics();
+    running.stop();
+    stop.store(true, Ordering::Relaxed);
+    if let Some(l) = loader {
+        let _ = l.join();
+    }
+    let st = m
+        .stages
+        .iter()
+        .find(|s| s.id == "ctl")
+        .ok_or_else(|| anyhow::anyhow!("no controller metrics"))?;
+    let v = |k: &str| st.values.get(k);
+    let j = v("jitter_us").ok_or_else(|| anyhow::anyhow!("the controller recorded no periods"))?;
+    Ok(Jitter {
+        periods: j.count,
+        p50_us: j.p50,
+        p99_us: j.p99,
+        max_us: j.max,
+        missed: v("missed_periods").map_or(0, |x| x.last as u64),
+        underruns: v("underruns").map_or(0, |x| x.last as u64),
+        fifo: v("rt_fifo").is_some_and(|x| x.last > 0.5),
+    })
+}

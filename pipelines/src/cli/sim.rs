@@ -1,0 +1,92 @@
+//! `edgeflow sim ...`: simulated robots in their own process, reached only
+//! over zenoh. The loop lives in `edgeflow_control::sim_link`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Simulators.
+#[derive(Debug, clap::Subcommand)]
+pub enum SimCommand {
+    /// The push task: a pusher that must push the named block onto the named
+    /// target (rapier2d physics, 96 x 96 RGB camera). Publishes under
+    /// PREFIX/{image,state,true_state,instruction,events}, takes PREFIX/cmd,
+    /// prints one JSON line per episode and a summary line.
+    Push(PushArgs),
+}
+
+/// `edgeflow sim push` options.
+#[derive(Debug, clap::Args)]
+pub struct PushArgs {
+    /// zenoh endpoint to listen on (repeatable).
+    #[arg(long, default_value = "tcp/127.0.0.1:7447")]
+    pub listen: Vec<String>,
+    /// zenoh endpoint to connect to (repeatable).
+    #[arg(long)]
+    pub connect: Vec<String>,
+    /// Key prefix.
+    #[arg(long, default_value = "robot")]
+    pub prefix: String,
+    /// Episodes to run.
+    #[arg(long, default_value_t = 20)]
+    pub episodes: u64,
+    /// Seed of the first episode (episode i uses SEED + i).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Episode timeout in simulated seconds.
+    #[arg(long, default_value_t = 20.0)]
+    pub episode_seconds: f64,
+    /// Control rate in Hz (one command per period).
+    #[arg(long, default_value_t = 50.0)]
+    pub control_hz: f64,
+    /// Record each episode (images, state, instruction, commands,
+    /// timestamps) under this folder, in the sim crate's format.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    /// Start only once a liveliness token matching this key expression is
+    /// up (e.g. the pipeline's `edgeflow/alive/cmd`).
+    #[arg(long)]
+    pub wait_for: Option<String>,
+}
+
+/// Run a simulator.
+pub fn run(c: SimCommand) -> anyhow::Result<ExitCode> {
+    let SimCommand::Push(a) = c;
+    let listen: Vec<&str> = a.listen.iter().map(String::as_str).collect();
+    let connect: Vec<&str> = a.connect.iter().map(String::as_str).collect();
+    let o = edgeflow_control::sim_link::SimOptions {
+        session: edgeflow_control::session::SessionConfig::peer(&listen, &connect),
+        prefix: a.prefix,
+        episodes: a.episodes,
+        seed: a.seed,
+        config: edgeflow_sim::PushConfig {
+            episode_seconds: a.episode_seconds,
+            control_hz: a.control_hz,
+            ..Default::default()
+        },
+        record: a.record,
+        wait_for: a.wait_for,
+        ..Default::default()
+    };
+    let results = edgeflow_control::sim_link::run_push_sim(&o, |r| {
+        if let Ok(line) = serde_json::to_string(r) {
+            println!("{line}");
+        }
+    })?;
+    let ok: Vec<_> = results.iter().filter(|r| r.success).collect();
+    let mean = if ok.is_empty() {
+        0.0
+    } else {
+        ok.iter().map(|r| r.seconds).sum::<f64>() / ok.len() as f64
+    };
+    println!(
+        "{}",
+        serde_json::json!({
+            "summary": true,
+            "episodes": results.len(),
+            "successes": ok.len(),
+            "success_rate": ok.len() as f64 / results.len().max(1) as f64,
+            "mean_success_seconds": mean,
+        })
+    );
+    Ok(ExitCode::SUCCESS)
+}
