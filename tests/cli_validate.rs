@@ -357,3 +357,17 @@ fn json_output_for_editors() {
         "{v}"
     );
 }
+
+/// The pipeline the README shows validates as printed.
+#[test]
+fn the_readme_example_validates() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README.md");
+    let start = readme.find("```yaml\n").expect("a yaml block in README.md") + "```yaml\n".len();
+    let len = readme[start..].find("```").expect("the yaml block ends");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = write(&dir, "readme.yaml", &readme.as_bytes()[start..start + len]);
+    let out = edgeflow(&["validate", p.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

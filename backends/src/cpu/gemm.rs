@@ -28,7 +28,7 @@ pub(crate) struct View<'a> {
 
 impl View<'_> {
     /// Element offset of `[b, h, i, j]`.
-    pub fn at(&self, b: usize, h: usize, i: usize, j: usize) -> usize {
+    pub(super) fn at(&self, b: usize, h: usize, i: usize, j: usize) -> usize {
         (b as isize * self.stride[0]
             + h as isize * self.stride[1]
             + i as isize * self.stride[2]

@@ -6,9 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Smallest int8 value.
-pub const QMIN: i32 = -128;
+pub(super) const QMIN: i32 = -128;
 /// Largest int8 value.
-pub const QMAX: i32 = 127;
+pub(super) const QMAX: i32 = 127;
 
 /// How activation (tensor) ranges are turned into int8 parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

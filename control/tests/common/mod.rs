@@ -5,25 +5,25 @@ use edgeflow_graph::Registry;
 use std::path::PathBuf;
 
 /// Builtin kinds plus the control kinds.
-pub fn registry() -> Registry {
+pub(crate) fn registry() -> Registry {
     let mut r = Registry::builtin();
     edgeflow_control::register(&mut r);
     r
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local addr").port()
 }
 
 /// The repository root.
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// The Python of the zenoh venv, or a panic that names the script to run.
-pub fn zenoh_python() -> PathBuf {
+pub(crate) fn zenoh_python() -> PathBuf {
     let venv = std::env::var_os("EDGEFLOW_ZENOH_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

@@ -20,13 +20,13 @@ use std::time::Instant;
 
 /// The benches `bench all` runs, in order (ops first: its bandwidth probe
 /// goes in the machine section).
-pub const NAMES: [&str; 7] = [
+pub(crate) const NAMES: [&str; 7] = [
     "ops", "dataflow", "audio", "speech", "tts", "thinker", "control",
 ];
 
 /// Options of `edgeflow bench all`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct AllArgs {
+pub(crate) struct AllArgs {
     /// Write every report as Markdown to --out (the text tables still go
     /// to stdout).
     #[arg(long)]
@@ -45,7 +45,7 @@ pub struct AllArgs {
 }
 
 /// The benches with their options: the defaults, or short runs for `--quick`.
-pub fn benches(quick: bool) -> Vec<Box<dyn Bench>> {
+pub(crate) fn benches(quick: bool) -> Vec<Box<dyn Bench>> {
     // Both TTS engines get the threads the CPU backend's pool has (main
     // pinned it before any bench ran).
     let threads = pool_threads();
@@ -97,7 +97,7 @@ pub fn benches(quick: bool) -> Vec<Box<dyn Bench>> {
 
 /// One bench's outcome.
 #[derive(Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// `edgeflow bench NAME`.
     pub name: String,
     /// What it compares.
@@ -112,7 +112,7 @@ pub struct Outcome {
 
 /// The machine a run measured.
 #[derive(Debug, Clone, Default)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// CPU model name.
     pub cpu: String,
     /// ISA extensions the kernels use that this CPU has.
@@ -133,7 +133,7 @@ pub struct Machine {
 
 impl Machine {
     /// Read what the OS says (the end load average is filled in later).
-    pub fn read() -> Self {
+    pub(crate) fn read() -> Self {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let field = |name: &str| {
             cpuinfo
@@ -162,7 +162,7 @@ impl Machine {
 
 /// The ISA extensions our kernels dispatch on, of the CPU flags given
 /// (`/proc/cpuinfo` names).
-pub fn isa_extensions(flags: &[String]) -> Vec<&'static str> {
+pub(crate) fn isa_extensions(flags: &[String]) -> Vec<&'static str> {
     let has = |f: &str| flags.iter().any(|x| x == f);
     let mut v = Vec::new();
     for (flag, name) in [
@@ -239,7 +239,10 @@ fn utc_date(secs: u64) -> String {
 
 /// Run the benches (all, or `only`), printing each text table as it
 /// finishes.
-pub fn run_all(benches: Vec<Box<dyn Bench>>, only: &[String]) -> anyhow::Result<Vec<Outcome>> {
+pub(crate) fn run_all(
+    benches: Vec<Box<dyn Bench>>,
+    only: &[String],
+) -> anyhow::Result<Vec<Outcome>> {
     if let Some(n) = only.iter().find(|n| !NAMES.contains(&n.as_str())) {
         anyhow::bail!(
             "--only: unknown bench `{n}`; choose from {}",
@@ -289,7 +292,12 @@ fn contention(m: &Machine) -> Option<String> {
 }
 
 /// `BENCHMARKS.md`: the machine, then every bench's table with its command.
-pub fn render_markdown(m: &Machine, outcomes: &[Outcome], quick: bool, total_s: f64) -> String {
+pub(crate) fn render_markdown(
+    m: &Machine,
+    outcomes: &[Outcome],
+    quick: bool,
+    total_s: f64,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# edgeflow benchmarks\n");
     let _ = writeln!(
@@ -407,7 +415,7 @@ pub fn render_markdown(m: &Machine, outcomes: &[Outcome], quick: bool, total_s: 
 }
 
 /// `edgeflow bench all`.
-pub fn run(a: AllArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(a: AllArgs) -> anyhow::Result<ExitCode> {
     let mut machine = Machine::read();
     let t = Instant::now();
     let outcomes = run_all(benches(a.quick), &a.only)?;

@@ -21,7 +21,7 @@ const PASSTHROUGH: &str = include_str!("../../passthrough.yaml");
 
 /// Options of `edgeflow bench audio`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct AudioArgs {
+pub(crate) struct AudioArgs {
     /// Seconds of live mic -> speaker passthrough for the latency figures.
     #[arg(long, default_value_t = 5.0)]
     pub live_seconds: f64,

@@ -23,7 +23,7 @@ use zenoh::Wait;
 
 /// Options of `edgeflow bench control`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ControlArgs {
+pub(crate) struct ControlArgs {
     /// Seconds the controller runs in each variant (idle, loaded); the bare
     /// sleep loop runs as long.
     #[arg(long, default_value_t = 60.0)]

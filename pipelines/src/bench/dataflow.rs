@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// Options of `edgeflow bench dataflow`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct DataflowArgs {
+pub(crate) struct DataflowArgs {
     /// Stages in the chain (source and sink included; at least 2).
     #[arg(long, default_value_t = 17)]
     pub stages: usize,

@@ -34,22 +34,22 @@
 //! trustworthy than absolute figures; `BENCHMARKS.md` records the load
 //! average at the start and end of its run.
 
-pub mod all;
-pub mod audio;
-pub mod control;
-pub mod dataflow;
-pub mod ops;
+pub(crate) mod all;
+pub(crate) mod audio;
+pub(crate) mod control;
+pub(crate) mod dataflow;
+pub(crate) mod ops;
 mod report;
-pub mod speech;
-pub mod thinker;
-pub mod tts;
+pub(crate) mod speech;
+pub(crate) mod thinker;
+pub(crate) mod tts;
 
-pub use report::{BenchReport, MissingPeer, Row};
+pub(crate) use report::{BenchReport, MissingPeer, Row};
 
 use std::path::{Path, PathBuf};
 
 /// One benchmark, with its options.
-pub trait Bench {
+pub(crate) trait Bench {
     /// Its name: `edgeflow bench NAME`.
     fn name(&self) -> &'static str;
     /// What it compares with what, in one line.
@@ -63,7 +63,7 @@ pub trait Bench {
 }
 
 /// The command that reproduces a bench run.
-pub fn command(b: &dyn Bench) -> String {
+pub(crate) fn command(b: &dyn Bench) -> String {
     let mut c = format!("edgeflow bench {}", b.name());
     for a in b.args() {
         c.push(' ');
@@ -77,13 +77,13 @@ pub fn command(b: &dyn Bench) -> String {
 }
 
 /// The checkout this binary was built from (scripts, fixtures).
-pub fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// Where `scripts/peer_envs.sh` puts the peer environments:
 /// `$EDGEFLOW_PEERS`, else `${XDG_CACHE_HOME:-$HOME/.cache}/edgeflow/peers`.
-pub fn peers_dir() -> PathBuf {
+pub(crate) fn peers_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("EDGEFLOW_PEERS").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
@@ -100,7 +100,7 @@ fn cache_dir() -> PathBuf {
 
 /// A peer environment: where the bench looks for it, and how to create it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Peer {
+pub(crate) enum Peer {
     /// piper-tts on onnxruntime (`bench tts`).
     Piper,
     /// faster-whisper and onnxruntime (`bench speech`).
@@ -111,7 +111,7 @@ pub enum Peer {
 
 impl Peer {
     /// The argument of `scripts/peer_envs.sh` that creates it.
-    pub fn script_arg(self) -> &'static str {
+    pub(crate) fn script_arg(self) -> &'static str {
         match self {
             Peer::Piper => "piper",
             Peer::Speech => "speech",
@@ -121,7 +121,7 @@ impl Peer {
 
     /// The executable the bench runs: the venv's python or llama-bench.
     /// `EDGEFLOW_PIPER_VENV` (a venv directory) overrides the Piper one.
-    pub fn program(self) -> PathBuf {
+    pub(crate) fn program(self) -> PathBuf {
         match self {
             Peer::Piper => {
                 match std::env::var_os("EDGEFLOW_PIPER_VENV").filter(|v| !v.is_empty()) {
@@ -135,13 +135,13 @@ impl Peer {
     }
 
     /// The executable if it is there.
-    pub fn find(self) -> Option<PathBuf> {
+    pub(crate) fn find(self) -> Option<PathBuf> {
         let p = self.program();
         p.is_file().then_some(p)
     }
 
     /// The report entry for its absence.
-    pub fn missing(self) -> MissingPeer {
+    pub(crate) fn missing(self) -> MissingPeer {
         let what = match self {
             Peer::Piper => "the Piper onnxruntime venv",
             Peer::Speech => "the faster-whisper / onnxruntime venv",

@@ -36,11 +36,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The row groups the bench knows, in the order it runs them.
-pub const GROUPS: [&str; 5] = ["gemm", "gemv", "matmul", "conv", "attention"];
+pub(crate) const GROUPS: [&str; 5] = ["gemm", "gemv", "matmul", "conv", "attention"];
 
 /// Options of `edgeflow bench ops`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct OpsArgs {
+pub(crate) struct OpsArgs {
     /// Weight bytes streamed per GEMV pass and size of the bandwidth buffer, MB.
     #[arg(long, default_value_t = 256)]
     pub working_set_mb: usize,

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 /// One measured figure next to its same-run baseline.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Row {
+pub(crate) struct Row {
     /// What was measured.
     pub label: String,
     /// Our figure (NaN: not measured; see the note).
@@ -25,7 +25,7 @@ pub struct Row {
 
 impl Row {
     /// A row without a baseline.
-    pub fn new(label: impl Into<String>, value: f64, unit: impl Into<String>) -> Self {
+    pub(crate) fn new(label: impl Into<String>, value: f64, unit: impl Into<String>) -> Self {
         Row {
             label: label.into(),
             value,
@@ -37,19 +37,19 @@ impl Row {
     }
 
     /// With the baseline's figure.
-    pub fn baseline(mut self, v: f64) -> Self {
+    pub(crate) fn baseline(mut self, v: f64) -> Self {
         self.baseline = Some(v);
         self
     }
 
     /// With a ratio.
-    pub fn ratio(mut self, r: f64) -> Self {
+    pub(crate) fn ratio(mut self, r: f64) -> Self {
         self.ratio = Some(r);
         self
     }
 
     /// With a note.
-    pub fn note(mut self, n: impl Into<String>) -> Self {
+    pub(crate) fn note(mut self, n: impl Into<String>) -> Self {
         self.note = n.into();
         self
     }
@@ -57,7 +57,7 @@ impl Row {
 
 /// A peer environment a bench compares with that is not on this machine.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MissingPeer {
+pub(crate) struct MissingPeer {
     /// What it is ("Piper on onnxruntime (venv)").
     pub what: String,
     /// Where the bench looked.
@@ -68,7 +68,7 @@ pub struct MissingPeer {
 
 /// What a bench run measured.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct BenchReport {
+pub(crate) struct BenchReport {
     /// First line: what ran, on what.
     pub title: String,
     /// Lines under the title (thread count, input, the machine's ceiling).
@@ -90,7 +90,7 @@ pub struct BenchReport {
 
 impl BenchReport {
     /// A report with a title and the two column headers.
-    pub fn new(
+    pub(crate) fn new(
         title: impl Into<String>,
         baseline: impl Into<String>,
         ratio: impl Into<String>,
@@ -105,7 +105,7 @@ impl BenchReport {
 
     /// Record an absent peer: a note row for `label` saying so, with the
     /// command that creates it.
-    pub fn peer_missing(&mut self, label: &str, peer: MissingPeer) {
+    pub(crate) fn peer_missing(&mut self, label: &str, peer: MissingPeer) {
         self.rows.push(Row::new(label, f64::NAN, "").note(format!(
             "baseline absent: {} not found at {}; create it with `{}`",
             peer.what, peer.looked_at, peer.create
@@ -158,7 +158,7 @@ impl BenchReport {
     }
 
     /// A text table: title, context, the rows (numbers right-aligned), notes.
-    pub fn render_text(&self) -> String {
+    pub(crate) fn render_text(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "{}", self.title);
         for c in &self.context {
@@ -197,7 +197,7 @@ impl BenchReport {
 
     /// The same as Markdown: context as a list, a table, notes as a list
     /// (multi-line notes, such as an op profile, as code blocks).
-    pub fn render_markdown(&self) -> String {
+    pub(crate) fn render_markdown(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "{}\n", md_escape(&self.title));
         for c in &self.context {
@@ -238,7 +238,7 @@ impl BenchReport {
 }
 
 /// A number with about four significant digits (no exponent).
-pub fn fmt_value(v: f64) -> String {
+pub(super) fn fmt_value(v: f64) -> String {
     let a = v.abs();
     let decimals = if a >= 1000.0 || a == 0.0 {
         0

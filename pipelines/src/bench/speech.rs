@@ -22,7 +22,7 @@ use std::time::Instant;
 
 /// Options of `edgeflow bench speech`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct SpeechArgs {
+pub(crate) struct SpeechArgs {
     /// A 16 kHz mono WAV with a few utterances (default: the speech
     /// crate's test fixture).
     #[arg(long)]

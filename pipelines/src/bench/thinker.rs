@@ -18,7 +18,7 @@ use std::time::Instant;
 
 /// Options of `edgeflow bench thinker`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ThinkerArgs {
+pub(crate) struct ThinkerArgs {
     /// GGUF file (default: the cached SmolLM2-135M-Instruct Q4_1).
     #[arg(long)]
     pub model: Option<PathBuf>,

@@ -26,7 +26,7 @@ This sentence was synthesized by a small voice model running on our own tensor r
 
 /// Options of `edgeflow bench tts`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct TtsArgs {
+pub(crate) struct TtsArgs {
     /// Text to synthesize (default: about 10 s of speech in three sentences).
     #[arg(long)]
     pub text: Option<String>,

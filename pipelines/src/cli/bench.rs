@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 /// Benchmarks.
 #[derive(Debug, clap::Subcommand)]
-pub enum BenchCommand {
+pub(crate) enum BenchCommand {
     /// Dataflow engine: 17-stage chain latency, throughput, 4 MB tensor hops,
     /// against a raw crossbeam-channel baseline.
     Dataflow(bench::dataflow::DataflowArgs),
@@ -39,7 +39,7 @@ pub enum BenchCommand {
 }
 
 /// Run a benchmark and print its table.
-pub fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
+pub(super) fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
     let report = match &b {
         BenchCommand::All(a) => return bench::all::run(a.clone()),
         BenchCommand::Dataflow(a) => a.run()?,

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 /// List the backends. `refresh` re-runs the probes instead of reading the
 /// cache; `json` prints the reports as JSON. Exits non-zero only if the CPU
 /// itself fails its probe.
-pub fn run(refresh: bool, json: bool) -> anyhow::Result<ExitCode> {
+pub(super) fn run(refresh: bool, json: bool) -> anyhow::Result<ExitCode> {
     let reports = edgeflow_backends::probe_all(refresh);
     if json {
         println!("{}", serde_json::to_string_pretty(&reports)?);

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 /// Graph output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum GraphFormat {
+pub(crate) enum GraphFormat {
     /// Graphviz dot (`edgeflow graph p.yaml | dot -Tsvg > p.svg`).
     Dot,
     /// Mermaid flowchart (paste into Markdown).
@@ -18,7 +18,7 @@ pub enum GraphFormat {
 
 /// Arguments of `edgeflow graph`.
 #[derive(Debug, clap::Args)]
-pub struct GraphArgs {
+pub(crate) struct GraphArgs {
     /// Pipeline YAML file.
     pub file: PathBuf,
     /// Output format.
@@ -36,7 +36,7 @@ pub struct GraphArgs {
 }
 
 /// Print the graph of a valid pipeline.
-pub fn run(a: GraphArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run(a: GraphArgs) -> anyhow::Result<ExitCode> {
     let Some(plan) = super::validate::load(&a.file, &a.set)? else {
         return Ok(ExitCode::FAILURE);
     };
@@ -69,7 +69,7 @@ fn dot_escape(s: &str) -> String {
 }
 
 /// Graphviz dot.
-pub fn dot(plan: &Plan) -> String {
+pub(super) fn dot(plan: &Plan) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "digraph \"{}\" {{", dot_escape(&plan.name));
     out.push_str("  rankdir=LR;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n");
@@ -113,7 +113,7 @@ fn mermaid_escape(s: &str) -> String {
 }
 
 /// Mermaid flowchart. Nodes are `s0`, `s1`... so any stage id is safe.
-pub fn mermaid(plan: &Plan) -> String {
+pub(super) fn mermaid(plan: &Plan) -> String {
     let mut out = String::from("flowchart LR\n");
     for (i, s) in plan.stages.iter().enumerate() {
         let label = format!("{}<br/>{} · {}", s.id, s.kind, s.env.device);

@@ -15,7 +15,7 @@ mod validate;
 
 /// `edgeflow <command>`.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run a pipeline until its sources end (or Ctrl-C / --timeout).
     Run(run::RunArgs),
     /// Check a pipeline file without running it.
@@ -53,7 +53,7 @@ pub enum Command {
 }
 
 /// Run a subcommand.
-pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
+pub(crate) fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Run(a) => run::run(a),
         Command::Bench(b) => bench::run(b),

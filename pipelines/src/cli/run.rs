@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 /// Arguments of `edgeflow run`.
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Pipeline YAML file.
     pub file: PathBuf,
     /// Override a param: STAGE.PARAM=VALUE (repeatable).
@@ -29,7 +29,7 @@ pub struct RunArgs {
 }
 
 /// Run a pipeline.
-pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let overrides = a
         .set
         .iter()

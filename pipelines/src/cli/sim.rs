@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 /// Simulators.
 #[derive(Debug, clap::Subcommand)]
-pub enum SimCommand {
+pub(crate) enum SimCommand {
     /// The push task: a pusher that must push the named block onto the named
     /// target (rapier2d physics, 96 x 96 RGB camera). Publishes under
     /// PREFIX/{image,state,true_state,instruction,events}, takes PREFIX/cmd,
@@ -16,7 +16,7 @@ pub enum SimCommand {
 
 /// `edgeflow sim push` options.
 #[derive(Debug, clap::Args)]
-pub struct PushArgs {
+pub(crate) struct PushArgs {
     /// zenoh endpoint to listen on (repeatable).
     #[arg(long, default_value = "tcp/127.0.0.1:7447")]
     pub listen: Vec<String>,
@@ -49,7 +49,7 @@ pub struct PushArgs {
 }
 
 /// Run a simulator.
-pub fn run(c: SimCommand) -> anyhow::Result<ExitCode> {
+pub(super) fn run(c: SimCommand) -> anyhow::Result<ExitCode> {
     let SimCommand::Push(a) = c;
     let listen: Vec<&str> = a.listen.iter().map(String::as_str).collect();
     let connect: Vec<&str> = a.connect.iter().map(String::as_str).collect();

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 /// Arguments of `edgeflow stages`.
 #[derive(Debug, clap::Args)]
-pub struct StagesArgs {
+pub(crate) struct StagesArgs {
     /// Only this kind.
     pub kind: Option<String>,
     /// Machine-readable JSON (a list of kinds with ports and params).
@@ -16,7 +16,7 @@ pub struct StagesArgs {
 }
 
 /// List stage kinds.
-pub fn run(a: StagesArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run(a: StagesArgs) -> anyhow::Result<ExitCode> {
     let registry = edgeflow::registry();
     let mut infos = registry.infos();
     if let Some(kind) = &a.kind {

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 /// Arguments of `edgeflow validate`.
 #[derive(Debug, clap::Args)]
-pub struct ValidateArgs {
+pub(crate) struct ValidateArgs {
     /// Pipeline YAML file.
     pub file: PathBuf,
     /// Override a param: STAGE.PARAM=VALUE (repeatable).
@@ -27,7 +27,7 @@ pub struct ValidateArgs {
 }
 
 /// Parse `--set` arguments.
-pub fn overrides(set: &[String]) -> anyhow::Result<Vec<Override>> {
+pub(super) fn overrides(set: &[String]) -> anyhow::Result<Vec<Override>> {
     set.iter()
         .map(|s| s.parse::<Override>().map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<Vec<_>>>()
@@ -53,7 +53,7 @@ fn check(file: &Path, overrides: &[Override]) -> anyhow::Result<Result<Plan, Vec
 
 /// Load and validate `file`. On validation errors, prints every diagnostic
 /// to stderr and returns `Ok(None)`: the caller exits non-zero.
-pub fn load(file: &Path, set: &[String]) -> anyhow::Result<Option<Plan>> {
+pub(super) fn load(file: &Path, set: &[String]) -> anyhow::Result<Option<Plan>> {
     match check(file, &overrides(set)?)? {
         Ok(plan) => Ok(Some(plan)),
         Err(diags) => {
@@ -77,7 +77,7 @@ pub fn load(file: &Path, set: &[String]) -> anyhow::Result<Option<Plan>> {
 
 /// A diagnostic as printed on the terminal: the located message, the source
 /// line with a caret under the column, then the fix.
-pub fn render(d: &Diagnostic, source: Option<&str>) -> String {
+pub(super) fn render(d: &Diagnostic, source: Option<&str>) -> String {
     let head = Diagnostic {
         fix: None,
         ..d.clone()
@@ -133,7 +133,7 @@ fn diagnostic_json(d: &Diagnostic) -> Value {
 }
 
 /// Validate a pipeline: prints a one-line summary, or every problem.
-pub fn run(a: ValidateArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run(a: ValidateArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         let result = check(&a.file, &overrides(&a.set)?)?;
         let (code, v) = match &result {

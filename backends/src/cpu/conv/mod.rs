@@ -71,7 +71,7 @@ pub(crate) struct Conv1dShape {
 
 impl Conv1dShape {
     /// Output length, None when the kernel is longer than the padded input.
-    pub fn t_out(&self) -> Option<usize> {
+    pub(super) fn t_out(&self) -> Option<usize> {
         let span = self.dilation * (self.k.checked_sub(1)?) + 1;
         (self.t_in + 2 * self.padding)
             .checked_sub(span)

@@ -27,7 +27,13 @@ impl PackedWeights {
     /// Pack `w` as `[c_out, c_in, k]` for this machine and an output of
     /// `phases` interleaved phases (1: none); None when a size is zero,
     /// `phases` does not divide `c_out` or `w` does not match.
-    pub fn new(c_out: usize, c_in: usize, k: usize, w: &[f32], phases: usize) -> Option<Self> {
+    pub(crate) fn new(
+        c_out: usize,
+        c_in: usize,
+        k: usize,
+        w: &[f32],
+        phases: usize,
+    ) -> Option<Self> {
         Self::on(isa(), c_out, c_in, k, w, phases)
     }
 
@@ -104,7 +110,7 @@ impl PackedWeights {
     }
 
     /// Bytes held.
-    pub fn size_bytes(&self) -> usize {
+    pub(crate) fn size_bytes(&self) -> usize {
         self.data.len() * std::mem::size_of::<f32>()
     }
 }

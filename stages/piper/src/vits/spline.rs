@@ -46,7 +46,7 @@ fn knots(unnormalized: &[f32], min_size: f32, lo: f32, hi: f32) -> Vec<f32> {
 /// Inverse spline transform of `y` given one element's `bins` widths,
 /// `bins` heights and `bins - 1` inner derivatives (unnormalized), with
 /// identity tails outside `[-tail_bound, tail_bound]`.
-pub fn inverse_rq_spline(
+pub(super) fn inverse_rq_spline(
     y: f32,
     widths: &[f32],
     heights: &[f32],

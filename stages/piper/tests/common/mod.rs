@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// The cached voice, `None` when EDGEFLOW_SKIP_MODEL_TESTS=1 and it is not
 /// cached; otherwise a missing voice fails the test with what to run.
-pub fn voice() -> Option<VoiceFiles> {
+pub(crate) fn voice() -> Option<VoiceFiles> {
     match edgeflow_piper::PIPER_JOE.locate() {
         Ok(dir) => Some(VoiceFiles::in_dir(&dir).expect("voice files")),
         Err(e) => {
@@ -26,7 +26,7 @@ pub fn voice() -> Option<VoiceFiles> {
 
 /// One reference sentence.
 #[derive(Debug, Deserialize)]
-pub struct RefSentence {
+pub(crate) struct RefSentence {
     pub phonemes: Vec<String>,
     pub ids: Vec<i64>,
     pub durations: Vec<u32>,
@@ -36,7 +36,7 @@ pub struct RefSentence {
 
 /// One reference text.
 #[derive(Debug, Deserialize)]
-pub struct RefCase {
+pub(crate) struct RefCase {
     pub text: String,
     pub sentences: Vec<RefSentence>,
 }
@@ -46,12 +46,12 @@ struct Reference {
     cases: Vec<RefCase>,
 }
 
-pub fn fixtures_dir() -> PathBuf {
+pub(crate) fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/piper_joe")
 }
 
 /// The reference cases written by scripts/piper_reference.py.
-pub fn reference() -> Vec<RefCase> {
+pub(crate) fn reference() -> Vec<RefCase> {
     let path = fixtures_dir().join("reference.json");
     let text = std::fs::read_to_string(&path).expect("read reference.json");
     serde_json::from_str::<Reference>(&text)
@@ -60,7 +60,7 @@ pub fn reference() -> Vec<RefCase> {
 }
 
 /// The reference waveform of a sentence, as f32 in [-1, 1].
-pub fn reference_audio(s: &RefSentence) -> Vec<f32> {
+pub(crate) fn reference_audio(s: &RefSentence) -> Vec<f32> {
     let bytes = std::fs::read(fixtures_dir().join(&s.audio)).expect("read audio fixture");
     bytes
         .chunks_exact(2)
@@ -69,7 +69,7 @@ pub fn reference_audio(s: &RefSentence) -> Vec<f32> {
 }
 
 /// Signal-to-noise ratio of `got` against `want`, in dB.
-pub fn snr_db(want: &[f32], got: &[f32]) -> f64 {
+pub(crate) fn snr_db(want: &[f32], got: &[f32]) -> f64 {
     let n = want.len().min(got.len());
     let sig: f64 = want[..n].iter().map(|&x| (x as f64).powi(2)).sum();
     let err: f64 = want[..n]
@@ -81,7 +81,7 @@ pub fn snr_db(want: &[f32], got: &[f32]) -> f64 {
 }
 
 /// Magnitude spectrogram (Hann window, naive DFT; test-sized inputs only).
-pub fn magnitudes(x: &[f32], n: usize, hop: usize) -> Vec<Vec<f64>> {
+pub(crate) fn magnitudes(x: &[f32], n: usize, hop: usize) -> Vec<Vec<f64>> {
     let win: Vec<f64> = (0..n)
         .map(|i| 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / n as f64).cos())
         .collect();
@@ -108,7 +108,7 @@ pub fn magnitudes(x: &[f32], n: usize, hop: usize) -> Vec<Vec<f64>> {
 
 /// SNR of magnitude spectrograms in dB: how close the spectra are,
 /// ignoring phase (the fair measure for a quantized vocoder).
-pub fn spectral_snr_db(want: &[f32], got: &[f32]) -> f64 {
+pub(crate) fn spectral_snr_db(want: &[f32], got: &[f32]) -> f64 {
     let (a, b) = (magnitudes(want, 512, 256), magnitudes(got, 512, 256));
     let (mut sig, mut err) = (0.0f64, 0.0f64);
     for (fa, fb) in a.iter().zip(&b) {
