@@ -118,3 +118,38 @@ fn bench_all_refuses_an_unknown_bench_name() {
     let e = text(&out.stderr);
     assert!(e.contains("dataflw") && e.contains("thinker"), "{e}");
 }
+
+/// A short `bench control` run: both round trips and both controller
+/// variants produce rows beside their baselines, on 127.0.0.1 only.
+#[test]
+fn bench_control_prints_the_round_trip_and_jitter_rows() {
+    let out = edgeflow(&[
+        "bench",
+        "control",
+        "--seconds",
+        "0.5",
+        "--round-trips",
+        "50",
+        "--rt-priority",
+        "0",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for row in [
+        "round trip p50, zenoh_pub/zenoh_sub",
+        "wake-up jitter p99, idle",
+        "wake-up jitter p99, with compute load",
+        "missed periods, with compute load",
+    ] {
+        assert!(stdout.contains(row), "no `{row}` row in:\n{stdout}");
+    }
+}
+
+#[test]
+fn bench_control_refuses_a_bad_rate() {
+    let out = edgeflow(&["bench", "control", "--rate-hz", "0"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("--rate-hz"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -39,7 +39,7 @@ pub(crate) struct AllArgs {
     #[arg(long)]
     pub quick: bool,
     /// Run only these benches (comma-separated: ops, dataflow, audio,
-    /// speech, tts, thinker).
+    /// speech, tts, thinker, control).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }

@@ -12,7 +12,7 @@
 
 use super::{Bench, BenchReport, Row};
 use anyhow::Context as _;
-use edgeflow_control::rt::{percentiles_us, Metronome};
+use edgeflow_control::rt::{percentiles_us, try_realtime, Metronome};
 use edgeflow_control::session::{SessionConfig, SharedSession};
 use edgeflow_control::wire::{self, Body, Header};
 use edgeflow_graph::{ActionChunk, Event, Payload, Pipeline, Registry};
@@ -112,7 +112,7 @@ impl Bench for ControlArgs {
         let (raw, stages) = round_trips(self.round_trips)?;
         let mut r = BenchReport::new(
             "robot control: zenoh hop and controller timing",
-            "baseline",
+            "raw zenoh / bare sleep loop",
             "ours / baseline",
         );
         r.context.push(format!(
@@ -169,7 +169,8 @@ impl Bench for ControlArgs {
 }
 
 /// The baseline for the controller: a thread that only sleeps to absolute
-/// deadlines on the same clock, beside the same load.
+/// deadlines on the same clock, with the same scheduling request
+/// (SCHED_FIFO at `--rt-priority`, locked memory), beside the same load.
 fn bare_jitter(o: &ControlArgs, load: bool) -> anyhow::Result<Jitter> {
     let stop = Arc::new(AtomicBool::new(false));
     let loader = load.then(|| {
@@ -178,7 +179,9 @@ fn bare_jitter(o: &ControlArgs, load: bool) -> anyhow::Result<Jitter> {
     });
     let period = (1e9 / o.rate_hz) as u64;
     let n = (o.seconds * o.rate_hz).ceil() as usize;
+    let priority = o.rt_priority;
     let timer = std::thread::spawn(move || {
+        let fifo = try_realtime(priority, true).fifo.is_ok();
         let mut m = Metronome::new(period);
         let mut j = Vec::with_capacity(n);
         let mut missed = 0;
@@ -187,9 +190,9 @@ fn bare_jitter(o: &ControlArgs, load: bool) -> anyhow::Result<Jitter> {
             j.push(w.jitter_ns);
             missed += w.missed;
         }
-        (j, missed)
+        (j, missed, fifo)
     });
-    let (mut j, missed) = timer
+    let (mut j, missed, fifo) = timer
         .join()
         .map_err(|_| anyhow::anyhow!("the bare timing thread panicked"))?;
     stop.store(true, Ordering::Relaxed);
@@ -204,7 +207,7 @@ fn bare_jitter(o: &ControlArgs, load: bool) -> anyhow::Result<Jitter> {
         max_us,
         missed,
         underruns: 0,
-        fifo: false,
+        fifo,
     })
 }
 
@@ -308,9 +311,9 @@ fn round_trips(n: usize) -> anyhow::Result<(Rtt, Rtt)> {
         r#"
 stages:
   - {{ id: src, kind: host_in, params: {{ type: tensor }} }}
-  - {{ id: ping, kind: zenoh_pub, params: {{ key: bench/ping, type: robot_state, express: true, token: "", connect: ["{ep}"], listen: ["tcp/127.0.0.1:0"] }} }}
+  - {{ id: ping, kind: zenoh_pub, inline: true, params: {{ key: bench/ping, type: robot_state, express: true, token: "", connect: ["{ep}"], listen: ["tcp/127.0.0.1:0"] }} }}
   - {{ id: pong, kind: zenoh_sub, params: {{ key: bench/pong, type: robot_state, policy: drop_oldest, token: "", connect: ["{ep}"], listen: ["tcp/127.0.0.1:0"] }} }}
-  - {{ id: out, kind: host_out, params: {{ type: tensor }} }}
+  - {{ id: out, kind: host_out, inline: true, params: {{ type: tensor }} }}
 edges:
   - {{ from: src.out, to: ping.in }}
   - {{ from: pong.out, to: out.in }}
