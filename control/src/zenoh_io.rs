@@ -276,22 +276,7 @@ impl StageFactory for ZenohSubKind {
                 )
             }
         };
-        let token = match token {
-            None => None,
-            Some(t) => Some(
-                session
-                    .session()
-                    .liveliness()
-                    .declare_token(t.clone())
-                    .wait()
-                    .map_err(|e| {
-                        StageError::msg(format!(
-                            "zenoh_sub `{}`: cannot declare token `{t}`: {e}",
-                            env.stage_id
-                        ))
-                    })?,
-            ),
-        };
+        let token = declare_token(&session, "zenoh_sub", &env.stage_id, token)?;
         Ok(Box::new(ZenohSub {
             shared,
             reported_malformed: 0,
@@ -598,22 +583,7 @@ impl StageFactory for ZenohPubKind {
                     env.stage_id
                 ))
             })?;
-        let token = match token {
-            None => None,
-            Some(t) => Some(
-                session
-                    .session()
-                    .liveliness()
-                    .declare_token(t.clone())
-                    .wait()
-                    .map_err(|e| {
-                        StageError::msg(format!(
-                            "zenoh_pub `{}`: cannot declare token `{t}`: {e}",
-                            env.stage_id
-                        ))
-                    })?,
-            ),
-        };
+        let token = declare_token(&session, "zenoh_pub", &env.stage_id, token)?;
         Ok(Box::new(ZenohPub {
             kind,
             key,
@@ -676,4 +646,27 @@ impl Stage for ZenohPub {
         })?;
         Ok(())
     }
+}
+
+/// This stage's liveliness token (`token:` param), if it has one.
+fn declare_token(
+    session: &SharedSession,
+    kind: &str,
+    stage_id: &str,
+    token: Option<String>,
+) -> Result<Option<zenoh::liveliness::LivelinessToken>, StageError> {
+    let Some(t) = token else {
+        return Ok(None);
+    };
+    session
+        .session()
+        .liveliness()
+        .declare_token(t.clone())
+        .wait()
+        .map(Some)
+        .map_err(|e| {
+            StageError::msg(format!(
+                "{kind} `{stage_id}`: cannot declare token `{t}`: {e}"
+            ))
+        })
 }
