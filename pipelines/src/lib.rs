@@ -24,6 +24,10 @@ pub fn registry() -> Registry {
     edgeflow_llm::register(&mut r);
     edgeflow_speech::register(&mut r);
     edgeflow_control::register(&mut r);
+    edgeflow_vision::register(&mut r);
+    edgeflow_dinov2::register(&mut r);
+    edgeflow_minilm::register(&mut r);
+    edgeflow_action::register(&mut r);
     r
 }
 
@@ -34,6 +38,9 @@ pub fn model_cards() -> Vec<&'static models::ModelCard> {
         .iter()
         .chain(edgeflow_llm::cards())
         .chain(edgeflow_speech::cards())
+        .chain(edgeflow_dinov2::cards())
+        .chain(edgeflow_minilm::cards())
+        .chain(edgeflow_action::cards())
         .collect()
 }
 

@@ -1,0 +1,13 @@
+//! # edgeflow-dinov2 (under construction)
+//!
+//! The DINOv2 ViT vision encoder as a stage.
+
+use edgeflow_graph::Registry;
+
+/// The model cards of this crate (`edgeflow models list`).
+pub fn cards() -> &'static [edgeflow_models::ModelCard] {
+    &[]
+}
+
+/// Register the stage kinds of this crate.
+pub fn register(_r: &mut Registry) {}

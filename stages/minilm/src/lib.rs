@@ -1,0 +1,13 @@
+//! # edgeflow-minilm (under construction)
+//!
+//! The all-MiniLM-L6-v2 sentence encoder as a stage.
+
+use edgeflow_graph::Registry;
+
+/// The model cards of this crate (`edgeflow models list`).
+pub fn cards() -> &'static [edgeflow_models::ModelCard] {
+    &[]
+}
+
+/// Register the stage kinds of this crate.
+pub fn register(_r: &mut Registry) {}
