@@ -1,0 +1,393 @@
+//! The head's [`Config`], the data [`Normalizer`], and the pure functions
+//! both twins share: vision token pooling ([`pool_vision_tokens`]), the
+//! flow-time embedding ([`time_embedding`]), and the checkpoint metadata.
+//!
+//! Flow convention (rectified flow, the one the shared ODE sampler
+//! integrates by default, from `t = 0` to `t = 1`):
+//! `x_t = t * a + (1 - t) * noise`, the target velocity is
+//! `v = a - noise`, and sampling integrates `dx/dt = v(x, t)` from pure
+//! noise at `t = 0` to the action chunk at `t = 1`. (pi0 writes the same
+//! flow with time reversed: its `tau` is `1 - t`.) A token at `t = 1` is
+//! clean: that is how real-time chunking hands the head a frozen prefix.
+
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Safetensors metadata key holding the [`Config`] as JSON.
+pub const CONFIG_KEY: &str = "edgeflow.action.config";
+/// Safetensors metadata key holding the format tag.
+pub const FORMAT_KEY: &str = "format";
+/// Value of [`FORMAT_KEY`] in a checkpoint this crate writes.
+pub const FORMAT: &str = "edgeflow-action-head-v1";
+
+/// The head's shape. Stored as JSON in the checkpoint's metadata, so a
+/// checkpoint carries its own config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// Width of each vision token and of the instruction embedding (384
+    /// for DINOv2 ViT-S/14 and all-MiniLM-L6-v2).
+    pub feature_dim: usize,
+    /// Robot state values (pusher x, y, vx, vy).
+    pub state_dim: usize,
+    /// Action values per step (pusher target x, y).
+    pub action_dim: usize,
+    /// The patch grid is average-pooled to `vision_grid x vision_grid`
+    /// tokens, after the CLS token.
+    pub vision_grid: usize,
+    /// Actions per chunk H.
+    pub horizon: usize,
+    /// Transformer width.
+    pub d_model: usize,
+    /// Transformer blocks.
+    pub n_layers: usize,
+    /// Attention heads (divide `d_model`).
+    pub n_heads: usize,
+    /// Hidden width of each block's MLP.
+    pub mlp_dim: usize,
+    /// Layer-norm epsilon.
+    pub norm_eps: f64,
+    /// Longest frozen prefix seen in training (real-time chunking); a
+    /// longer one is cut to this at run time.
+    pub max_prefix: usize,
+    /// Control rate of the actions, Hz.
+    pub control_hz: f64,
+    /// Square input side (pixels) the vision encoder ran at when the
+    /// training features were cached: the pipeline's `vision_encoder`
+    /// must use the same `image_size` (and `resize: stretch`).
+    pub image_size: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            feature_dim: 384,
+            state_dim: 4,
+            action_dim: 2,
+            vision_grid: 4,
+            horizon: 16,
+            d_model: 128,
+            n_layers: 4,
+            n_heads: 4,
+            mlp_dim: 384,
+            norm_eps: 1e-5,
+            max_prefix: 8,
+            control_hz: 50.0,
+            image_size: 112,
+        }
+    }
+}
+
+impl Config {
+    /// Vision tokens the head takes: CLS + the pooled grid.
+    pub fn vision_tokens(&self) -> usize {
+        1 + self.vision_grid * self.vision_grid
+    }
+
+    /// Conditioning tokens: vision, instruction, state.
+    pub fn cond_tokens(&self) -> usize {
+        self.vision_tokens() + 2
+    }
+
+    /// All tokens: conditioning then the H action tokens.
+    pub fn tokens(&self) -> usize {
+        self.cond_tokens() + self.horizon
+    }
+
+    /// Per-head width.
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.n_heads.max(1)
+    }
+
+    /// Check every field (the error names it and its range).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |f: &str, v: String, want: &str| {
+            Err(Error::Config(format!("`{f}` is {v}, must be {want}")))
+        };
+        if self.feature_dim == 0 || self.feature_dim > 8192 {
+            return bad("feature_dim", self.feature_dim.to_string(), "in 1..=8192");
+        }
+        if self.state_dim == 0 || self.state_dim > 64 {
+            return bad("state_dim", self.state_dim.to_string(), "in 1..=64");
+        }
+        if self.state_dim < self.action_dim {
+            return bad(
+                "state_dim",
+                self.state_dim.to_string(),
+                "at least action_dim (actions are taken relative to the state's first values)",
+            );
+        }
+        if self.action_dim == 0 || self.action_dim > 64 {
+            return bad("action_dim", self.action_dim.to_string(), "in 1..=64");
+        }
+        if self.vision_grid == 0 || self.vision_grid > 32 {
+            return bad("vision_grid", self.vision_grid.to_string(), "in 1..=32");
+        }
+        if !(2..=256).contains(&self.horizon) {
+            return bad("horizon", self.horizon.to_string(), "in 2..=256");
+        }
+        if self.d_model == 0 || self.d_model > 4096 || self.d_model % 2 != 0 {
+            return bad("d_model", self.d_model.to_string(), "even, in 2..=4096");
+        }
+        if self.n_heads == 0 || self.d_model % self.n_heads != 0 {
+            return bad("n_heads", self.n_heads.to_string(), "a divisor of d_model");
+        }
+        if self.n_layers == 0 || self.n_layers > 64 {
+            return bad("n_layers", self.n_layers.to_string(), "in 1..=64");
+        }
+        if self.mlp_dim == 0 || self.mlp_dim > 16384 {
+            return bad("mlp_dim", self.mlp_dim.to_string(), "in 1..=16384");
+        }
+        if !(self.norm_eps > 0.0 && self.norm_eps < 1.0) {
+            return bad("norm_eps", self.norm_eps.to_string(), "in (0, 1)");
+        }
+        if self.max_prefix >= self.horizon {
+            return bad(
+                "max_prefix",
+                self.max_prefix.to_string(),
+                "below horizon (some actions must be left to predict)",
+            );
+        }
+        if !(self.control_hz > 0.0 && self.control_hz <= 10_000.0) {
+            return bad("control_hz", self.control_hz.to_string(), "in (0, 10000]");
+        }
+        if !(14..=1036).contains(&self.image_size) {
+            return bad("image_size", self.image_size.to_string(), "in 14..=1036");
+        }
+        Ok(())
+    }
+
+    /// The checkpoint metadata for this config.
+    pub fn metadata(&self) -> Result<HashMap<String, String>> {
+        let json = serde_json::to_string(self)
+            .map_err(|e| Error::Config(format!("cannot serialise the config: {e}")))?;
+        Ok(HashMap::from([
+            (FORMAT_KEY.to_string(), FORMAT.to_string()),
+            (CONFIG_KEY.to_string(), json),
+        ]))
+    }
+
+    /// Read the config from a checkpoint's safetensors header.
+    pub fn from_checkpoint(path: &std::path::Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bad = |msg: String| Error::BadModel {
+            path: path.to_path_buf(),
+            msg,
+        };
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
+            .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+        let m = meta.metadata().as_ref().ok_or_else(|| {
+            bad(
+                "no metadata: not an action-head checkpoint (write one with `edgeflow train policy`)"
+                    .into(),
+            )
+        })?;
+        if m.get(FORMAT_KEY).map(String::as_str) != Some(FORMAT) {
+            return Err(bad(format!(
+                "metadata `{FORMAT_KEY}` is {:?}, expected {FORMAT:?} (write one with `edgeflow train policy`)",
+                m.get(FORMAT_KEY)
+            )));
+        }
+        let json = m
+            .get(CONFIG_KEY)
+            .ok_or_else(|| bad(format!("metadata lacks `{CONFIG_KEY}`")))?;
+        let cfg: Config =
+            serde_json::from_str(json).map_err(|e| bad(format!("metadata `{CONFIG_KEY}`: {e}")))?;
+        cfg.validate().map_err(|e| bad(e.to_string()))?;
+        Ok(cfg)
+    }
+}
+
+/// Per-dimension normalisation of states and actions, fitted on the
+/// training set and stored in the checkpoint (`norm.*`). Actions are
+/// normalised relative to the state's first `action_dim` values (the
+/// pusher position): the head predicts where to go from where it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Normalizer {
+    /// State mean.
+    pub state_mean: Vec<f32>,
+    /// State standard deviation (floored).
+    pub state_std: Vec<f32>,
+    /// Mean of `action - state[..action_dim]`.
+    pub action_mean: Vec<f32>,
+    /// Its standard deviation (floored).
+    pub action_std: Vec<f32>,
+}
+
+/// Smallest standard deviation a normaliser divides by.
+pub const MIN_STD: f32 = 1e-3;
+
+impl Normalizer {
+    /// Identity normalisation for `cfg`.
+    pub fn identity(cfg: &Config) -> Self {
+        Normalizer {
+            state_mean: vec![0.0; cfg.state_dim],
+            state_std: vec![1.0; cfg.state_dim],
+            action_mean: vec![0.0; cfg.action_dim],
+            action_std: vec![1.0; cfg.action_dim],
+        }
+    }
+
+    /// The normalised state.
+    pub fn state(&self, s: &[f32]) -> Vec<f32> {
+        s.iter()
+            .zip(self.state_mean.iter().zip(&self.state_std))
+            .map(|(v, (m, sd))| (v - m) / sd)
+            .collect()
+    }
+
+    /// Normalise absolute actions `a[steps * dim]` taken from state `s`.
+    pub fn actions(&self, s: &[f32], a: &[f32]) -> Vec<f32> {
+        let d = self.action_mean.len();
+        a.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let j = i % d;
+                (v - s[j] - self.action_mean[j]) / self.action_std[j]
+            })
+            .collect()
+    }
+
+    /// Absolute actions from normalised ones (the inverse of [`Self::actions`]).
+    pub fn denormalize_actions(&self, s: &[f32], x: &[f32]) -> Vec<f32> {
+        let d = self.action_mean.len();
+        x.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let j = i % d;
+                v * self.action_std[j] + self.action_mean[j] + s[j]
+            })
+            .collect()
+    }
+}
+
+/// Pool vision tokens `[1 + N, dim]` (CLS first, then an `n x n` patch
+/// grid, row-major) to `[1 + g * g, dim]`: the CLS token, then the grid
+/// average-pooled to `g x g` (adaptive pooling: bin `i` covers patches
+/// `floor(i n / g) .. ceil((i + 1) n / g)`). Tokens already at `1 + g * g`
+/// pass through.
+pub fn pool_vision_tokens(tokens: &[f32], dim: usize, grid: usize) -> Result<Vec<f32>> {
+    if dim == 0 || tokens.is_empty() || tokens.len() % dim != 0 {
+        return Err(Error::BadInput(format!(
+            "vision tokens: {} values is not a whole number of {dim}-wide tokens",
+            tokens.len()
+        )));
+    }
+    let t = tokens.len() / dim;
+    let patches = t - 1;
+    if patches == grid * grid {
+        return Ok(tokens.to_vec());
+    }
+    let n = (patches as f64).sqrt().round() as usize;
+    if n * n != patches || n < grid {
+        return Err(Error::BadInput(format!(
+            "vision tokens: {t} tokens is not CLS + a square patch grid of at least {grid} x {grid} \
+             (expected 1 + n*n tokens, e.g. 257 for DINOv2 at 224 px)"
+        )));
+    }
+    let mut out = Vec::with_capacity((1 + grid * grid) * dim);
+    out.extend_from_slice(&tokens[..dim]);
+    let bin = |i: usize| (i * n / grid, ((i + 1) * n).div_ceil(grid));
+    let mut acc = vec![0f32; dim];
+    for by in 0..grid {
+        let (y0, y1) = bin(by);
+        for bx in 0..grid {
+            let (x0, x1) = bin(bx);
+            acc.iter_mut().for_each(|v| *v = 0.0);
+            for y in y0..y1 {
+                for x in x0..x1 {
+                    let p = 1 + y * n + x;
+                    for (a, v) in acc.iter_mut().zip(&tokens[p * dim..(p + 1) * dim]) {
+                        *a += v;
+                    }
+                }
+            }
+            let c = ((y1 - y0) * (x1 - x0)) as f32;
+            out.extend(acc.iter().map(|v| v / c));
+        }
+    }
+    Ok(out)
+}
+
+/// Sinusoidal embedding of a flow time `t` in `[0, 1]`, `dim` values:
+/// `sin` then `cos` of `2 pi t / p` for periods `p` spaced geometrically
+/// from 4e-3 to 4 (pi0's choice).
+pub fn time_embedding(t: f32, dim: usize) -> Vec<f32> {
+    let half = dim / 2;
+    let (lo, hi) = (4e-3f64, 4.0f64);
+    let mut out = vec![0f32; dim];
+    for k in 0..half {
+        let frac = if half > 1 {
+            k as f64 / (half - 1) as f64
+        } else {
+            0.0
+        };
+        let period = lo * (hi / lo).powf(frac);
+        let a = 2.0 * std::f64::consts::PI * t as f64 / period;
+        out[k] = a.sin() as f32;
+        out[half + k] = a.cos() as f32;
+    }
+    out
+}
+
+/// Time embeddings of a batch: `times[b * h]` -> `[b * h * dim]` values.
+pub fn time_embeddings(times: &[f32], dim: usize) -> Vec<f32> {
+    times.iter().flat_map(|&t| time_embedding(t, dim)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pooling_averages_bins_and_keeps_cls() {
+        // 1 + 4x4 tokens of width 1, patch value = its index; pooled to 2x2.
+        let mut tok = vec![-1.0f32];
+        tok.extend((0..16).map(|i| i as f32));
+        let p = pool_vision_tokens(&tok, 1, 2).expect("pool");
+        // Top-left bin: patches 0, 1, 4, 5 -> 2.5.
+        assert_eq!(p, vec![-1.0, 2.5, 4.5, 10.5, 12.5]);
+        // Already pooled: unchanged.
+        assert_eq!(pool_vision_tokens(&p, 1, 2).expect("same"), p);
+        // 16x16 DINOv2 grid to 4x4, width 3.
+        let t: Vec<f32> = (0..257 * 3).map(|i| i as f32).collect();
+        assert_eq!(pool_vision_tokens(&t, 3, 4).expect("g").len(), 17 * 3);
+        assert!(pool_vision_tokens(&t[..256 * 3], 3, 4).is_err());
+        assert!(pool_vision_tokens(&t[..7], 3, 4).is_err());
+    }
+
+    #[test]
+    fn config_checks_and_round_trips() {
+        let c = Config::default();
+        c.validate().expect("default");
+        assert_eq!(c.tokens(), 17 + 2 + 16);
+        let bad = Config {
+            max_prefix: 16,
+            ..c.clone()
+        };
+        assert!(bad.validate().is_err());
+        let m = c.metadata().expect("meta");
+        let back: Config = serde_json::from_str(&m[CONFIG_KEY]).expect("json");
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn normaliser_round_trips_actions() {
+        let n = Normalizer {
+            state_mean: vec![0.1, -0.1, 0.0, 0.0],
+            state_std: vec![0.2, 0.2, 0.1, 0.1],
+            action_mean: vec![0.01, 0.02],
+            action_std: vec![0.05, 0.04],
+        };
+        let s = [0.05, 0.1, 0.3, -0.2];
+        let a = [0.1, 0.2, 0.12, 0.18];
+        let x = n.actions(&s, &a);
+        let b = n.denormalize_actions(&s, &x);
+        for (u, v) in a.iter().zip(&b) {
+            assert!((u - v).abs() < 1e-6);
+        }
+        let e = time_embedding(0.5, 8);
+        assert_eq!(e.len(), 8);
+        assert!((e[0].powi(2) + e[4].powi(2) - 1.0).abs() < 1e-6);
+    }
+}

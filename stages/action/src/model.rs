@@ -1,0 +1,221 @@
+//! The flow-matching action head on edgeflow's runtime: a small
+//! pre-norm transformer over `[vision tokens, instruction, state, action
+//! tokens]` that predicts the flow velocity of each action token.
+//!
+//! Tokens (all `d_model` wide, plus a learned position per slot `pos`):
+//! - `vision_in`: each pooled vision token `[feature_dim]`;
+//! - `text_in`: the instruction embedding `[feature_dim]`;
+//! - `state_in`: the normalised robot state `[state_dim]`;
+//! - action tokens, pi0-style: `time_mlp_out(silu(time_mlp_in([action_in(x_j), emb(t_j)])))`,
+//!   with a flow time per token (a frozen prefix token has `t = 1`).
+//!
+//! Blocks `blocks.{i}`: `z += attn(ln1(z))` (every token sees every
+//! token), `z += fc2(silu(fc1(ln2(z))))`; then `ln_f` and `action_out` on
+//! the action tokens give the velocity `[b, H, action_dim]`.
+//! The checkpoint also holds the [`Normalizer`] as `norm.*`.
+
+use crate::config::{Config, Normalizer};
+use crate::{Error, Result};
+use edgeflow_nn::{Attention, LayerNorm, Linear, Masking, Projections, VarBuilder};
+use edgeflow_runtime::{Device, Tensor};
+
+/// Names of every tensor in a checkpoint for `cfg`, with their dims (the
+/// training twin creates exactly these).
+pub fn tensor_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
+    let (d, f, m) = (cfg.d_model, cfg.feature_dim, cfg.mlp_dim);
+    let mut v: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut lin = |name: &str, i: usize, o: usize| {
+        v.push((format!("{name}.weight"), vec![o, i]));
+        v.push((format!("{name}.bias"), vec![o]));
+    };
+    lin("vision_in", f, d);
+    lin("text_in", f, d);
+    lin("state_in", cfg.state_dim, d);
+    lin("action_in", cfg.action_dim, d);
+    lin("time_mlp_in", 2 * d, d);
+    lin("time_mlp_out", d, d);
+    for i in 0..cfg.n_layers {
+        let b = format!("blocks.{i}");
+        for p in ["q", "k", "v", "o"] {
+            lin(&format!("{b}.attn.{p}"), d, d);
+        }
+        lin(&format!("{b}.fc1"), d, m);
+        lin(&format!("{b}.fc2"), m, d);
+    }
+    lin("action_out", d, cfg.action_dim);
+    for n in ["ln_f".to_string()].into_iter().chain(
+        (0..cfg.n_layers).flat_map(|i| [format!("blocks.{i}.ln1"), format!("blocks.{i}.ln2")]),
+    ) {
+        v.push((format!("{n}.weight"), vec![d]));
+        v.push((format!("{n}.bias"), vec![d]));
+    }
+    v.push(("pos".into(), vec![cfg.tokens(), d]));
+    v
+}
+
+/// Names and dims of the normaliser tensors.
+pub fn norm_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
+    vec![
+        ("norm.state_mean".into(), vec![cfg.state_dim]),
+        ("norm.state_std".into(), vec![cfg.state_dim]),
+        ("norm.action_mean".into(), vec![cfg.action_dim]),
+        ("norm.action_std".into(), vec![cfg.action_dim]),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    ln1: LayerNorm,
+    attn: Attention,
+    ln2: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+impl Block {
+    fn load(vb: &VarBuilder, cfg: &Config) -> Result<Self> {
+        let d = cfg.d_model;
+        let a = vb.pp("attn");
+        let proj = Projections::Separate {
+            q: Linear::load(&a.pp("q"), d, d, true)?,
+            k: Linear::load(&a.pp("k"), d, d, true)?,
+            v: Linear::load(&a.pp("v"), d, d, true)?,
+        };
+        let o = Linear::load(&a.pp("o"), d, d, true)?;
+        Ok(Block {
+            ln1: LayerNorm::load(&vb.pp("ln1"), d, cfg.norm_eps)?,
+            attn: Attention::new(proj, o, cfg.n_heads, cfg.n_heads, cfg.head_dim())?,
+            ln2: LayerNorm::load(&vb.pp("ln2"), d, cfg.norm_eps)?,
+            fc1: Linear::load(&vb.pp("fc1"), d, cfg.mlp_dim, true)?,
+            fc2: Linear::load(&vb.pp("fc2"), cfg.mlp_dim, d, true)?,
+        })
+    }
+
+    fn forward(&self, dev: &Device, z: &Tensor) -> Result<Tensor> {
+        let y = self.ln1.forward(dev, z)?;
+        let y = self.attn.forward(dev, &y, None, None, Masking::Full)?;
+        let z = dev.add(z, &y)?;
+        let y = self.ln2.forward(dev, &z)?;
+        let y = dev.silu(&self.fc1.forward(dev, &y)?)?;
+        let y = self.fc2.forward(dev, &y)?;
+        Ok(dev.add(&z, &y)?)
+    }
+}
+
+/// The action head (see the module docs for its structure and names).
+#[derive(Debug, Clone)]
+pub struct ActionHead {
+    cfg: Config,
+    norm: Normalizer,
+    vision_in: Linear,
+    text_in: Linear,
+    state_in: Linear,
+    action_in: Linear,
+    time_mlp_in: Linear,
+    time_mlp_out: Linear,
+    pos: Tensor,
+    blocks: Vec<Block>,
+    ln_f: LayerNorm,
+    action_out: Linear,
+}
+
+impl ActionHead {
+    /// Load the head's tensors under `vb` for `cfg`.
+    pub fn load(vb: &VarBuilder, cfg: &Config) -> Result<Self> {
+        cfg.validate()?;
+        let (d, f) = (cfg.d_model, cfg.feature_dim);
+        let host = |name: &str, n: usize| -> Result<Vec<f32>> {
+            let t = vb.get_f32(name, &[n])?;
+            Ok(vb.device().to_host(&t)?.to_vec_f32()?)
+        };
+        let norm = Normalizer {
+            state_mean: host("norm.state_mean", cfg.state_dim)?,
+            state_std: host("norm.state_std", cfg.state_dim)?,
+            action_mean: host("norm.action_mean", cfg.action_dim)?,
+            action_std: host("norm.action_std", cfg.action_dim)?,
+        };
+        if norm
+            .state_std
+            .iter()
+            .chain(&norm.action_std)
+            .any(|s| !(s.is_finite() && *s > 0.0))
+        {
+            return Err(Error::BadModel {
+                path: vb.path(),
+                msg: "norm.*_std holds a non-positive or non-finite value".into(),
+            });
+        }
+        let blocks = (0..cfg.n_layers)
+            .map(|i| Block::load(&vb.pp("blocks").pp(i), cfg))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ActionHead {
+            cfg: cfg.clone(),
+            norm,
+            vision_in: Linear::load(&vb.pp("vision_in"), f, d, true)?,
+            text_in: Linear::load(&vb.pp("text_in"), f, d, true)?,
+            state_in: Linear::load(&vb.pp("state_in"), cfg.state_dim, d, true)?,
+            action_in: Linear::load(&vb.pp("action_in"), cfg.action_dim, d, true)?,
+            time_mlp_in: Linear::load(&vb.pp("time_mlp_in"), 2 * d, d, true)?,
+            time_mlp_out: Linear::load(&vb.pp("time_mlp_out"), d, d, true)?,
+            pos: vb.get_f32("pos", &[cfg.tokens(), d])?,
+            blocks,
+            ln_f: LayerNorm::load(&vb.pp("ln_f"), d, cfg.norm_eps)?,
+            action_out: Linear::load(&vb.pp("action_out"), d, cfg.action_dim, true)?,
+        })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The state / action normalisation stored with the weights.
+    pub fn normalizer(&self) -> &Normalizer {
+        &self.norm
+    }
+
+    /// The conditioning tokens `[b, cond_tokens, d_model]` of pooled
+    /// vision tokens `[b, vision_tokens, feature_dim]`, instruction
+    /// embeddings `[b, 1, feature_dim]` and normalised states `[b, 1,
+    /// state_dim]`. Computed once per chunk, reused by every ODE step.
+    pub fn condition(
+        &self,
+        dev: &Device,
+        vision: &Tensor,
+        text: &Tensor,
+        state: &Tensor,
+    ) -> Result<Tensor> {
+        let v = self.vision_in.forward(dev, vision)?;
+        let l = self.text_in.forward(dev, text)?;
+        let s = self.state_in.forward(dev, state)?;
+        let c = dev.concat(&[&v, &l, &s], 1)?;
+        let pos = dev.narrow(&self.pos, 0, 0, self.cfg.cond_tokens())?;
+        Ok(dev.add(&c, &pos)?)
+    }
+
+    /// The velocity `[b, H, action_dim]` of noisy normalised actions
+    /// `x[b, H, action_dim]` whose per-token flow times are embedded in
+    /// `temb[b, H, d_model]` ([`crate::config::time_embeddings`]), given
+    /// [`Self::condition`]'s tokens.
+    pub fn velocity(
+        &self,
+        dev: &Device,
+        cond: &Tensor,
+        x: &Tensor,
+        temb: &Tensor,
+    ) -> Result<Tensor> {
+        let (tc, h) = (self.cfg.cond_tokens(), self.cfg.horizon);
+        let a = self.action_in.forward(dev, x)?;
+        let at = dev.concat(&[&a, temb], 2)?;
+        let at = dev.silu(&self.time_mlp_in.forward(dev, &at)?)?;
+        let at = self.time_mlp_out.forward(dev, &at)?;
+        let at = dev.add(&at, &dev.narrow(&self.pos, 0, tc, h)?)?;
+        let mut z = dev.concat(&[cond, &at], 1)?;
+        for b in &self.blocks {
+            z = b.forward(dev, &z)?;
+        }
+        let za = dev.narrow(&z, 1, tc, h)?;
+        let za = self.ln_f.forward(dev, &za)?;
+        self.action_out.forward(dev, &za).map_err(Error::from)
+    }
+}

@@ -1,0 +1,279 @@
+//! Training the head with candle's autograd and AdamW (see
+//! [`train`]): flow matching with a random frozen prefix per sample
+//! (real-time chunking, training-time variant), a fixed seed, the loss of
+//! every step kept for the curve ([`plot::plot_loss`]).
+
+mod data;
+mod net;
+pub mod plot;
+
+pub use data::{Dataset, EpisodeFeatures};
+pub use net::{write_checkpoint, TrainNet};
+
+use crate::config::{time_embeddings, Config, Normalizer};
+use crate::rng::Rng;
+use crate::{Error, Result};
+use candle_nn::Optimizer;
+use std::path::Path;
+use std::time::Instant;
+
+/// Training settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainOptions {
+    /// The head's shape.
+    pub config: Config,
+    /// Optimiser steps.
+    pub steps: usize,
+    /// Samples per step.
+    pub batch: usize,
+    /// Peak learning rate (linear warm-up, then cosine to 10 %).
+    pub lr: f64,
+    /// Warm-up steps.
+    pub warmup: usize,
+    /// AdamW weight decay.
+    pub weight_decay: f64,
+    /// Seed of the weights, batches, noise and flow times.
+    pub seed: u64,
+    /// Report progress every this many steps.
+    pub log_every: usize,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions {
+            config: Config::default(),
+            steps: 3000,
+            batch: 64,
+            lr: 5e-4,
+            warmup: 100,
+            weight_decay: 0.01,
+            seed: 0,
+            log_every: 50,
+        }
+    }
+}
+
+impl TrainOptions {
+    /// Check the settings.
+    pub fn validate(&self) -> Result<()> {
+        self.config.validate()?;
+        if self.steps == 0 || self.batch == 0 || self.batch > 4096 {
+            return Err(Error::Config(format!(
+                "steps ({}) must be > 0 and batch ({}) in 1..=4096",
+                self.steps, self.batch
+            )));
+        }
+        if !(self.lr > 0.0 && self.lr < 1.0) || !(0.0..1.0).contains(&self.weight_decay) {
+            return Err(Error::Config(format!(
+                "lr ({}) must be in (0, 1) and weight_decay ({}) in [0, 1)",
+                self.lr, self.weight_decay
+            )));
+        }
+        Ok(())
+    }
+
+    /// The learning rate at `step`.
+    pub fn lr_at(&self, step: usize) -> f64 {
+        if step < self.warmup {
+            return self.lr * (step + 1) as f64 / self.warmup as f64;
+        }
+        let span = (self.steps - self.warmup.min(self.steps)).max(1) as f64;
+        let p = ((step - self.warmup) as f64 / span).min(1.0);
+        self.lr * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * p).cos()))
+    }
+}
+
+/// Progress after a logging window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// Steps done.
+    pub step: usize,
+    /// Of.
+    pub steps: usize,
+    /// Mean loss over the window.
+    pub loss: f32,
+    /// Learning rate of the last step.
+    pub lr: f64,
+    /// Seconds since training began.
+    pub seconds: f64,
+}
+
+/// The outcome of [`train`].
+#[derive(Debug)]
+pub struct Trained {
+    /// The trained network.
+    pub net: TrainNet,
+    /// The normalisation fitted on the data.
+    pub norm: Normalizer,
+    /// Loss of every step.
+    pub losses: Vec<f32>,
+    /// Wall time, seconds.
+    pub seconds: f64,
+}
+
+impl Trained {
+    /// Write the checkpoint (safetensors; loads with
+    /// [`crate::policy::Policy::load`]).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        self.net.save(&self.norm, path)
+    }
+
+    /// Mean loss of the first and the last `n` steps.
+    pub fn loss_drop(&self, n: usize) -> (f32, f32) {
+        let n = n.clamp(1, self.losses.len().max(1));
+        let mean = |s: &[f32]| s.iter().sum::<f32>() / s.len().max(1) as f32;
+        (
+            mean(&self.losses[..n.min(self.losses.len())]),
+            mean(&self.losses[self.losses.len().saturating_sub(n)..]),
+        )
+    }
+}
+
+/// One batch, host-side.
+struct Batch {
+    vision: Vec<f32>,
+    text: Vec<f32>,
+    state: Vec<f32>,
+    x: Vec<f32>,
+    times: Vec<f32>,
+    target: Vec<f32>,
+    mask: Vec<f32>,
+}
+
+/// Draw a batch: for each sample a uniformly drawn recorded step, its chunk
+/// of actions, a flow time `t ~ U(0, 1)`, noise, and a frozen prefix of
+/// `d ~ U{0..=max_prefix}` actions given clean (`t = 1`) and left out of
+/// the loss.
+fn draw_batch(
+    data: &Dataset,
+    cfg: &Config,
+    norm: &Normalizer,
+    index: &[(usize, usize)],
+    batch: usize,
+    rng: &mut Rng,
+) -> Batch {
+    let (h, ad) = (cfg.horizon, cfg.action_dim);
+    let mut b = Batch {
+        vision: Vec::with_capacity(batch * cfg.vision_tokens() * cfg.feature_dim),
+        text: Vec::with_capacity(batch * cfg.feature_dim),
+        state: Vec::with_capacity(batch * cfg.state_dim),
+        x: Vec::with_capacity(batch * h * ad),
+        times: Vec::with_capacity(batch * h),
+        target: Vec::with_capacity(batch * h * ad),
+        mask: Vec::with_capacity(batch * h),
+    };
+    for _ in 0..batch {
+        let (e, i) = index[rng.below(index.len())];
+        let ep = &data.episodes[e];
+        let st = ep.state_at(cfg, i);
+        b.vision.extend_from_slice(ep.frame_at(i));
+        b.text.extend_from_slice(&ep.instruction);
+        b.state.extend(norm.state(st));
+        let a = norm.actions(st, &ep.chunk_at(cfg, i));
+        let t = rng.uniform();
+        let d = rng.below(cfg.max_prefix + 1);
+        for j in 0..h {
+            let frozen = j < d;
+            b.times.push(if frozen { 1.0 } else { t });
+            b.mask.push(if frozen { 0.0 } else { 1.0 });
+            for k in 0..ad {
+                let av = a[j * ad + k];
+                let n = rng.normal();
+                if frozen {
+                    b.x.push(av);
+                } else {
+                    b.x.push(t * av + (1.0 - t) * n);
+                }
+                b.target.push(av - n);
+            }
+        }
+    }
+    b
+}
+
+/// The masked flow-matching loss of a batch, as a candle scalar.
+fn batch_loss(net: &TrainNet, b: Batch, batch: usize) -> Result<candle_core::Tensor> {
+    let cfg = net.config();
+    let (h, ad) = (cfg.horizon, cfg.action_dim);
+    let vision = net.tensor(b.vision, &[batch, cfg.vision_tokens(), cfg.feature_dim])?;
+    let text = net.tensor(b.text, &[batch, 1, cfg.feature_dim])?;
+    let state = net.tensor(b.state, &[batch, 1, cfg.state_dim])?;
+    let x = net.tensor(b.x, &[batch, h, ad])?;
+    let temb = net.tensor(
+        time_embeddings(&b.times, cfg.d_model),
+        &[batch, h, cfg.d_model],
+    )?;
+    let target = net.tensor(b.target, &[batch, h, ad])?;
+    let kept: f32 = b.mask.iter().sum();
+    let mask = net.tensor(b.mask, &[batch, h, 1])?;
+    let cond = net.condition(&vision, &text, &state)?;
+    let v = net.velocity(&cond, &x, &temb)?;
+    let err = (v - target)?.broadcast_mul(&mask)?;
+    Ok((err.sqr()?.sum_all()? / (kept.max(1.0) as f64 * ad as f64))?)
+}
+
+/// Train a head on `data` (sizes checked first). `progress` is called every
+/// `log_every` steps and after the last.
+pub fn train(
+    data: &Dataset,
+    opts: &TrainOptions,
+    mut progress: impl FnMut(&Progress),
+) -> Result<Trained> {
+    opts.validate()?;
+    let cfg = &opts.config;
+    data.validate(cfg)?;
+    let norm = data.fit_normalizer(cfg);
+    let index: Vec<(usize, usize)> = data
+        .episodes
+        .iter()
+        .enumerate()
+        .flat_map(|(e, ep)| (0..ep.steps(cfg)).map(move |i| (e, i)))
+        .collect();
+    let net = TrainNet::init(cfg, opts.seed)?;
+    let mut opt = candle_nn::AdamW::new(
+        net.vars(),
+        candle_nn::ParamsAdamW {
+            lr: opts.lr_at(0),
+            weight_decay: opts.weight_decay,
+            ..Default::default()
+        },
+    )?;
+    let mut rng = Rng::new(opts.seed.wrapping_add(1));
+    let mut losses = Vec::with_capacity(opts.steps);
+    let t0 = Instant::now();
+    let mut window = 0f32;
+    let mut in_window = 0usize;
+    for step in 0..opts.steps {
+        let lr = opts.lr_at(step);
+        opt.set_learning_rate(lr);
+        let b = draw_batch(data, cfg, &norm, &index, opts.batch, &mut rng);
+        let loss = batch_loss(&net, b, opts.batch)?;
+        opt.backward_step(&loss)?;
+        let l = loss.to_scalar::<f32>()?;
+        if !l.is_finite() {
+            return Err(Error::Data(format!(
+                "the loss became {l} at step {step}: lower the learning rate (now {lr:e})"
+            )));
+        }
+        losses.push(l);
+        window += l;
+        in_window += 1;
+        if (step + 1) % opts.log_every.max(1) == 0 || step + 1 == opts.steps {
+            progress(&Progress {
+                step: step + 1,
+                steps: opts.steps,
+                loss: window / in_window as f32,
+                lr,
+                seconds: t0.elapsed().as_secs_f64(),
+            });
+            window = 0.0;
+            in_window = 0;
+        }
+    }
+    Ok(Trained {
+        net,
+        norm,
+        losses,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,199 @@
+//! The training twin of [`crate::model::ActionHead`]: the same network in
+//! candle with autograd [`Var`]s and the same tensor names, so the
+//! checkpoint it writes loads into the runtime model.
+
+use crate::config::{Config, Normalizer};
+use crate::model::{norm_shapes, tensor_shapes};
+use crate::rng::Rng;
+use crate::{Error, Result};
+use candle_core::{DType, Device, Tensor, Var, D};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The head's parameters as candle variables, by checkpoint name.
+#[derive(Debug)]
+pub struct TrainNet {
+    cfg: Config,
+    vars: BTreeMap<String, Var>,
+    dev: Device,
+}
+
+impl TrainNet {
+    /// Fresh weights from `seed`: linear weights and positions normal with
+    /// std 0.02, biases 0, layer norms 1 / 0; `action_out` starts small so
+    /// the first velocities are near 0.
+    pub fn init(cfg: &Config, seed: u64) -> Result<Self> {
+        cfg.validate()?;
+        let dev = Device::Cpu;
+        let mut rng = Rng::new(seed);
+        let mut vars = BTreeMap::new();
+        for (name, dims) in tensor_shapes(cfg) {
+            let n: usize = dims.iter().product();
+            let ln = name.contains("ln1") || name.contains("ln2") || name.starts_with("ln_f");
+            let data: Vec<f32> = if ln {
+                vec![if name.ends_with("weight") { 1.0 } else { 0.0 }; n]
+            } else if name.ends_with("bias") {
+                vec![0.0; n]
+            } else {
+                let std = if name.starts_with("action_out") {
+                    0.002
+                } else {
+                    0.02
+                };
+                rng.normals(n).into_iter().map(|v| v * std).collect()
+            };
+            let t = Tensor::from_vec(data, dims.as_slice(), &dev)?;
+            vars.insert(name, Var::from_tensor(&t)?);
+        }
+        Ok(TrainNet {
+            cfg: cfg.clone(),
+            vars,
+            dev,
+        })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Every variable (for the optimiser).
+    pub fn vars(&self) -> Vec<Var> {
+        self.vars.values().cloned().collect()
+    }
+
+    /// Variables by name.
+    pub fn named_vars(&self) -> &BTreeMap<String, Var> {
+        &self.vars
+    }
+
+    fn var(&self, name: &str) -> Result<&Tensor> {
+        self.vars
+            .get(name)
+            .map(|v| v.as_tensor())
+            .ok_or_else(|| Error::Config(format!("the training net has no tensor `{name}`")))
+    }
+
+    fn linear(&self, name: &str, x: &Tensor) -> Result<Tensor> {
+        let w = self.var(&format!("{name}.weight"))?;
+        let b = self.var(&format!("{name}.bias"))?;
+        Ok(x.broadcast_matmul(&w.t()?)?.broadcast_add(b)?)
+    }
+
+    fn layer_norm(&self, name: &str, x: &Tensor) -> Result<Tensor> {
+        let g = self.var(&format!("{name}.weight"))?;
+        let b = self.var(&format!("{name}.bias"))?;
+        let mean = x.mean_keepdim(D::Minus1)?;
+        let xc = x.broadcast_sub(&mean)?;
+        let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
+        let y = xc.broadcast_div(&(var + self.cfg.norm_eps)?.sqrt()?)?;
+        Ok(y.broadcast_mul(g)?.broadcast_add(b)?)
+    }
+
+    fn attention(&self, name: &str, x: &Tensor) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let (h, hd) = (self.cfg.n_heads, self.cfg.head_dim());
+        let heads = |p: &str| -> Result<Tensor> {
+            let y = self.linear(&format!("{name}.{p}"), x)?;
+            Ok(y.reshape((b, t, h, hd))?.transpose(1, 2)?.contiguous()?)
+        };
+        let (q, k, v) = (heads("q")?, heads("k")?, heads("v")?);
+        let att = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?;
+        let att = candle_nn::ops::softmax(&att, D::Minus1)?;
+        let y = att.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h * hd))?;
+        self.linear(&format!("{name}.o"), &y)
+    }
+
+    /// [`crate::model::ActionHead::condition`]: pooled vision `[b,
+    /// vision_tokens, feature_dim]`, instruction `[b, 1, feature_dim]`,
+    /// normalised state `[b, 1, state_dim]`.
+    pub fn condition(&self, vision: &Tensor, text: &Tensor, state: &Tensor) -> Result<Tensor> {
+        let v = self.linear("vision_in", vision)?;
+        let l = self.linear("text_in", text)?;
+        let s = self.linear("state_in", state)?;
+        let c = Tensor::cat(&[&v, &l, &s], 1)?;
+        let pos = self.var("pos")?.narrow(0, 0, self.cfg.cond_tokens())?;
+        Ok(c.broadcast_add(&pos)?)
+    }
+
+    /// [`crate::model::ActionHead::velocity`].
+    pub fn velocity(&self, cond: &Tensor, x: &Tensor, temb: &Tensor) -> Result<Tensor> {
+        let (tc, h) = (self.cfg.cond_tokens(), self.cfg.horizon);
+        let a = self.linear("action_in", x)?;
+        let at = Tensor::cat(&[&a, temb], 2)?;
+        let at = candle_nn::ops::silu(&self.linear("time_mlp_in", &at)?)?;
+        let at = self.linear("time_mlp_out", &at)?;
+        let at = at.broadcast_add(&self.var("pos")?.narrow(0, tc, h)?)?;
+        let mut z = Tensor::cat(&[cond, &at], 1)?;
+        for i in 0..self.cfg.n_layers {
+            let b = format!("blocks.{i}");
+            let y = self.layer_norm(&format!("{b}.ln1"), &z)?;
+            z = (&z + self.attention(&format!("{b}.attn"), &y)?)?;
+            let y = self.layer_norm(&format!("{b}.ln2"), &z)?;
+            let y = candle_nn::ops::silu(&self.linear(&format!("{b}.fc1"), &y)?)?;
+            z = (&z + self.linear(&format!("{b}.fc2"), &y)?)?;
+        }
+        let za = z.narrow(1, tc, h)?;
+        let za = self.layer_norm("ln_f", &za)?;
+        self.linear("action_out", &za)
+    }
+
+    /// A host tensor on the training device.
+    pub fn tensor(&self, data: Vec<f32>, dims: &[usize]) -> Result<Tensor> {
+        Ok(Tensor::from_vec(data, dims, &self.dev)?)
+    }
+
+    /// Write the weights and `norm` as a checkpoint the runtime model loads
+    /// (safetensors, f32, the config in its metadata).
+    pub fn save(&self, norm: &Normalizer, path: &Path) -> Result<()> {
+        let mut named: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+        for (name, v) in &self.vars {
+            let t = v.as_tensor().to_dtype(DType::F32)?;
+            named.push((name.clone(), t.dims().to_vec(), t.flatten_all()?.to_vec1()?));
+        }
+        let values = [
+            &norm.state_mean,
+            &norm.state_std,
+            &norm.action_mean,
+            &norm.action_std,
+        ];
+        for ((name, dims), v) in norm_shapes(&self.cfg).into_iter().zip(values) {
+            if v.len() != dims.iter().product::<usize>() {
+                return Err(Error::Config(format!(
+                    "`{name}` has {} values, expected {dims:?}",
+                    v.len()
+                )));
+            }
+            named.push((name, dims, v.clone()));
+        }
+        write_checkpoint(path, &self.cfg, &named)
+    }
+}
+
+/// Write named f32 tensors as safetensors with `cfg` in the metadata.
+pub fn write_checkpoint(
+    path: &Path,
+    cfg: &Config,
+    named: &[(String, Vec<usize>, Vec<f32>)],
+) -> Result<()> {
+    let bytes: Vec<Vec<u8>> = named
+        .iter()
+        .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        .collect();
+    let mut views = Vec::with_capacity(named.len());
+    for ((name, dims, _), b) in named.iter().zip(&bytes) {
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, dims.clone(), b)
+            .map_err(|e| Error::Config(format!("tensor `{name}`: {e}")))?;
+        views.push((name.clone(), view));
+    }
+    let meta = cfg.metadata()?;
+    let data = safetensors::serialize(views, Some(meta))
+        .map_err(|e| Error::Config(format!("serialising the checkpoint: {e}")))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    // Write beside, then rename: a checkpoint that exists is whole.
+    let tmp = path.with_extension("safetensors.partial");
+    std::fs::write(&tmp, data).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+}

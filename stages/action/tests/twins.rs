@@ -1,0 +1,239 @@
+//! The training twin (candle, autograd) and the runtime head compute the
+//! same function on the same weights; sampling freezes the RTC prefix and
+//! stops on cancel.
+
+use edgeflow_action::config::{time_embeddings, Config, Normalizer};
+use edgeflow_action::model::ActionHead;
+use edgeflow_action::policy::{Observation, Policy, RtcMode};
+use edgeflow_action::rng::Rng;
+use edgeflow_action::train::TrainNet;
+use edgeflow_action::Error;
+use edgeflow_nn::VarBuilder;
+use edgeflow_runtime::{Device, DeviceSpec, Tensor};
+
+fn cpu() -> Device {
+    edgeflow_backends::open(DeviceSpec::Cpu).expect("cpu")
+}
+
+fn small() -> Config {
+    Config {
+        feature_dim: 24,
+        vision_grid: 2,
+        horizon: 8,
+        d_model: 32,
+        n_layers: 2,
+        n_heads: 4,
+        mlp_dim: 48,
+        max_prefix: 4,
+        ..Config::default()
+    }
+}
+
+/// A net with every weight random at std 0.3 (the default init makes the
+/// output tiny, which would make the comparison weak).
+fn random_net(cfg: &Config, seed: u64) -> TrainNet {
+    let net = TrainNet::init(cfg, seed).expect("init");
+    let mut rng = Rng::new(seed + 100);
+    for v in net.vars() {
+        let dims = v.dims().to_vec();
+        let n: usize = dims.iter().product();
+        let data: Vec<f32> = rng.normals(n).into_iter().map(|x| 0.3 * x).collect();
+        let t = candle_core::Tensor::from_vec(data, dims.as_slice(), &candle_core::Device::Cpu)
+            .expect("t");
+        v.set(&t).expect("set");
+    }
+    net
+}
+
+fn norm(cfg: &Config) -> Normalizer {
+    Normalizer {
+        state_mean: vec![0.01; cfg.state_dim],
+        state_std: vec![0.2; cfg.state_dim],
+        action_mean: vec![0.0, 0.01],
+        action_std: vec![0.05, 0.04],
+    }
+}
+
+#[test]
+fn runtime_head_matches_the_training_twin_on_the_same_weights() {
+    let cfg = small();
+    let net = random_net(&cfg, 3);
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("head.safetensors");
+    net.save(&norm(&cfg), &path).expect("save");
+    assert_eq!(Config::from_checkpoint(&path).expect("cfg"), cfg);
+
+    let dev = cpu();
+    let head =
+        ActionHead::load(&VarBuilder::open(&[&path], &dev).expect("vb"), &cfg).expect("load");
+    assert_eq!(head.normalizer(), &norm(&cfg));
+
+    let b = 3;
+    let (h, ad) = (cfg.horizon, cfg.action_dim);
+    let mut rng = Rng::new(9);
+    let vision = rng.normals(b * cfg.vision_tokens() * cfg.feature_dim);
+    let text = rng.normals(b * cfg.feature_dim);
+    let state = rng.normals(b * cfg.state_dim);
+    let x = rng.normals(b * h * ad);
+    // Per-token times, some frozen (t = 1) as in real-time chunking.
+    let times: Vec<f32> = (0..b * h)
+        .map(|i| if i % h < 2 { 1.0 } else { rng.uniform() })
+        .collect();
+    let temb = time_embeddings(&times, cfg.d_model);
+
+    let rt = |v: &[f32], d: &[usize]| Tensor::from_slice(v, d).expect("rt");
+    let cond = head
+        .condition(
+            &dev,
+            &rt(&vision, &[b, cfg.vision_tokens(), cfg.feature_dim]),
+            &rt(&text, &[b, 1, cfg.feature_dim]),
+            &rt(&state, &[b, 1, cfg.state_dim]),
+        )
+        .expect("cond");
+    let got = head
+        .velocity(
+            &dev,
+            &cond,
+            &rt(&x, &[b, h, ad]),
+            &rt(&temb, &[b, h, cfg.d_model]),
+        )
+        .expect("v")
+        .to_vec_f32()
+        .expect("host");
+
+    let ct = |v: &[f32], d: &[usize]| net.tensor(v.to_vec(), d).expect("ct");
+    let c2 = net
+        .condition(
+            &ct(&vision, &[b, cfg.vision_tokens(), cfg.feature_dim]),
+            &ct(&text, &[b, 1, cfg.feature_dim]),
+            &ct(&state, &[b, 1, cfg.state_dim]),
+        )
+        .expect("cond");
+    let want: Vec<f32> = net
+        .velocity(&c2, &ct(&x, &[b, h, ad]), &ct(&temb, &[b, h, cfg.d_model]))
+        .expect("v")
+        .flatten_all()
+        .expect("flat")
+        .to_vec1()
+        .expect("vec");
+
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let err = got
+        .iter()
+        .zip(&want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    // Same f32 math in a different order (fused attention and layer norm
+    // kernels vs candle's composed ops): differences are rounding, ~1e-6 of
+    // the output's scale; 1e-4 relative leaves room and still catches any
+    // wrong name, transpose or missing term (those are O(1)).
+    assert!(scale > 0.1, "outputs too small to compare: {scale}");
+    assert!(
+        err <= 1e-4 * scale,
+        "max |runtime - twin| = {err:e} at scale {scale}"
+    );
+}
+
+fn policy(rtc: RtcMode) -> (Policy, Config, tempfile::TempDir) {
+    let cfg = small();
+    let net = random_net(&cfg, 5);
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("head.safetensors");
+    net.save(&norm(&cfg), &path).expect("save");
+    let p = Policy::load(&path, &cpu(), 10, rtc, 1).expect("policy");
+    (p, cfg, dir)
+}
+
+fn obs(cfg: &Config) -> Observation {
+    let mut rng = Rng::new(4);
+    // A 4x4 patch grid (pooled to 2x2 by the policy).
+    Observation {
+        vision: rng.normals(17 * cfg.feature_dim),
+        instruction: rng.normals(cfg.feature_dim),
+        state: vec![0.05, -0.1, 0.0, 0.1],
+    }
+}
+
+#[test]
+fn prefix_mode_freezes_min_of_delay_and_queue_and_inpaints_the_rest() {
+    let (mut p, cfg, _d) = policy(RtcMode::Prefix);
+    let o = obs(&cfg);
+    let prefix: Vec<f32> = (0..6)
+        .flat_map(|k| [0.01 * k as f32, -0.02 * k as f32])
+        .collect();
+    // delay 3 < queued 6 -> 3 frozen.
+    let c = p.chunk(&o, &prefix, 3, || false).expect("chunk");
+    assert_eq!(c.frozen, 3);
+    assert_eq!(c.actions.len(), cfg.horizon * 2);
+    assert_eq!(&c.actions[..6], &prefix[..6]);
+    assert!(c.actions.iter().all(|v| v.is_finite()));
+    // delay beyond the queue and the trained maximum: capped.
+    assert_eq!(p.chunk(&o, &prefix[..4], 7, || false).expect("c").frozen, 2);
+    assert_eq!(
+        p.chunk(&o, &prefix, 7, || false).expect("c").frozen,
+        cfg.max_prefix
+    );
+    assert_eq!(p.chunk(&o, &[], 3, || false).expect("c").frozen, 0);
+    // The frozen prefix conditions what follows: a different prefix gives a
+    // different continuation for the same noise seed.
+    let (mut p1, ..) = policy(RtcMode::Prefix);
+    let (mut p2, ..) = policy(RtcMode::Prefix);
+    let other: Vec<f32> = prefix.iter().map(|v| v + 0.1).collect();
+    let a = p1.chunk(&o, &prefix, 3, || false).expect("a");
+    let b = p2.chunk(&o, &other, 3, || false).expect("b");
+    assert!(a.actions[6..]
+        .iter()
+        .zip(&b.actions[6..])
+        .any(|(x, y)| (x - y).abs() > 1e-4));
+}
+
+#[test]
+fn none_mode_ignores_the_prefix() {
+    let (mut p, cfg, _d) = policy(RtcMode::None);
+    let (mut q, ..) = policy(RtcMode::None);
+    let o = obs(&cfg);
+    let a = p.chunk(&o, &[0.1, 0.1, 0.2, 0.2], 2, || false).expect("a");
+    let b = q.chunk(&o, &[], 0, || false).expect("b");
+    assert_eq!(a.frozen, 0);
+    assert_eq!(a.actions, b.actions, "same seed, prefix ignored");
+}
+
+#[test]
+fn a_cancel_between_ode_steps_stops_sampling() {
+    let (mut p, cfg, _d) = policy(RtcMode::Prefix);
+    let mut n = 0;
+    let r = p.chunk(&obs(&cfg), &[], 0, || {
+        n += 1;
+        n > 4
+    });
+    assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+    assert_eq!(n, 5);
+}
+
+#[test]
+fn bad_observations_are_clear_errors() {
+    let (mut p, cfg, _d) = policy(RtcMode::Prefix);
+    let good = obs(&cfg);
+    let mut o = good.clone();
+    o.vision.truncate(16 * cfg.feature_dim);
+    let e = p.chunk(&o, &[], 0, || false).expect_err("grid");
+    assert!(e.to_string().contains("square patch grid"), "{e}");
+    let mut o = good.clone();
+    o.state.push(0.0);
+    let e = p.chunk(&o, &[], 0, || false).expect_err("state");
+    assert!(e.to_string().contains("robot state has 5 values"), "{e}");
+    let mut o = good.clone();
+    o.instruction[0] = f32::NAN;
+    assert!(p.chunk(&o, &[], 0, || false).is_err());
+    let e = p.chunk(&good, &[0.1], 1, || false).expect_err("prefix");
+    assert!(e.to_string().contains("prefix"), "{e}");
+}
+
+#[test]
+fn a_file_that_is_not_a_head_checkpoint_is_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("x.safetensors");
+    std::fs::write(&path, b"not safetensors").expect("w");
+    let e = Policy::load(&path, &cpu(), 10, RtcMode::Prefix, 0).expect_err("bad");
+    assert!(e.to_string().contains("safetensors"), "{e}");
+}
