@@ -9,6 +9,9 @@
 #   speech     speech-venv/: faster-whisper and onnxruntime for Silero
 #              (scripts/speech_reference_requirements.txt) for `edgeflow bench
 #              speech` and scripts/speech_reference.py.
+#   vision     vision-venv/: onnxruntime and onnx for the DINOv2 ONNX
+#              (scripts/dinov2_reference_requirements.txt) for `edgeflow bench
+#              vision` and scripts/dinov2_reference.py.
 #   llama.cpp  llama.cpp/llama-bench: llama.cpp built from the PyPI source
 #              package of llama-cpp-python (pinned below; it vendors
 #              llama.cpp) with -march=native (GGML_NATIVE), for `edgeflow bench
@@ -17,7 +20,7 @@
 #              is installed when missing and we are root): about 10 minutes on
 #              a 2-core machine. An interrupted build resumes.
 #
-# Usage: scripts/peer_envs.sh [piper|speech|llama.cpp]...   (none: all three)
+# Usage: scripts/peer_envs.sh [piper|speech|vision|llama.cpp]...   (none: all four)
 # Prints the path of each environment. Needs python3 with venv (the piper
 # and speech venvs) and network access to PyPI the first time.
 set -euo pipefail
@@ -48,6 +51,10 @@ piper() {
 
 speech() {
     venv "$PEERS/speech-venv" "$here/speech_reference_requirements.txt"
+}
+
+vision() {
+    venv "$PEERS/vision-venv" "$here/dinov2_reference_requirements.txt"
 }
 
 llama_cpp() {
@@ -84,14 +91,15 @@ llama_cpp() {
     echo "$root/llama-bench"
 }
 
-[ $# -gt 0 ] || set -- piper speech llama.cpp
+[ $# -gt 0 ] || set -- piper speech vision llama.cpp
 for peer in "$@"; do
     case $peer in
         piper) piper ;;
         speech) speech ;;
+        vision) vision ;;
         llama.cpp | llama) llama_cpp ;;
         *)
-            echo "unknown peer environment \`$peer\`: choose from piper, speech, llama.cpp" >&2
+            echo "unknown peer environment \`$peer\`: choose from piper, speech, vision, llama.cpp" >&2
             exit 2
             ;;
     esac
