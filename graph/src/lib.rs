@@ -35,7 +35,7 @@ mod stage;
 mod validate;
 
 pub use error::{Diagnostic, Error, Result};
-pub use exec::{Running, StopHandle};
+pub use exec::{EdgeTap, Running, StopHandle};
 pub use message::{
     ActionChunk, AudioChunk, Epoch, Event, ImageFrame, Message, Payload, PixelFormat, Timestamp,
 };
@@ -87,6 +87,12 @@ impl Pipeline {
         })
     }
 
+    /// A plan [`validate`] returned (e.g. for a spec derived from a file,
+    /// such as one part of a split pipeline).
+    pub fn from_plan(plan: Plan) -> Self {
+        Pipeline { plan }
+    }
+
     /// The validated plan (stages, ports, edges).
     pub fn plan(&self) -> &Plan {
         &self.plan
@@ -94,7 +100,13 @@ impl Pipeline {
 
     /// Build every stage and start the threads.
     pub fn start(self) -> Result<Running> {
-        Running::start(self.plan)
+        Running::start(self.plan, None)
+    }
+
+    /// Start with `tap` shown every message sent on every edge (a recorder;
+    /// see [`EdgeTap`]). Without a tap the executor pays nothing for this.
+    pub fn start_with_tap(self, tap: std::sync::Arc<dyn EdgeTap>) -> Result<Running> {
+        Running::start(self.plan, Some(tap))
     }
 
     /// Start, wait for the end of stream (or `timeout`), and return the metrics.

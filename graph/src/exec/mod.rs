@@ -2,7 +2,9 @@
 //! inboxes, a control lane for cancellation, clean shutdown on error/panic.
 
 mod inbox;
+mod tap;
 
+pub use tap::EdgeTap;
 pub(crate) use inbox::{Control, EdgeQueue, Inbox, Item, PushError};
 
 use crate::error::{Error, Result};
@@ -62,10 +64,12 @@ pub(crate) struct Shared {
     inboxes: Mutex<Vec<Arc<Inbox>>>,
     cancels: Mutex<Vec<Arc<CancelAck>>>,
     failure: Mutex<Option<Error>>,
+    /// Sees every message sent on an edge, when installed.
+    tap: Option<Arc<dyn EdgeTap>>,
 }
 
 impl Shared {
-    fn new() -> Self {
+    fn new(tap: Option<Arc<dyn EdgeTap>>) -> Self {
         Shared {
             stopping: AtomicBool::new(false),
             cancelled: RwLock::new(HashSet::new()),
@@ -74,6 +78,7 @@ impl Shared {
             inboxes: Mutex::new(Vec::new()),
             cancels: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
+            tap,
         }
     }
 
@@ -150,6 +155,8 @@ pub(crate) struct Target {
     pub(crate) edge: usize,
     /// Inline consumer: run it right here instead of queueing.
     pub(crate) inline: Option<Arc<InlineStage>>,
+    /// The edge's index in the plan (what an [`EdgeTap`] is told).
+    pub(crate) plan_edge: usize,
 }
 
 impl Target {
@@ -168,6 +175,12 @@ fn deliver(
     shared: &Shared,
     mut msg: Message,
 ) -> std::result::Result<(), Refused> {
+    if let Some(tap) = &shared.tap {
+        let now = Timestamp::now();
+        for t in targets {
+            tap.on_message(t.plan_edge, &msg, now);
+        }
+    }
     let n = targets.len();
     for (i, t) in targets.iter().enumerate() {
         let m = if i + 1 == n {
@@ -387,8 +400,8 @@ impl std::fmt::Debug for Running {
 
 impl Running {
     /// Build every stage and start the threads.
-    pub(crate) fn start(plan: Plan) -> Result<Running> {
-        let shared = Arc::new(Shared::new());
+    pub(crate) fn start(plan: Plan, tap: Option<Arc<dyn EdgeTap>>) -> Result<Running> {
+        let shared = Arc::new(Shared::new(tap));
         let n = plan.stages.len();
         // Build stages first so a failing build starts nothing.
         let mut host = HostPorts::default();
@@ -466,6 +479,7 @@ impl Running {
                             inbox: inboxes[e.to.0].clone(),
                             edge: edge_index[k],
                             inline: inline[e.to.0].clone(),
+                            plan_edge: k,
                         });
                     }
                 }
