@@ -11,19 +11,29 @@
 #   - `edgeflow bench thinker` (128-token prompt, 64 tokens, median of 3),
 #     which also runs this llama-bench itself for its ratio column.
 #
-# Usage: scripts/bench_llama.sh   (the cached SmolLM2-135M-Instruct Q4_1 GGUF,
-#   which `edgeflow bench thinker` also reads)
+# Usage: scripts/bench_llama.sh [MODEL]   MODEL is a model card: smollm2
+#   (default), qwen2.5-0.5b or qwen2.5-1.5b (`edgeflow models fetch MODEL`);
+#   both sides read the same cached GGUF.
 #   THREADS=2 (default) threads for llama.cpp; ours runs on rayon's pool
 #   (RAYON_NUM_THREADS is set to the same number).
 #   EDGEFLOW=path/to/edgeflow to bench a built binary instead of `cargo run`.
 set -euo pipefail
 
 CACHE=${EDGEFLOW_CACHE:-$HOME/.cache/edgeflow}
-GGUF=$CACHE/models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL=${1:-smollm2}
+case "$MODEL" in
+    smollm2) GGUF=$CACHE/models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf ;;
+    qwen2.5-0.5b) GGUF=$CACHE/models/qwen2.5-0.5b/qwen2.5-coder-0.5b-instruct.gguf ;;
+    qwen2.5-1.5b) GGUF=$CACHE/models/qwen2.5-1.5b/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf ;;
+    *)
+        echo "unknown model \`$MODEL\`: choose smollm2, qwen2.5-0.5b or qwen2.5-1.5b" >&2
+        exit 1
+        ;;
+esac
 THREADS=${THREADS:-2}
 
 if [ ! -f "$GGUF" ]; then
-    echo "no GGUF at $GGUF: run \`edgeflow models fetch smollm2\`" >&2
+    echo "no GGUF at $GGUF: run \`edgeflow models fetch $MODEL\`" >&2
     exit 1
 fi
 
@@ -42,8 +52,8 @@ fi
 echo
 echo "== edgeflow (RAYON_NUM_THREADS=$THREADS)"
 if [ -n "${EDGEFLOW:-}" ]; then
-    RAYON_NUM_THREADS=$THREADS "$EDGEFLOW" bench thinker
+    RAYON_NUM_THREADS=$THREADS "$EDGEFLOW" bench thinker --model "$MODEL"
 else
     cd "$(dirname "$0")/.."
-    RAYON_NUM_THREADS=$THREADS cargo run -q -p edgeflow -- bench thinker
+    RAYON_NUM_THREADS=$THREADS cargo run -q -p edgeflow -- bench thinker --model "$MODEL"
 fi

@@ -1,5 +1,25 @@
 #!/usr/bin/env python3
-"""Greedy reference continuations for the edgeflow thinker (SmolLM2-135M-Instruct).
+"""Greedy reference continuations for the edgeflow thinker.
+
+Two engines:
+- `--engine transformers` (default; SmolLM2-135M-Instruct): described below;
+- `--engine llama-cpp` (the Qwen2.5 GGUFs): llama.cpp itself, through
+  llama-cpp-python 0.3.36 built from its pinned sdist (the same llama.cpp as
+  scripts/peer_envs.sh), on the same GGUF with its quantized kernels (Q8
+  activations, as the Rust stage). Token ids come from llama.cpp's tokenizer
+  (`special=True`: control tokens in the text become their ids); the chat
+  text is the GGUF's Jinja template rendered by jinja2, as llama-cpp-python's
+  chat handler renders it. Gaps between the top two logits are written as
+  for transformers.
+
+      python3 -m venv ~/.cache/edgeflow/venvs/llama-cpp
+      CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF" \
+          ~/.cache/edgeflow/venvs/llama-cpp/bin/pip install --no-binary llama-cpp-python \
+          -r scripts/llm_reference_llama_cpp_requirements.txt
+      ~/.cache/edgeflow/venvs/llama-cpp/bin/python scripts/llm_reference.py --engine llama-cpp \
+          --model qwen2.5-0.5b --out stages/llm/tests/fixtures/qwen25_05b_greedy.json
+
+The transformers engine (SmolLM2-135M-Instruct):
 
 PyTorch `transformers` loads the same Q4_1 GGUF the Rust stage uses (it
 dequantizes every tensor to f32) and decodes greedily, token by token with
@@ -28,11 +48,13 @@ import argparse
 import json
 import os
 
-import torch
-import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# The llama.cpp engine's models: cache folder and file (the model cards').
+LLAMA_CPP_MODELS = {
+    "qwen2.5-0.5b": ("qwen2.5-0.5b", "qwen2.5-coder-0.5b-instruct.gguf"),
+    "qwen2.5-1.5b": ("qwen2.5-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
+}
 
 # Chat turns rendered through the GGUF's chat template, plus raw text
 # continuations (no template). Chosen to exercise digits (split one by one),
@@ -55,13 +77,105 @@ RAW_PROMPTS = [
 ]
 
 
+def llama_cpp_main(args):
+    import jinja2
+    import llama_cpp
+    import numpy as np
+
+    folder, name = LLAMA_CPP_MODELS[args.model]
+    path = os.path.join(os.path.expanduser("~/.cache/edgeflow/models"), folder, name)
+    llm = llama_cpp.Llama(
+        model_path=path, n_ctx=1024, n_threads=args.threads, n_batch=512, verbose=False
+    )
+    template = llm.metadata["tokenizer.chat_template"]
+    env = jinja2.Environment(loader=jinja2.BaseLoader())
+    tmpl = env.from_string(template)
+    cases = []
+    items = [("chat", p) for p in CHAT_PROMPTS] + [("raw", p) for p in RAW_PROMPTS]
+    items += [("tools", p) for p in TOOL_PROMPTS]
+    for kind, prompt in items:
+        if kind == "raw":
+            text = prompt
+        else:
+            text = tmpl.render(
+                messages=[{"role": "user", "content": prompt}],
+                tools=TOOLS if kind == "tools" else None,
+                add_generation_prompt=True,
+            )
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        llm.reset()
+        llm.eval(ids)
+        generated, gaps = [], []
+        for _ in range(args.tokens):
+            # The last evaluated token's logits, straight from llama.cpp.
+            ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+            logits = np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).copy()
+            order = np.argsort(logits)
+            nxt, second = int(order[-1]), int(order[-2])
+            generated.append(nxt)
+            gaps.append(float(logits[nxt] - logits[second]))
+            llm.eval([nxt])
+        out_text = llm.detokenize(generated, special=True).decode("utf-8", "replace")
+        cases.append(
+            {
+                "kind": kind,
+                "prompt": prompt,
+                "text": text,
+                "prompt_ids": ids,
+                "expected_ids": generated,
+                "top2_gap": [round(g, 5) for g in gaps],
+                "expected_text": out_text,
+            }
+        )
+        print(f"{kind}: {prompt!r} -> {out_text!r}", flush=True)
+    fixture = {
+        "model": name,
+        "reference": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, quantized, "
+        f"{args.threads} threads",
+        "tokens": args.tokens,
+        "tools": TOOLS,
+        "cases": cases,
+    }
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(fixture, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+
+
+# Tool definitions for the template's tool section (Qwen2.5's template lists
+# them in the system turn with `tojson`).
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "City name"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+TOOL_PROMPTS = ["What's the weather like in Paris?"]
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", choices=["transformers", "llama-cpp"], default="transformers")
+    ap.add_argument("--model", choices=sorted(LLAMA_CPP_MODELS), default="qwen2.5-0.5b")
     ap.add_argument("--model-dir", default=os.path.expanduser("~/.cache/edgeflow/models/smollm2-135m"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    if args.engine == "llama-cpp":
+        llama_cpp_main(args)
+        return
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     torch.set_num_threads(args.threads)
 
     tok = AutoTokenizer.from_pretrained(args.model_dir, gguf_file=GGUF)

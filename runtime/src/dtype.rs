@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 /// Element type of a [`crate::Tensor`].
 ///
 /// The quantized variants are block formats (GGML layout): a tensor of that
-/// dtype holds blocks of 32 weights with their scale (and min for Q4_1).
+/// dtype holds blocks of 32 weights with their scale (and min for Q4_1),
+/// or, for the K-quants (`Q4K`, `Q5K`, `Q6K`), super-blocks of 256.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
@@ -27,12 +28,34 @@ pub enum DType {
     Q4_1,
     /// GGML Q8_0 blocks (32 x 8-bit, one f16 scale).
     Q8_0,
+    /// GGML Q5_0 blocks (32 x 5-bit, one f16 scale).
+    Q5_0,
+    /// GGML Q4_K super-blocks (256 x 4-bit in 8 sub-blocks with 6-bit
+    /// scales and mins, f16 super-block scale and min).
+    #[serde(rename = "q4_k")]
+    Q4K,
+    /// GGML Q5_K super-blocks (256 x 5-bit, Q4_K's scale layout).
+    #[serde(rename = "q5_k")]
+    Q5K,
+    /// GGML Q6_K super-blocks (256 x 6-bit in 16 sub-blocks with int8
+    /// scales, one f16 super-block scale).
+    #[serde(rename = "q6_k")]
+    Q6K,
 }
 
 impl DType {
     /// True for block-quantized formats.
     pub fn is_quantized(self) -> bool {
-        matches!(self, DType::Q4_0 | DType::Q4_1 | DType::Q8_0)
+        matches!(
+            self,
+            DType::Q4_0
+                | DType::Q4_1
+                | DType::Q8_0
+                | DType::Q5_0
+                | DType::Q4K
+                | DType::Q5K
+                | DType::Q6K
+        )
     }
 
     /// Lower-case name as used in YAML and metrics.
@@ -47,6 +70,10 @@ impl DType {
             DType::Q4_0 => "q4_0",
             DType::Q4_1 => "q4_1",
             DType::Q8_0 => "q8_0",
+            DType::Q5_0 => "q5_0",
+            DType::Q4K => "q4_k",
+            DType::Q5K => "q5_k",
+            DType::Q6K => "q6_k",
         }
     }
 }

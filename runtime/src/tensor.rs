@@ -67,6 +67,10 @@ impl Tensor {
             candle_core::quantized::GgmlDType::Q4_0 => DType::Q4_0,
             candle_core::quantized::GgmlDType::Q4_1 => DType::Q4_1,
             candle_core::quantized::GgmlDType::Q8_0 => DType::Q8_0,
+            candle_core::quantized::GgmlDType::Q5_0 => DType::Q5_0,
+            candle_core::quantized::GgmlDType::Q4K => DType::Q4K,
+            candle_core::quantized::GgmlDType::Q5K => DType::Q5K,
+            candle_core::quantized::GgmlDType::Q6K => DType::Q6K,
             candle_core::quantized::GgmlDType::F32 => DType::F32,
             candle_core::quantized::GgmlDType::F16 => DType::F16,
             other => {

@@ -5,7 +5,7 @@ use super::gemv::{self, WeightFormat};
 use super::placed::PackedWeights;
 use super::plain::{f32_values, plain};
 use super::tensors::{cdev, with_host_slice};
-use super::{gemm, gemv_f16};
+use super::{gemm, gemv_f16, kquants};
 use candle_core::quantized::QMatMul;
 use candle_core::{DType as CDType, Module, Tensor as CTensor};
 use edgeflow_runtime::{Error, Result, Storage, Tensor};
@@ -93,8 +93,9 @@ const F16_GEMV_ROWS: usize = 8;
 const F32_GEMV_ROWS: usize = 4;
 
 /// f32 activations through this crate's kernels ([`crate::cpu::gemv`],
-/// [`crate::cpu::gemv_f16`]): Q8_0 / Q4_0 / Q4_1 weights for any number of
-/// rows (int8 activations, one arithmetic for decode and prefill), f32
+/// [`crate::cpu::gemv_f16`], [`crate::cpu::kquants`]): Q8_0 / Q4_0 / Q4_1
+/// and Q5_0 / Q4_K / Q5_K / Q6_K weights for any number of rows (int8
+/// activations, one arithmetic for decode and prefill), f32
 /// weights for one row, f16 weights (converted in registers, f32
 /// products and sums) for up to [`F16_GEMV_ROWS`] rows; None when another
 /// path applies.
@@ -105,12 +106,18 @@ pub(crate) fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option
     let n = w.dims()[0];
     let y = match w.storage() {
         Storage::Quantized(q) => {
-            let Some(fmt) = WeightFormat::of_ggml(q.dtype()) else {
-                return Ok(None);
-            };
-            let xv = x.flatten_all()?.to_vec1::<f32>()?;
-            let data = q.data()?;
-            gemv::matmul(fmt, &data, n, &xv, rows)
+            if let Some(fmt) = kquants::KFormat::of_ggml(q.dtype()) {
+                let xv = x.flatten_all()?.to_vec1::<f32>()?;
+                let data = q.data()?;
+                kquants::matmul(fmt, &data, n, &xv, rows)
+            } else {
+                let Some(fmt) = WeightFormat::of_ggml(q.dtype()) else {
+                    return Ok(None);
+                };
+                let xv = x.flatten_all()?.to_vec1::<f32>()?;
+                let data = q.data()?;
+                gemv::matmul(fmt, &data, n, &xv, rows)
+            }
         }
         Storage::Device(_) => {
             let Some(p) = PackedWeights::of(w) else {

@@ -19,7 +19,13 @@ pub(crate) fn to_candle_dtype(op: &'static str, d: DType) -> Result<CDType> {
         DType::I64 => CDType::I64,
         DType::I32 => CDType::I32,
         DType::U8 => CDType::U8,
-        DType::Q4_0 | DType::Q4_1 | DType::Q8_0 => {
+        DType::Q4_0
+        | DType::Q4_1
+        | DType::Q8_0
+        | DType::Q5_0
+        | DType::Q4K
+        | DType::Q5K
+        | DType::Q6K => {
             return Err(Error::bad_input(
                 op,
                 format!("{d} is a block format with no plain candle dtype"),
@@ -33,6 +39,10 @@ pub(crate) fn ggml_dtype(d: DType) -> Option<GgmlDType> {
         DType::Q4_0 => Some(GgmlDType::Q4_0),
         DType::Q4_1 => Some(GgmlDType::Q4_1),
         DType::Q8_0 => Some(GgmlDType::Q8_0),
+        DType::Q5_0 => Some(GgmlDType::Q5_0),
+        DType::Q4K => Some(GgmlDType::Q4K),
+        DType::Q5K => Some(GgmlDType::Q5K),
+        DType::Q6K => Some(GgmlDType::Q6K),
         _ => None,
     }
 }

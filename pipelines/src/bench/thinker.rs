@@ -19,9 +19,10 @@ use std::time::Instant;
 /// Options of `edgeflow bench thinker`.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ThinkerArgs {
+    /// A language model card (smollm2, qwen2.5-0.5b, qwen2.5-1.5b) or a
     /// GGUF file (default: the cached SmolLM2-135M-Instruct Q4_1).
     #[arg(long)]
-    pub model: Option<PathBuf>,
+    pub model: Option<String>,
     /// Placement of our side: cpu, gpu:N, npu:N or auto.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -212,14 +213,15 @@ impl Bench for ThinkerArgs {
     }
 
     fn compares(&self) -> &'static str {
-        "SmolLM2-135M (Q4_1 GGUF) prefill and decode vs llama.cpp on the same GGUF and threads"
+        "the thinker's LLM (SmolLM2-135M Q4_1 by default; --model qwen2.5-0.5b...) prefill and \
+         decode vs llama.cpp on the same GGUF and threads"
     }
 
     fn args(&self) -> Vec<String> {
         let d = ThinkerArgs::default();
         let mut a = Vec::new();
         if let Some(m) = &self.model {
-            a.extend(["--model".into(), m.display().to_string()]);
+            a.extend(["--model".into(), m.clone()]);
         }
         if self.device != d.device {
             a.extend(["--device".into(), self.device.clone()]);
@@ -245,10 +247,14 @@ impl Bench for ThinkerArgs {
         }
         let spec: DeviceSpec = self.device.parse()?;
         let path = match &self.model {
-            Some(p) => p.clone(),
+            Some(m) if edgeflow_llm::cards::card(m).is_some() => edgeflow_llm::cards::gguf_path(m)?,
+            Some(p) => PathBuf::from(p),
             None => edgeflow_llm::SMOLLM2.path(edgeflow_llm::cards::GGUF_FILE)?,
         };
-        eprintln!("measuring SmolLM2 prefill and decode...");
+        eprintln!(
+            "measuring {} prefill and decode...",
+            self.model.as_deref().unwrap_or("smollm2")
+        );
         let ours = measure(self, &path, spec)?;
         let threads = pool_threads();
         let mut r = BenchReport::new(

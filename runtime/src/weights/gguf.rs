@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 /// A memory-mapped GGUF file.
 ///
-/// Q4_0, Q4_1 and Q8_0 tensors load quantized ([`Tensor::from_quantized`])
-/// and run through candle's quantized matmul; f32 / f16 tensors load as
-/// plain host tensors; other block formats (K-quants, ...) are dequantized
-/// to f32 at load, since the runtime's op set does not carry them.
+/// Q4_0, Q4_1, Q5_0, Q8_0 and the K-quants Q4_K, Q5_K and Q6_K load
+/// quantized ([`Tensor::from_quantized`]) and run through the backends'
+/// quantized matmul; f32 / f16 tensors load as plain host tensors; other
+/// block formats (Q2_K, Q3_K, Q5_1, ...) are dequantized to f32 at load,
+/// since the runtime's op set does not carry them.
 #[derive(Debug)]
 pub struct GgufFile {
     path: PathBuf,
@@ -27,6 +28,10 @@ fn load_dtype(g: GgmlDType) -> DType {
         GgmlDType::Q4_0 => DType::Q4_0,
         GgmlDType::Q4_1 => DType::Q4_1,
         GgmlDType::Q8_0 => DType::Q8_0,
+        GgmlDType::Q5_0 => DType::Q5_0,
+        GgmlDType::Q4K => DType::Q4K,
+        GgmlDType::Q5K => DType::Q5K,
+        GgmlDType::Q6K => DType::Q6K,
         GgmlDType::F16 => DType::F16,
         _ => DType::F32,
     }
@@ -134,9 +139,13 @@ impl WeightReader for GgufFile {
             .map_err(|e| tensor_err(&self.path, name, e))?;
         let terr = |e: candle_core::Error| tensor_err(&self.path, name, e);
         match info.ggml_dtype {
-            GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q8_0 => {
-                Tensor::from_quantized(Arc::new(q))
-            }
+            GgmlDType::Q4_0
+            | GgmlDType::Q4_1
+            | GgmlDType::Q8_0
+            | GgmlDType::Q5_0
+            | GgmlDType::Q4K
+            | GgmlDType::Q5K
+            | GgmlDType::Q6K => Tensor::from_quantized(Arc::new(q)),
             GgmlDType::F16 => Tensor::from_candle(q.dequantize_f16(&dev).map_err(terr)?),
             _ => Tensor::from_candle(q.dequantize(&dev).map_err(terr)?),
         }

@@ -1,21 +1,25 @@
 //! # edgeflow-llm
 //!
-//! The `thinker` stage: llama-architecture language models from GGUF
-//! (SmolLM2-135M-Instruct by default) on the edgeflow tensor runtime.
+//! The `thinker` stage: llama- and qwen2-architecture language models from
+//! GGUF (SmolLM2-135M-Instruct by default, Qwen2.5 for better answers) on
+//! the edgeflow tensor runtime.
 //!
-//! - [`model`]: the decoder ([`Llama`]) with its KV cache; quantized
-//!   weights stay quantized;
+//! - [`model`]: the decoder ([`Llama`], for both architectures) with its KV
+//!   cache; quantized weights (K-quants included) stay quantized;
 //! - [`tokenizer`]: byte-level BPE and the chat template from the GGUF
 //!   metadata, streaming detokenization on UTF-8 boundaries;
 //! - [`sampling`]: greedy / temperature / top-k / top-p / repetition penalty;
 //! - [`stage`]: the `thinker` stage kind;
-//! - [`cards`]: the model cards ([`cards()`]) the model registry fetches.
+//! - [`cards`]: the model cards ([`cards()`]) the model registry fetches
+//!   (SmolLM2-135M, Qwen2.5-Coder 0.5B and 1.5B Instruct);
+//! - [`eval`]: 20 factual questions, to compare the models' answers.
 //!
 //! Prefill / decode throughput is measured by `edgeflow bench thinker`
 //! (the CLI crate), through this crate's public API.
 
 pub mod cards;
 mod error;
+pub mod eval;
 pub mod model;
 pub mod sampling;
 pub mod stage;
@@ -24,7 +28,7 @@ pub mod tokenizer;
 pub use cards::SMOLLM2;
 pub use edgeflow_nn::VarBuilder;
 pub use error::{Error, Result};
-pub use model::{Config, Llama};
+pub use model::{Arch, Config, Llama};
 pub use sampling::{Sampler, SamplingParams};
 pub use stage::{Thinker, ThinkerConfig, ThinkerKind};
 pub use tokenizer::{ChatMessage, TextTokenizer, Utf8Stream};

@@ -1,13 +1,20 @@
-//! A llama-architecture decoder (SmolLM2, Llama, ...) read from GGUF and run
-//! on an edgeflow [`Device`].
+//! Llama- and Qwen2-architecture decoders (SmolLM2, Llama, Qwen2.5, ...)
+//! read from GGUF and run on an edgeflow [`Device`].
 //!
 //! Tensor names follow llama.cpp's GGUF convention (`token_embd`,
 //! `blk.N.attn_q`, ..., `output_norm`, optional `output`; without `output`
-//! the embedding is tied). Quantized weights (Q4_0 / Q4_1 / Q8_0) stay
-//! quantized and go through the runtime's quantized `linear`. llama.cpp's
-//! converter permutes the Q/K rows so that rotary pairs are adjacent, hence
-//! the interleaved RoPE here (transformers undoes that permutation and uses
-//! the half-split form: the same function).
+//! the embedding is tied). Quantized weights (Q4_0 / Q4_1 / Q5_0 / Q8_0 and
+//! the K-quants Q4_K / Q5_K / Q6_K) stay quantized and go through the
+//! runtime's quantized `linear`.
+//!
+//! The two architectures differ in three places:
+//! - RoPE: llama.cpp's converter permutes Llama's Q/K rows so that rotary
+//!   pairs are adjacent, hence the interleaved RoPE for `llama`
+//!   (transformers undoes that permutation and uses the half-split form:
+//!   the same function); Qwen2's rows are not permuted, it rotates halves
+//!   (NEOX);
+//! - Qwen2 has biases on the Q, K and V projections (`attn_q.bias`, ...);
+//! - the metadata keys are prefixed by the architecture (`qwen2.block_count`).
 
 use crate::{Error, Result};
 use edgeflow_nn::{
@@ -17,28 +24,57 @@ use edgeflow_nn::{
 use edgeflow_runtime::weights::{GgufFile, WeightReader};
 use edgeflow_runtime::{DType, Device, Tensor};
 
-/// Hyper-parameters read from the GGUF metadata (`llama.*`).
+/// The decoder families this module runs (`general.architecture`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// `llama` (SmolLM2, Llama): interleaved RoPE, no projection biases.
+    Llama,
+    /// `qwen2` (Qwen2, Qwen2.5): rotate-halves RoPE, biases on Q/K/V.
+    Qwen2,
+}
+
+impl Arch {
+    /// The GGUF name (`general.architecture`, also the metadata prefix).
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+
+    fn rope_layout(self) -> RopeLayout {
+        match self {
+            Arch::Llama => RopeLayout::Interleaved,
+            Arch::Qwen2 => RopeLayout::Halves,
+        }
+    }
+}
+
+/// Hyper-parameters read from the GGUF metadata (`<arch>.*`, e.g.
+/// `llama.block_count`, `qwen2.block_count`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Decoder blocks (`llama.block_count`).
+    /// Architecture (`general.architecture`).
+    pub arch: Arch,
+    /// Decoder blocks (`<arch>.block_count`).
     pub n_layer: usize,
-    /// Hidden size (`llama.embedding_length`).
+    /// Hidden size (`<arch>.embedding_length`).
     pub d_model: usize,
-    /// Query heads (`llama.attention.head_count`).
+    /// Query heads (`<arch>.attention.head_count`).
     pub n_head: usize,
-    /// Key/value heads (`llama.attention.head_count_kv`; GQA when fewer).
+    /// Key/value heads (`<arch>.attention.head_count_kv`; GQA when fewer).
     pub n_kv_head: usize,
     /// Size of one head (`d_model / n_head`).
     pub head_dim: usize,
-    /// MLP inner size (`llama.feed_forward_length`).
+    /// MLP inner size (`<arch>.feed_forward_length`).
     pub ffn: usize,
     /// Vocabulary size (rows of `token_embd`).
     pub vocab: usize,
-    /// RoPE base (`llama.rope.freq_base`, 10 000 when absent).
+    /// RoPE base (`<arch>.rope.freq_base`, 10 000 when absent).
     pub rope_theta: f64,
-    /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`).
+    /// RMSNorm epsilon (`<arch>.attention.layer_norm_rms_epsilon`).
     pub rms_eps: f64,
-    /// Trained context length (`llama.context_length`).
+    /// Trained context length (`<arch>.context_length`).
     pub context_length: usize,
     /// A load option, not read from the file: expand quantized weights to
     /// f32 at load (what PyTorch `transformers` does with a GGUF): four to
@@ -55,26 +91,32 @@ impl Config {
             path: path.to_path_buf(),
             msg,
         };
-        let arch = g.meta_str("general.architecture").unwrap_or("");
-        if arch != "llama" {
-            return Err(bad(format!(
-                "general.architecture is `{arch}`; only `llama` models are supported"
-            )));
-        }
+        let arch_name = g.meta_str("general.architecture").unwrap_or("");
+        let arch = match arch_name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            other => {
+                return Err(bad(format!(
+                    "general.architecture is `{other}`; supported: `llama`, `qwen2`"
+                )))
+            }
+        };
+        let key = |k: &str| format!("{arch_name}.{k}");
         let int = |k: &str| {
-            g.meta_u64(k)
+            let k = key(k);
+            g.meta_u64(&k)
                 .map(|v| v as usize)
                 .ok_or_else(|| bad(format!("metadata `{k}` is missing")))
         };
-        let n_layer = int("llama.block_count")?;
-        let d_model = int("llama.embedding_length")?;
-        let n_head = int("llama.attention.head_count")?;
+        let n_layer = int("block_count")?;
+        let d_model = int("embedding_length")?;
+        let n_head = int("attention.head_count")?;
         let n_kv_head = g
-            .meta_u64("llama.attention.head_count_kv")
+            .meta_u64(&key("attention.head_count_kv"))
             .map(|v| v as usize)
             .unwrap_or(n_head);
-        let ffn = int("llama.feed_forward_length")?;
-        let context_length = int("llama.context_length")?;
+        let ffn = int("feed_forward_length")?;
+        let context_length = int("context_length")?;
         if n_head == 0 || n_kv_head == 0 || d_model % n_head != 0 || n_head % n_kv_head != 0 {
             return Err(bad(format!(
                 "inconsistent heads: d_model {d_model}, {n_head} heads, {n_kv_head} KV heads"
@@ -84,7 +126,7 @@ impl Config {
         if head_dim % 2 != 0 {
             return Err(bad(format!("odd head size {head_dim} cannot take RoPE")));
         }
-        if let Some(rd) = g.meta_u64("llama.rope.dimension_count") {
+        if let Some(rd) = g.meta_u64(&key("rope.dimension_count")) {
             if rd as usize != head_dim {
                 return Err(bad(format!(
                     "partial RoPE (rope.dimension_count {rd} of head size {head_dim}) is not supported"
@@ -96,6 +138,7 @@ impl Config {
             .map(|i| i.dims[0])
             .ok_or_else(|| bad("tensor `token_embd.weight` is missing".into()))?;
         Ok(Config {
+            arch,
             n_layer,
             d_model,
             n_head,
@@ -103,9 +146,9 @@ impl Config {
             head_dim,
             ffn,
             vocab,
-            rope_theta: g.meta_f64("llama.rope.freq_base").unwrap_or(10_000.0),
+            rope_theta: g.meta_f64(&key("rope.freq_base")).unwrap_or(10_000.0),
             rms_eps: g
-                .meta_f64("llama.attention.layer_norm_rms_epsilon")
+                .meta_f64(&key("attention.layer_norm_rms_epsilon"))
                 .unwrap_or(1e-5),
             context_length,
             dequantize: false,
@@ -119,13 +162,47 @@ struct Block {
     /// Q, K and V projections stacked by output rows: one GEMV per token.
     attn: Attention,
     ffn_norm: RmsNorm,
-    /// Gate and up projections stacked by output rows.
-    gate_up: Linear,
+    /// Gate and up projections.
+    gate_up: GateUp,
     down: Linear,
     cache: KvCache,
 }
 
-/// The decoder with its KV cache.
+/// The MLP's gate and up projections: stacked by output rows (one GEMV
+/// per token) when their weights share a format, else two linears (mixed
+/// quantizations such as Q4_K_M keep each matrix in its own format).
+#[derive(Debug)]
+enum GateUp {
+    Fused(Linear),
+    Separate { gate: Linear, up: Linear },
+}
+
+impl GateUp {
+    fn size_bytes(&self) -> usize {
+        match self {
+            GateUp::Fused(l) => l.size_bytes(),
+            GateUp::Separate { gate, up } => gate.size_bytes() + up.size_bytes(),
+        }
+    }
+
+    /// `silu(gate(x)) * up(x)`.
+    fn forward(&self, dev: &Device, x: &Tensor, ffn: usize) -> Result<Tensor> {
+        let (g, u) = match self {
+            GateUp::Fused(l) => {
+                let gu = l.forward(dev, x)?;
+                let last = gu.rank() - 1;
+                (
+                    dev.narrow(&gu, last, 0, ffn)?,
+                    dev.narrow(&gu, last, ffn, ffn)?,
+                )
+            }
+            GateUp::Separate { gate, up } => (gate.forward(dev, x)?, up.forward(dev, x)?),
+        };
+        Ok(dev.mul(&dev.silu(&g)?, &u)?)
+    }
+}
+
+/// The decoder (Llama or Qwen2, see [`Arch`]) with its KV cache.
 #[derive(Debug)]
 pub struct Llama {
     cfg: Config,
@@ -154,32 +231,82 @@ impl Llama {
         let host = dev.host();
         // Tensors named `names` under `p`, stacked along their output rows
         // (dim 0) into one, then placed.
+        let load_one = |p: &VarBuilder, name: &str| -> Result<Tensor> {
+            let t = p.pp(name).host_unchecked("weight")?;
+            Ok(if cfg.dequantize && t.dtype().is_quantized() {
+                host.cast(&t, DType::F32)?
+            } else {
+                t
+            })
+        };
         let mut load_stacked = |p: &VarBuilder, names: &[&str]| -> Result<Tensor> {
             let mut parts = Vec::with_capacity(names.len());
             for name in names {
-                let t = p.pp(name).host_unchecked("weight")?;
-                parts.push(if cfg.dequantize && t.dtype().is_quantized() {
-                    host.cast(&t, DType::F32)?
-                } else {
-                    t
-                });
+                parts.push(load_one(p, name)?);
             }
             let t = stack_rows(&host, &parts)?;
             weight_bytes += t.size_bytes();
             Ok(vb.place_or_host(&t))
+        };
+        // Whether the tensors `names` under `p` share one storage format
+        // (then they stack without converting any of them).
+        let same_format = |p: &VarBuilder, names: &[&str]| -> Result<bool> {
+            let mut dts = Vec::with_capacity(names.len());
+            for name in names {
+                dts.push(p.pp(name).host_unchecked("weight")?.dtype());
+            }
+            Ok(cfg.dequantize || dts.windows(2).all(|w| w[0] == w[1]))
+        };
+        // Biases `<name>.bias` under `p`, stacked; None when absent.
+        let biases = |p: &VarBuilder, names: &[&str]| -> Result<Option<Vec<Tensor>>> {
+            if !names.iter().all(|n| p.contains(&format!("{n}.bias"))) {
+                return Ok(None);
+            }
+            let mut v = Vec::with_capacity(names.len());
+            for name in names {
+                v.push(p.pp(name).host_unchecked("bias")?);
+            }
+            Ok(Some(v))
         };
         let (h, hk, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
         let embed = load_stacked(vb, &["token_embd"])?;
         let mut blocks = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let b = vb.pp("blk").pp(i);
-            let qkv = Linear::new(load_stacked(&b, &["attn_q", "attn_k", "attn_v"])?, None);
+            const QKV: [&str; 3] = ["attn_q", "attn_k", "attn_v"];
+            let qkv_bias = biases(&b, &QKV)?;
+            let proj = if same_format(&b, &QKV)? {
+                let bias = match &qkv_bias {
+                    Some(v) => Some(vb.place_or_host(&stack_rows(&host, v)?)),
+                    None => None,
+                };
+                Projections::Fused(Linear::new(load_stacked(&b, &QKV)?, bias))
+            } else {
+                let mut lin = Vec::with_capacity(3);
+                for (i, name) in QKV.iter().enumerate() {
+                    let bias = qkv_bias.as_ref().map(|v| vb.place_or_host(&v[i]));
+                    lin.push(Linear::new(load_stacked(&b, &[name])?, bias));
+                }
+                let (Some(v), Some(k), Some(q)) = (lin.pop(), lin.pop(), lin.pop()) else {
+                    return Err(Error::BadInput("three projections expected".into()));
+                };
+                Projections::Separate { q, k, v }
+            };
             let wo = Linear::new(load_stacked(&b, &["attn_output"])?, None);
+            const GATE_UP: [&str; 2] = ["ffn_gate", "ffn_up"];
+            let gate_up = if same_format(&b, &GATE_UP)? {
+                GateUp::Fused(Linear::new(load_stacked(&b, &GATE_UP)?, None))
+            } else {
+                GateUp::Separate {
+                    gate: Linear::new(load_stacked(&b, &["ffn_gate"])?, None),
+                    up: Linear::new(load_stacked(&b, &["ffn_up"])?, None),
+                }
+            };
             blocks.push(Block {
                 attn_norm: RmsNorm::new(load_stacked(&b, &["attn_norm"])?, cfg.rms_eps),
-                attn: Attention::new(Projections::Fused(qkv), wo, h, hk, hd)?,
+                attn: Attention::new(proj, wo, h, hk, hd)?,
                 ffn_norm: RmsNorm::new(load_stacked(&b, &["ffn_norm"])?, cfg.rms_eps),
-                gate_up: Linear::new(load_stacked(&b, &["ffn_gate", "ffn_up"])?, None),
+                gate_up,
                 down: Linear::new(load_stacked(&b, &["ffn_down"])?, None),
                 cache: KvCache::new(),
             });
@@ -190,13 +317,12 @@ impl Llama {
         } else {
             embed.clone()
         };
-        // llama.cpp's converter permutes the Q/K rows so that rotary pairs
-        // are adjacent: the interleaved layout.
+        // See the module docs: interleaved pairs for llama, halves for qwen2.
         let rope = RotaryEmbedding::new(
             hd,
             cfg.context_length,
             cfg.rope_theta,
-            RopeLayout::Interleaved,
+            cfg.arch.rope_layout(),
         )?;
         Ok(Llama {
             cfg: cfg.clone(),
@@ -312,10 +438,8 @@ impl Llama {
                 .forward(dev, &n, Some(&rope), Some(&mut b.cache), Masking::Causal)?;
             x = dev.add(&x, &a)?;
             let n = b.ffn_norm.forward(dev, &x)?;
-            let gu = b.gate_up.forward(dev, &n)?;
-            let g = dev.silu(&dev.narrow(&gu, 2, 0, c.ffn)?)?;
-            let u = dev.narrow(&gu, 2, c.ffn, c.ffn)?;
-            x = dev.add(&x, &b.down.forward(dev, &dev.mul(&g, &u)?)?)?;
+            let h = b.gate_up.forward(dev, &n, c.ffn)?;
+            x = dev.add(&x, &b.down.forward(dev, &h)?)?;
         }
         let last = dev.narrow(&x, 1, s - 1, 1)?;
         let last = self.norm.forward(dev, &last)?;

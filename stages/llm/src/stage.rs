@@ -58,14 +58,18 @@ impl StageFactory for ThinkerKind {
     fn info(&self) -> StageInfo {
         StageInfo {
             kind: "thinker",
-            doc: "LLM thinker: a llama-architecture GGUF model (default SmolLM2-135M-Instruct) \
+            doc: "LLM thinker: a llama or qwen2 GGUF model (default SmolLM2-135M-Instruct; \
+                  Qwen2.5-Coder 0.5B / 1.5B Instruct by card name) \
                   answers each text turn with the model's chat template, streaming text pieces; \
                   stops within one token of a cancel.",
             params: vec![
                 ParamInfo::optional(
                     "model",
                     ParamType::Path,
-                    "GGUF file (default: SmolLM2-135M-Instruct in the model cache; `edgeflow models fetch smollm2`)",
+                    "a model card name (smollm2: fastest, weakest answers; qwen2.5-0.5b: \
+                     answers factual questions, ~4x slower; qwen2.5-1.5b: best answers, ~3x slower \
+                     again; `edgeflow models fetch NAME`) or a GGUF file (llama or qwen2 \
+                     architecture); default smollm2",
                 ),
                 ParamInfo::new("max_tokens", ParamType::Int, 256, "most tokens per answer"),
                 ParamInfo::new("temperature", ParamType::Float, 0.0, "0 = greedy; otherwise sampling temperature"),
@@ -120,10 +124,19 @@ impl ThinkerConfig {
     }
 
     fn from_params(p: &Params, env: &BuildEnv) -> Result<Self, StageError> {
+        let name: String = p.get_or("model", String::new())?;
         let model = match p.path("model", env)? {
+            _ if crate::cards::card(&name).is_some() => crate::cards::gguf_path(&name)?,
             Some(m) if !m.is_file() => {
                 return Err(p
-                    .error("model", format!("{} does not exist", m.display()))
+                    .error(
+                        "model",
+                        format!(
+                            "{} does not exist and is not a model card ({})",
+                            m.display(),
+                            crate::cards::names().join(", ")
+                        ),
+                    )
                     .into())
             }
             Some(m) => m,

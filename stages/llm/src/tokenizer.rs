@@ -6,6 +6,10 @@
 //! pre-tokenizer regex, then merged by rank. SmolLM2 (`tokenizer.ggml.pre =
 //! smollm`) first splits digits one by one, then applies GPT-2's regex
 //! (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`).
+//! Qwen2 (`tokenizer.ggml.pre = qwen2`) splits with its own regex (llama.cpp's
+//! `LLAMA_VOCAB_PRE_TYPE_QWEN2`, [`QWEN2_PATTERN`]: case-insensitive
+//! contractions, a letter run with at most one leading non-letter, digits one
+//! by one, ...) and byte-maps each piece without GPT-2's regex.
 //! Control tokens (type 3, e.g. `<|im_start|>`) are matched whole in the
 //! text before BPE. The `tokenizers` crate does the BPE; this module builds
 //! it from the GGUF and adds streaming detokenization on UTF-8 boundaries.
@@ -18,8 +22,24 @@ use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::{AddedToken, Tokenizer};
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+
+/// The qwen2 pre-tokenizer's regex (llama.cpp `LLAMA_VOCAB_PRE_TYPE_QWEN2`,
+/// the `Split` of Qwen2's `tokenizer.json`).
+pub const QWEN2_PATTERN: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// How a GGUF's `tokenizer.ggml.pre` splits text before BPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PreSplit {
+    /// GPT-2's regex.
+    Gpt2,
+    /// Digits one by one, then GPT-2's regex.
+    DigitsThenGpt2,
+    /// [`QWEN2_PATTERN`].
+    Qwen2,
+}
 
 /// GGUF token type of control tokens (`<|im_start|>`, `<|endoftext|>`...).
 const TOKEN_TYPE_CONTROL: i32 = 3;
@@ -98,14 +118,15 @@ impl TextTokenizer {
             )));
         }
         let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("default");
-        let digits_first = match pre {
+        let split = match pre {
             // llama.cpp's SMOLLM / STARCODER / REFACT pre-tokenizers: digits
             // one by one, then GPT-2's regex.
-            "smollm" | "starcoder" | "refact" => true,
-            "gpt2" | "default" => false,
+            "smollm" | "starcoder" | "refact" => PreSplit::DigitsThenGpt2,
+            "gpt2" | "default" => PreSplit::Gpt2,
+            "qwen2" => PreSplit::Qwen2,
             other => {
                 return Err(Error::Tokenizer(format!(
-                    "pre-tokenizer `{other}` is not supported (supported: smollm, starcoder, refact, gpt2)"
+                    "pre-tokenizer `{other}` is not supported (supported: smollm, starcoder, refact, gpt2, qwen2)"
                 )))
             }
         };
@@ -143,10 +164,22 @@ impl TextTokenizer {
             .map_err(|e| Error::Tokenizer(format!("building BPE: {e}")))?;
         let mut tok = Tokenizer::new(bpe);
         let byte_level = ByteLevel::new(false, true, true);
-        let pre: PreTokenizerWrapper = if digits_first {
-            Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
-        } else {
-            byte_level.into()
+        let pre: PreTokenizerWrapper = match split {
+            PreSplit::DigitsThenGpt2 => {
+                Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
+            }
+            PreSplit::Gpt2 => byte_level.into(),
+            PreSplit::Qwen2 => {
+                let regex = Split::new(
+                    SplitPattern::Regex(QWEN2_PATTERN.into()),
+                    SplitDelimiterBehavior::Isolated,
+                    false,
+                )
+                .map_err(|e| Error::Tokenizer(format!("qwen2 pre-tokenizer regex: {e}")))?;
+                // The regex did the splitting: byte-map only.
+                let bytes_only = ByteLevel::new(false, false, false);
+                Sequence::new(vec![regex.into(), bytes_only.into()]).into()
+            }
         };
         tok.with_pre_tokenizer(Some(pre));
         tok.with_decoder(Some(ByteLevelDecoder::default()));
@@ -262,10 +295,24 @@ impl TextTokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.render_chat_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// [`Self::render_chat`] with tool definitions (JSON function schemas,
+    /// e.g. `{"type": "function", "function": {"name": ..., "parameters":
+    /// ...}}`), which templates such as Qwen2.5's list in the system turn.
+    /// Templates without tool support ignore them.
+    pub fn render_chat_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let tmpl = self.template.as_deref().ok_or_else(|| {
             Error::Template("the GGUF has no tokenizer.chat_template; use raw prompts".into())
         })?;
         let mut env = minijinja::Environment::new();
+        env.add_filter("tojson", tojson_python);
         env.add_template("chat", tmpl)
             .map_err(|e| Error::Template(format!("unsupported template: {e}")))?;
         let t = env
@@ -273,11 +320,56 @@ impl TextTokenizer {
             .map_err(|e| Error::Template(e.to_string()))?;
         t.render(minijinja::context! {
             messages => messages,
+            tools => (!tools.is_empty()).then_some(tools),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_text,
             eos_token => self.eos_text,
         })
         .map_err(|e| Error::Template(format!("rendering failed: {e}")))
+    }
+}
+
+/// Jinja's `tojson` as chat templates expect it (Python's `json.dumps`:
+/// `", "` and `": "` separators, non-ASCII kept), which is what llama.cpp's
+/// and transformers' renderers print; minijinja's own is compact.
+fn tojson_python(v: minijinja::Value) -> std::result::Result<String, minijinja::Error> {
+    let j = serde_json::to_value(&v).map_err(|e| {
+        minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!("tojson: {e}"),
+        )
+    })?;
+    let mut out = String::new();
+    write_json_python(&j, &mut out);
+    Ok(out)
+}
+
+fn write_json_python(v: &serde_json::Value, out: &mut String) {
+    use serde_json::Value as J;
+    match v {
+        J::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_json_python(x, out);
+            }
+            out.push(']');
+        }
+        J::Object(m) => {
+            out.push('{');
+            for (i, (k, x)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(&J::String(k.clone()).to_string());
+                out.push_str(": ");
+                write_json_python(x, out);
+            }
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
     }
 }
 

@@ -1,0 +1,155 @@
+//! AVX2 integer parts of the Q5_0 / K-quant dot products: the same i32
+//! values as [`super::scalar`] (exact integer sums: the order does not
+//! matter), from `maddubs` (unsigned weight codes x signed activation
+//! codes; at most 2 x 63 x 127 per i16 lane, no saturation) and `madd`.
+
+use std::arch::x86_64::*;
+
+/// Sum of the eight i32 lanes (exact).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// 32 unaligned bytes at `p`.
+///
+/// # Safety
+/// `p..p + 32` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 32 readable bytes.
+    unsafe { _mm256_loadu_si256(p as *const __m256i) }
+}
+
+/// `Σ q·x` of one Q5_0 block (codes 0..31).
+///
+/// # Safety
+/// AVX2 must be available; `blk` holds 22 bytes and `x` 32 codes.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn q5_0(blk: &[u8], x: &[i8]) -> i32 {
+    debug_assert!(blk.len() >= 22 && x.len() >= 32);
+    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+    let mut nib = [0u8; 16];
+    nib.copy_from_slice(&blk[6..22]);
+    // SAFETY: `nib` has 16 bytes.
+    let q = unsafe { _mm_loadu_si128(nib.as_ptr() as *const __m128i) };
+    let lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), _mm_set1_epi8(0x0F));
+    let nibbles = _mm256_set_m128i(hi, lo);
+    // Byte i of the high bits: bit i of qh, moved to 0x10.
+    let rep = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh as i32),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0x0000_0000_0000_0000,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
+    let codes = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    // SAFETY: `x` has 32 codes.
+    let xv = unsafe { load(x.as_ptr() as *const u8) };
+    let p = _mm256_maddubs_epi16(codes, xv);
+    hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+}
+
+/// `Σ sc_j · (Σ q·x over sub-block j)` of one Q4_K (`high` None) or Q5_K
+/// super-block.
+///
+/// # Safety
+/// AVX2 must be available; `scales` holds 12 bytes, `qs` 128, `high` (when
+/// given) 32 and `x` 256 codes.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn q45k(scales: &[u8], qs: &[u8], high: Option<&[u8]>, x: &[i8]) -> i32 {
+    debug_assert!(scales.len() >= 12 && qs.len() >= 128 && x.len() >= 256);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    // SAFETY: `high` has 32 bytes when given.
+    let hbits = high.map(|h| unsafe { load(h.as_ptr()) });
+    let mut acc = _mm256_setzero_si256();
+    for j in 0..4 {
+        // SAFETY: `qs` has 128 bytes, `x` 256 codes.
+        let (q, xa, xb) = unsafe {
+            (
+                load(qs.as_ptr().add(32 * j)),
+                load(x.as_ptr().add(64 * j) as *const u8),
+                load(x.as_ptr().add(64 * j + 32) as *const u8),
+            )
+        };
+        let mut lo = _mm256_and_si256(q, m4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+        if let Some(h) = hbits {
+            let sh = _mm_cvtsi32_si128(2 * j as i32);
+            let b0 = _mm256_and_si256(_mm256_srl_epi16(h, sh), one);
+            let sh1 = _mm_cvtsi32_si128(2 * j as i32 + 1);
+            let b1 = _mm256_and_si256(_mm256_srl_epi16(h, sh1), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(b0));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(b1));
+        }
+        let sa = super::scale_min_k4(2 * j, scales).0 as i16;
+        let sb = super::scale_min_k4(2 * j + 1, scales).0 as i16;
+        let pa = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xa), _mm256_set1_epi16(sa));
+        let pb = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xb), _mm256_set1_epi16(sb));
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(pa, pb));
+    }
+    hsum_i32(acc)
+}
+
+/// `Σ_g sc_g · (Σ q·x over group g)` of one Q6_K super-block (codes 0..63).
+///
+/// # Safety
+/// AVX2 must be available; `blk` holds 210 bytes and `x` 256 codes.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn q6k(blk: &[u8], x: &[i8]) -> i32 {
+    debug_assert!(blk.len() >= 210 && x.len() >= 256);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(0x03);
+    let sc = &blk[192..208];
+    let mut acc = _mm256_setzero_si256();
+    for half in 0..2 {
+        // SAFETY: ql is blk[0..128], qh blk[128..192]; `x` has 256 codes.
+        let (ql0, ql1, qh) = unsafe {
+            (
+                load(blk.as_ptr().add(64 * half)),
+                load(blk.as_ptr().add(64 * half + 32)),
+                load(blk.as_ptr().add(128 + 32 * half)),
+            )
+        };
+        let q = [
+            _mm256_or_si256(
+                _mm256_and_si256(ql0, m4),
+                _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2)),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(ql1, m4),
+                _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2)),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m2)),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m2)),
+            ),
+        ];
+        for (i, qv) in q.iter().enumerate() {
+            let g = 8 * half + 2 * i;
+            // SAFETY: `x` has 256 codes.
+            let xv = unsafe { load(x.as_ptr().add(128 * half + 32 * i) as *const u8) };
+            let s = _mm256_set_m128i(
+                _mm_set1_epi16(i16::from(sc[g + 1] as i8)),
+                _mm_set1_epi16(i16::from(sc[g] as i8)),
+            );
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(*qv, xv), s));
+        }
+    }
+    hsum_i32(acc)
+}

@@ -1,0 +1,403 @@
+//! Q5_0 and K-quant (Q4_K, Q5_K, Q6_K) weights against f32 activation
+//! rows, kept quantized: `y = x W^T` with `W` row-major `[n, k]` exactly as
+//! the GGUF file stores it.
+//!
+//! ## Arithmetic (the approach of llama.cpp's `x_K x q8_K` dot products)
+//! Each activation row is quantized once per call to int8 ([`Acts`]): per
+//! block of 32 for Q5_0 (scale `max|x| / 127`, and the block's code sum
+//! for Q5_0's offset of 16), per super-block of 256 for the K-quants (one
+//! scale, and the code sums of each group of 16: Q8_K's `bsums`, for the
+//! K-quants' minima and Q6_K's offset of 32).
+//!
+//! Per weight block (32 for Q5_0) or super-block (256 for the K-quants) the
+//! integer part is exact: the codes' products with the int8 activations,
+//! weighted by the integer sub-block scales, summed in i32 (no overflow is
+//! possible: at most 256 products of 63 x 127 times a scale of 63). Then,
+//! in f32 and in this order, the block's contribution is added to the
+//! row's sum:
+//! - Q5_0: `acc += (d_w * d_x) * (Σ q·x - 16 Σ x)`;
+//! - Q4_K / Q5_K: `acc += (d_w * d_x) * Σ sc·(q·x) - (dmin_w * d_x) * Σ m·bsum`;
+//! - Q6_K: `acc += (d_w * d_x) * (Σ sc·(q·x) - 32 Σ sc·bsum)`.
+//!
+//! The AVX2 kernels ([`avx2`]) compute the same integers (with `maddubs` /
+//! `madd`; the operands cannot saturate i16) and leave the f32 steps to the
+//! same scalar code, so every instruction set gives the same bits, and a
+//! prefill row equals the one-row (decode) result bit for bit.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(test)]
+mod tests;
+
+use candle_core::quantized::GgmlDType;
+use rayon::prelude::*;
+
+/// The block formats of this module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KFormat {
+    /// GGML Q5_0: per 32 weights an f16 scale, 32 high bits, 16 bytes of
+    /// nibbles; a weight is `d * (q - 16)`.
+    Q5_0,
+    /// GGML Q4_K: per 256 weights f16 `d` and `dmin`, 12 bytes of 6-bit
+    /// sub-block scales and minima (8 sub-blocks of 32), 128 bytes of
+    /// nibbles; a weight is `d * sc * q - dmin * m`.
+    Q4K,
+    /// GGML Q5_K: Q4_K with a fifth bit per weight (32 bytes of high bits).
+    Q5K,
+    /// GGML Q6_K: per 256 weights 128 bytes of low nibbles, 64 bytes of
+    /// 2-bit high parts, 16 int8 scales (groups of 16) and an f16 `d`; a
+    /// weight is `d * sc * (q - 32)`.
+    Q6K,
+}
+
+impl KFormat {
+    /// The format of a GGML dtype, when this module reads it.
+    pub(crate) fn of_ggml(d: GgmlDType) -> Option<Self> {
+        match d {
+            GgmlDType::Q5_0 => Some(KFormat::Q5_0),
+            GgmlDType::Q4K => Some(KFormat::Q4K),
+            GgmlDType::Q5K => Some(KFormat::Q5K),
+            GgmlDType::Q6K => Some(KFormat::Q6K),
+            _ => None,
+        }
+    }
+
+    /// Weights per block.
+    pub(crate) fn block(self) -> usize {
+        match self {
+            KFormat::Q5_0 => 32,
+            _ => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub(crate) fn block_bytes(self) -> usize {
+        match self {
+            KFormat::Q5_0 => 22,
+            KFormat::Q4K => 144,
+            KFormat::Q5K => 176,
+            KFormat::Q6K => 210,
+        }
+    }
+
+    /// Activation values per code sum (Q5_0: the block; K-quants: 16).
+    fn sum_group(self) -> usize {
+        match self {
+            KFormat::Q5_0 => 32,
+            _ => 16,
+        }
+    }
+}
+
+/// Activation rows quantized to int8 for one format (see the module docs).
+pub(crate) struct Acts {
+    k: usize,
+    block: usize,
+    group: usize,
+    codes: Vec<i8>,
+    /// One scale per block of each row.
+    scales: Vec<f32>,
+    /// Code sums per group of each row.
+    sums: Vec<i32>,
+}
+
+impl Acts {
+    /// Quantize `m` rows of `k` values (`x` row-major).
+    pub(crate) fn new(fmt: KFormat, x: &[f32], k: usize) -> Self {
+        let block = fmt.block();
+        let group = fmt.sum_group();
+        let mut codes = vec![0i8; x.len()];
+        let mut scales = Vec::with_capacity(x.len() / block);
+        for (xb, cb) in x.chunks_exact(block).zip(codes.chunks_exact_mut(block)) {
+            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let (d, id) = if amax > 0.0 {
+                (amax / 127.0, 127.0 / amax)
+            } else {
+                (0.0, 0.0)
+            };
+            for (c, v) in cb.iter_mut().zip(xb) {
+                *c = (v * id).round().clamp(-127.0, 127.0) as i8;
+            }
+            scales.push(d);
+        }
+        let sums = codes
+            .chunks_exact(group)
+            .map(|g| g.iter().map(|&c| i32::from(c)).sum())
+            .collect();
+        Acts {
+            k,
+            block,
+            group,
+            codes,
+            scales,
+            sums,
+        }
+    }
+
+    fn codes(&self, r: usize) -> &[i8] {
+        &self.codes[r * self.k..(r + 1) * self.k]
+    }
+
+    fn scales(&self, r: usize) -> &[f32] {
+        let nb = self.k / self.block;
+        &self.scales[r * nb..(r + 1) * nb]
+    }
+
+    fn sums(&self, r: usize) -> &[i32] {
+        let ng = self.k / self.group;
+        &self.sums[r * ng..(r + 1) * ng]
+    }
+}
+
+pub(crate) fn f16_at(b: &[u8]) -> f32 {
+    half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// Q4_K / Q5_K's 6-bit scales and minima of sub-block `j` (0..8) from the
+/// 12 packed bytes (GGML's `get_scale_min_k4`).
+pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (i32, i32) {
+    if j < 4 {
+        (i32::from(s[j] & 63), i32::from(s[j + 4] & 63))
+    } else {
+        (
+            i32::from((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4)),
+            i32::from((s[j + 4] >> 4) | ((s[j] >> 6) << 4)),
+        )
+    }
+}
+
+/// The integer parts of one block against its activation codes: for Q5_0
+/// `Σ q·x` (codes 0..31), for Q4_K / Q5_K the eight sub-block sums `Σ q·x`,
+/// for Q6_K `Σ sc·(q·x)` over the 16 groups. Portable code; the AVX2
+/// kernels compute the same integers.
+pub(crate) mod scalar {
+    use super::scale_min_k4;
+
+    pub(crate) fn q5_0(blk: &[u8], x: &[i8]) -> i32 {
+        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+        let qs = &blk[6..22];
+        let mut s = 0i32;
+        for j in 0..16 {
+            let lo = i32::from(qs[j] & 15) | ((((qh >> j) & 1) as i32) << 4);
+            let hi = i32::from(qs[j] >> 4) | ((((qh >> (j + 16)) & 1) as i32) << 4);
+            s += lo * i32::from(x[j]) + hi * i32::from(x[j + 16]);
+        }
+        s
+    }
+
+    /// `Σ sc_j · (Σ q·x over sub-block j)` of Q4_K (`high` None) or Q5_K
+    /// (`high` its 32 bytes of fifth bits).
+    pub(crate) fn q45k(scales: &[u8], qs: &[u8], high: Option<&[u8]>, x: &[i8]) -> i32 {
+        let mut total = 0i32;
+        for j in 0..4 {
+            let (mut a, mut b) = (0i32, 0i32);
+            for l in 0..32 {
+                let q = qs[32 * j + l];
+                let (mut lo, mut hi) = (i32::from(q & 15), i32::from(q >> 4));
+                if let Some(h) = high {
+                    lo |= i32::from((h[l] >> (2 * j)) & 1) << 4;
+                    hi |= i32::from((h[l] >> (2 * j + 1)) & 1) << 4;
+                }
+                a += lo * i32::from(x[64 * j + l]);
+                b += hi * i32::from(x[64 * j + 32 + l]);
+            }
+            total += scale_min_k4(2 * j, scales).0 * a + scale_min_k4(2 * j + 1, scales).0 * b;
+        }
+        total
+    }
+
+    /// `Σ_g sc_g · (Σ q·x over group g)` of Q6_K (codes 0..63).
+    pub(crate) fn q6k(blk: &[u8], x: &[i8]) -> i32 {
+        let (ql, qh, sc) = (&blk[..128], &blk[128..192], &blk[192..208]);
+        let mut g = [0i32; 16];
+        for half in 0..2 {
+            let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
+            let x = &x[128 * half..];
+            let g = &mut g[8 * half..];
+            for l in 0..32 {
+                let is = l / 16;
+                let q1 = i32::from((ql[l] & 15) | ((qh[l] & 3) << 4));
+                let q2 = i32::from((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4));
+                let q3 = i32::from((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                let q4 = i32::from((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+                g[is] += q1 * i32::from(x[l]);
+                g[is + 2] += q2 * i32::from(x[l + 32]);
+                g[is + 4] += q3 * i32::from(x[l + 64]);
+                g[is + 6] += q4 * i32::from(x[l + 96]);
+            }
+        }
+        g.iter()
+            .zip(sc)
+            .map(|(&v, &s)| v * i32::from(s as i8))
+            .sum()
+    }
+}
+
+/// One weight row against activation row `r` (see the module docs for the
+/// f32 steps, which every path shares).
+fn dot(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
+    let (codes, scales, sums) = (xq.codes(r), xq.scales(r), xq.sums(r));
+    let bb = fmt.block_bytes();
+    let block = fmt.block();
+    let mut acc = 0f32;
+    for (b, blk) in row.chunks_exact(bb).enumerate() {
+        let x = &codes[b * block..(b + 1) * block];
+        let dx = scales[b];
+        match fmt {
+            KFormat::Q5_0 => {
+                let isum = int_q5_0(blk, x, avx2) - 16 * sums[b];
+                acc += (f16_at(blk) * dx) * isum as f32;
+            }
+            KFormat::Q4K | KFormat::Q5K => {
+                let s = &blk[4..16];
+                let isum = int_q45k(fmt, blk, x, avx2);
+                let bs = &sums[16 * b..16 * (b + 1)];
+                let msum: i32 = (0..8)
+                    .map(|j| scale_min_k4(j, s).1 * (bs[2 * j] + bs[2 * j + 1]))
+                    .sum();
+                acc += (f16_at(blk) * dx) * isum as f32 - (f16_at(&blk[2..]) * dx) * msum as f32;
+            }
+            KFormat::Q6K => {
+                let bs = &sums[16 * b..16 * (b + 1)];
+                let off: i32 = blk[192..208]
+                    .iter()
+                    .zip(bs)
+                    .map(|(&s, &v)| i32::from(s as i8) * v)
+                    .sum();
+                let isum = int_q6k(blk, x, avx2) - 32 * off;
+                acc += (f16_at(&blk[208..]) * dx) * isum as f32;
+            }
+        }
+    }
+    acc
+}
+
+fn int_q5_0(blk: &[u8], x: &[i8], avx2: bool) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: AVX2 was detected at run time (`has_avx2`); the block
+        // has 22 bytes and `x` 32 codes.
+        return unsafe { avx2::q5_0(blk, x) };
+    }
+    let _ = avx2;
+    scalar::q5_0(blk, x)
+}
+
+fn int_q45k(fmt: KFormat, blk: &[u8], x: &[i8], avx2: bool) -> i32 {
+    let (scales, high, qs) = match fmt {
+        KFormat::Q5K => (&blk[4..16], Some(&blk[16..48]), &blk[48..176]),
+        _ => (&blk[4..16], None, &blk[16..144]),
+    };
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: AVX2 was detected at run time (`has_avx2`); `qs` has 128
+        // bytes, `high` 32, `scales` 12 and `x` 256 codes.
+        return unsafe { avx2::q45k(scales, qs, high, x) };
+    }
+    let _ = avx2;
+    scalar::q45k(scales, qs, high, x)
+}
+
+fn int_q6k(blk: &[u8], x: &[i8], avx2: bool) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: AVX2 was detected at run time (`has_avx2`); the block
+        // has 210 bytes and `x` 256 codes.
+        return unsafe { avx2::q6k(blk, x) };
+    }
+    let _ = avx2;
+    scalar::q6k(blk, x)
+}
+
+/// Whether the AVX2 kernels run here.
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `y[r, j] = Σ_i w[j, i] · x[r, i]` for `m` activation rows `x` (row-major
+/// `[m, k]`) and `n` weight rows `w` in `fmt`; `y` row-major `[m, n]`. None
+/// when the shapes do not fit the format.
+pub(crate) fn matmul(fmt: KFormat, w: &[u8], n: usize, x: &[f32], m: usize) -> Option<Vec<f32>> {
+    matmul_with(fmt, w, n, x, m, has_avx2())
+}
+
+pub(crate) fn matmul_with(
+    fmt: KFormat,
+    w: &[u8],
+    n: usize,
+    x: &[f32],
+    m: usize,
+    avx2: bool,
+) -> Option<Vec<f32>> {
+    if m == 0 || n == 0 || !x.len().is_multiple_of(m) {
+        return None;
+    }
+    let k = x.len() / m;
+    if k == 0 || !k.is_multiple_of(fmt.block()) {
+        return None;
+    }
+    let rb = k / fmt.block() * fmt.block_bytes();
+    if w.len() != rb * n {
+        return None;
+    }
+    let xq = Acts::new(fmt, x, k);
+    // Outputs transposed (weight row major): each weight row is read once
+    // and dotted with every activation row.
+    let mut yt = vec![0f32; n * m];
+    let run = |j0: usize, out: &mut [f32]| {
+        for (i, yo) in out.chunks_mut(m).enumerate() {
+            let row = &w[(j0 + i) * rb..(j0 + i + 1) * rb];
+            for (r, v) in yo.iter_mut().enumerate() {
+                *v = dot(fmt, row, &xq, r, avx2);
+            }
+        }
+    };
+    if m == 1 {
+        // Decode: each thread of the batch's hot team walks one contiguous
+        // run of weight rows, claims of at least ~16 KB.
+        let out = SharedOut(yt.as_mut_ptr());
+        crate::cpu::team::for_ranges(n, ((16 << 10) / rb).max(1), |r| {
+            // SAFETY: for_ranges hands out disjoint ranges of 0..n, so these
+            // slices of `yt` (alive until for_ranges returns) are disjoint.
+            let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(r.start), r.len()) };
+            run(r.start, o);
+        });
+        return Some(yt);
+    }
+    let threads = rayon::current_num_threads().max(1);
+    let per = (n / (threads * 8)).max((65_536 / (rb * m)).max(1)).max(1);
+    yt.par_chunks_mut(per * m)
+        .enumerate()
+        .for_each(|(t, out)| run(t * per, out));
+    let mut y = vec![0f32; n * m];
+    for (j, col) in yt.chunks_exact(m).enumerate() {
+        for (r, v) in col.iter().enumerate() {
+            y[r * n + j] = *v;
+        }
+    }
+    Some(y)
+}
+
+/// A pointer to an output buffer that disjoint ranges are written through
+/// from several threads.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+
+// SAFETY: users write disjoint ranges only, while the buffer lives.
+unsafe impl Send for SharedOut {}
+// SAFETY: as for Send: shared use only writes disjoint ranges.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// The pointer (a method, so closures capture the Sync wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}

@@ -1,0 +1,110 @@
+//! The K-quant kernels against the dequantized weights, and every path
+//! against the portable one, bit for bit.
+
+use super::*;
+use candle_core::quantized::QTensor;
+
+fn values(len: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+const FORMATS: [(KFormat, GgmlDType); 4] = [
+    (KFormat::Q5_0, GgmlDType::Q5_0),
+    (KFormat::Q4K, GgmlDType::Q4K),
+    (KFormat::Q5K, GgmlDType::Q5K),
+    (KFormat::Q6K, GgmlDType::Q6K),
+];
+
+#[test]
+fn matmul_matches_the_dequantized_weights() {
+    let (n, k) = (9, 512);
+    let dev = candle_core::Device::Cpu;
+    let wv = values(n * k, 7);
+    let wc = candle_core::Tensor::from_vec(wv, (n, k), &dev).expect("w");
+    for (fmt, g) in FORMATS {
+        let q = QTensor::quantize(&wc, g).expect("quantize");
+        let deq = q
+            .dequantize(&dev)
+            .expect("deq")
+            .flatten_all()
+            .expect("flat")
+            .to_vec1::<f32>()
+            .expect("v");
+        let data = q.data().expect("data");
+        assert_eq!(data.len(), n * k / fmt.block() * fmt.block_bytes());
+        for m in [1, 3] {
+            let x = values(m * k, 11 + m as u32);
+            let y = matmul(fmt, &data, n, &x, m).expect("fits");
+            for r in 0..m {
+                let xr = &x[r * k..(r + 1) * k];
+                for j in 0..n {
+                    let want: f64 = deq[j * k..(j + 1) * k]
+                        .iter()
+                        .zip(xr)
+                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                        .sum();
+                    // int8 activations: each value moves by at most half a
+                    // step (amax / 254); the sum of |w| bounds the effect.
+                    let wsum: f64 = deq[j * k..(j + 1) * k]
+                        .iter()
+                        .map(|v| f64::from(v.abs()))
+                        .sum();
+                    let bound = wsum / 254.0 + 1e-3;
+                    let got = f64::from(y[r * n + j]);
+                    assert!(
+                        (got - want).abs() <= bound,
+                        "{fmt:?} m {m} row {r} col {j}: {got} vs {want} (bound {bound})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_path_and_row_count_gives_the_same_bits() {
+    let (n, k) = (13, 768);
+    let dev = candle_core::Device::Cpu;
+    let wc = candle_core::Tensor::from_vec(values(n * k, 3), (n, k), &dev).expect("w");
+    let x = values(4 * k, 5);
+    for (fmt, g) in FORMATS {
+        let q = QTensor::quantize(&wc, g).expect("quantize");
+        let data = q.data().expect("data");
+        let portable = matmul_with(fmt, &data, n, &x, 4, false).expect("fits");
+        if has_avx2() {
+            let avx = matmul_with(fmt, &data, n, &x, 4, true).expect("fits");
+            assert_eq!(
+                portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                avx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{fmt:?}: AVX2 differs from the portable path"
+            );
+        }
+        for r in 0..4 {
+            let one = matmul(fmt, &data, n, &x[r * k..(r + 1) * k], 1).expect("fits");
+            assert_eq!(
+                one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                portable[r * n..(r + 1) * n]
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>(),
+                "{fmt:?}: row {r} of a prefill differs from its decode"
+            );
+        }
+    }
+}
+
+#[test]
+fn shapes_that_do_not_fit_are_refused() {
+    let w = vec![0u8; 210];
+    assert!(matmul(KFormat::Q6K, &w, 1, &[0.0; 128], 1).is_none());
+    assert!(matmul(KFormat::Q6K, &w, 2, &[0.0; 256], 1).is_none());
+    assert!(matmul(KFormat::Q6K, &w, 1, &[0.0; 256], 1).is_some());
+}
