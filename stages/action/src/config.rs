@@ -126,10 +126,10 @@ impl Config {
         if !(2..=256).contains(&self.horizon) {
             return bad("horizon", self.horizon.to_string(), "in 2..=256");
         }
-        if self.d_model == 0 || self.d_model > 4096 || self.d_model % 2 != 0 {
+        if self.d_model == 0 || self.d_model > 4096 || !self.d_model.is_multiple_of(2) {
             return bad("d_model", self.d_model.to_string(), "even, in 2..=4096");
         }
-        if self.n_heads == 0 || self.d_model % self.n_heads != 0 {
+        if self.n_heads == 0 || !self.d_model.is_multiple_of(self.n_heads) {
             return bad("n_heads", self.n_heads.to_string(), "a divisor of d_model");
         }
         if self.n_layers == 0 || self.n_layers > 64 {
@@ -267,7 +267,7 @@ impl Normalizer {
 /// `floor(i n / g) .. ceil((i + 1) n / g)`). Tokens already at `1 + g * g`
 /// pass through.
 pub fn pool_vision_tokens(tokens: &[f32], dim: usize, grid: usize) -> Result<Vec<f32>> {
-    if dim == 0 || tokens.is_empty() || tokens.len() % dim != 0 {
+    if dim == 0 || tokens.is_empty() || !tokens.len().is_multiple_of(dim) {
         return Err(Error::BadInput(format!(
             "vision tokens: {} values is not a whole number of {dim}-wide tokens",
             tokens.len()

@@ -175,7 +175,7 @@ impl Policy {
         let vision = self.check(obs)?;
         let cfg = self.head.config().clone();
         let (h, ad) = (cfg.horizon, cfg.action_dim);
-        if prefix.len() % ad != 0 || prefix.iter().any(|v| !v.is_finite()) {
+        if !prefix.len().is_multiple_of(ad) || prefix.iter().any(|v| !v.is_finite()) {
             return Err(Error::BadInput(format!(
                 "prefix has {} values: not finite rows of {ad}",
                 prefix.len()

@@ -190,3 +190,33 @@ fn empty_or_inconsistent_data_is_refused_with_the_reason() {
     .expect_err("bad");
     assert!(e.to_string().contains("episode 0"), "{e}");
 }
+
+/// Training speed of the default (shipped) head shape, on recorded states
+/// and actions with zero vision features: `cargo test -p edgeflow-action
+/// --test training -- --ignored --nocapture default_shape`.
+#[test]
+#[ignore = "timing figure, not a check"]
+fn default_shape_training_speed() {
+    let dir = tempfile::tempdir().expect("tmp");
+    record(dir.path(), 0..8);
+    let cfg = Config::default();
+    let ds = dataset(dir.path(), &cfg);
+    let opts = TrainOptions {
+        config: cfg,
+        steps: 60,
+        log_every: 20,
+        ..TrainOptions::default()
+    };
+    let t = train(&ds, &opts, |p| {
+        eprintln!(
+            "step {}/{} loss {:.4} {:.1}s",
+            p.step, p.steps, p.loss, p.seconds
+        );
+    })
+    .expect("train");
+    eprintln!(
+        "default shape, batch {}: {:.3} s/step",
+        opts.batch,
+        t.seconds / opts.steps as f64
+    );
+}

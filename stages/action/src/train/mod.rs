@@ -42,8 +42,8 @@ impl Default for TrainOptions {
     fn default() -> Self {
         TrainOptions {
             config: Config::default(),
-            steps: 3000,
-            batch: 64,
+            steps: 2000,
+            batch: 32,
             lr: 5e-4,
             warmup: 100,
             weight_decay: 0.01,
@@ -63,7 +63,7 @@ impl TrainOptions {
                 self.steps, self.batch
             )));
         }
-        if !(self.lr > 0.0 && self.lr < 1.0) || !(0.0..1.0).contains(&self.weight_decay) {
+        if !(self.lr > 0.0 && self.lr < 1.0 && (0.0..1.0).contains(&self.weight_decay)) {
             return Err(Error::Config(format!(
                 "lr ({}) must be in (0, 1) and weight_decay ({}) in [0, 1)",
                 self.lr, self.weight_decay
