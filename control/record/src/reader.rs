@@ -170,7 +170,10 @@ impl Recording {
             offset: m.offset,
             expected: format!(
                 "an edgeflow wire-format message on {}: {e}",
-                self.edges.get(m.edge).map(|e| e.topic.as_str()).unwrap_or("?")
+                self.edges
+                    .get(m.edge)
+                    .map(|e| e.topic.as_str())
+                    .unwrap_or("?")
             ),
         })
     }
@@ -261,7 +264,10 @@ fn walk(path: &Path, buf: &[u8], w: &mut Walk) -> Result<()> {
         return Err(if magic.starts_with(buf) {
             truncated(buf.len(), "the 8-byte MCAP magic".into())
         } else {
-            corrupt(0, "the MCAP magic 89 4D 43 41 50 30 0D 0A (is this an MCAP file?)".into())
+            corrupt(
+                0,
+                "the MCAP magic 89 4D 43 41 50 30 0D 0A (is this an MCAP file?)".into(),
+            )
         });
     }
     if &buf[..magic.len()] != magic {
@@ -302,15 +308,15 @@ fn walk(path: &Path, buf: &[u8], w: &mut Walk) -> Result<()> {
         if len > left {
             return Err(truncated(
                 pos,
-                format!(
-                    "a {} of {len} bytes, only {left} remain",
-                    op_name(opcode)
-                ),
+                format!("a {} of {len} bytes, only {left} remain", op_name(opcode)),
             ));
         }
         let body = &buf[pos + 9..pos + 9 + len as usize];
         if first && opcode != op::HEADER {
-            return Err(corrupt(pos, format!("the header record, found a {}", op_name(opcode))));
+            return Err(corrupt(
+                pos,
+                format!("the header record, found a {}", op_name(opcode)),
+            ));
         }
         first = false;
         let rec = mcap::parse_record(opcode, body)
@@ -341,9 +347,8 @@ fn walk(path: &Path, buf: &[u8], w: &mut Walk) -> Result<()> {
                 let reader = mcap::read::ChunkReader::new(header, &data)
                     .map_err(|e| corrupt(pos, format!("a readable chunk: {e}")))?;
                 for r in reader {
-                    let r = r.map_err(|e| {
-                        corrupt(pos, format!("a chunk whose records parse: {e}"))
-                    })?;
+                    let r =
+                        r.map_err(|e| corrupt(pos, format!("a chunk whose records parse: {e}")))?;
                     take(path, r, pos, w)?;
                 }
             }
@@ -414,9 +419,8 @@ fn take(path: &Path, r: Record<'_>, pos: usize, w: &mut Walk) -> Result<()> {
             _ => {}
         },
         Record::Attachment { header, data, .. } if header.name == format::ATTACH_PIPELINE => {
-            let text = String::from_utf8(data.into_owned()).map_err(|e| {
-                corrupt(format!("the pipeline attachment to be UTF-8 text: {e}"))
-            })?;
+            let text = String::from_utf8(data.into_owned())
+                .map_err(|e| corrupt(format!("the pipeline attachment to be UTF-8 text: {e}")))?;
             w.pipeline = Some(text);
         }
         _ => {}

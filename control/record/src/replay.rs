@@ -15,9 +15,8 @@ use crate::reader::Recording;
 use edgeflow_control::wire;
 use edgeflow_control::zenoh_io::body_to_payload;
 use edgeflow_graph::{
-    BuildEnv, Input, Message, Override, Params, Payload, Pipeline, Poll, PortType, Ports,
-    Registry, Stage, StageCtx, StageError, StageFactory, StageHandle, StageInfo, StageResult,
-    Timestamp,
+    BuildEnv, Input, Message, Override, Params, Payload, Pipeline, Poll, PortType, Ports, Registry,
+    Stage, StageCtx, StageError, StageFactory, StageHandle, StageInfo, StageResult, Timestamp,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -116,11 +115,10 @@ impl StageFactory for StubFactory {
     }
 
     fn build(&self, _params: &Params, env: &BuildEnv) -> StageResult<Box<dyn Stage>> {
-        let data = self
-            .stubs
-            .get(&env.stage_id)
-            .cloned()
-            .ok_or_else(|| StageError::msg(format!("`{}` is not a stubbed stage", env.stage_id)))?;
+        let data =
+            self.stubs.get(&env.stage_id).cloned().ok_or_else(|| {
+                StageError::msg(format!("`{}` is not a stubbed stage", env.stage_id))
+            })?;
         Ok(Box::new(Stub {
             data,
             clock: self.clock.clone(),
@@ -191,7 +189,9 @@ impl Stage for Stub {
         let t = std::thread::Builder::new()
             .name("ef-replay".into())
             .spawn(move || emit_all(data, clock, h, stop))
-            .map_err(|e| StageError::msg(format!("replay stub `{}`: cannot spawn: {e}", ctx.id())))?;
+            .map_err(|e| {
+                StageError::msg(format!("replay stub `{}`: cannot spawn: {e}", ctx.id()))
+            })?;
         self.thread = Some(t);
         Ok(())
     }
@@ -207,7 +207,11 @@ impl Stage for Stub {
         if let Some(due) = self.clock.due(m.offset_ns) {
             if Instant::now() < due && !ctx.sleep_until(due) {
                 // Woken early: stopping, or a control message to serve first.
-                return Ok(if ctx.should_stop() { Poll::Done } else { Poll::Idle });
+                return Ok(if ctx.should_stop() {
+                    Poll::Done
+                } else {
+                    Poll::Idle
+                });
             }
         }
         self.next += 1;
@@ -308,7 +312,9 @@ pub fn prepare(
                     },
                 ) => Payload::Tokens(v.into_iter().map(|x| x as u32).collect()),
                 (_, body) => body_to_payload(body).map_err(|e| {
-                    Error::Replay(format!("a recorded message of `{id}` cannot be replayed: {e}"))
+                    Error::Replay(format!(
+                        "a recorded message of `{id}` cannot be replayed: {e}"
+                    ))
                 })?,
             };
             messages.push(Planned {

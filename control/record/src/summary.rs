@@ -142,13 +142,24 @@ impl Summary {
     /// As a table for a terminal.
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "recording  {} ({:.1} KB)", self.file, self.size as f64 / 1e3);
+        let _ = writeln!(
+            s,
+            "recording  {} ({:.1} KB)",
+            self.file,
+            self.size as f64 / 1e3
+        );
         let _ = writeln!(
             s,
             "pipeline   {} (sha256 {}, file {})",
             self.pipeline,
-            self.pipeline_sha256.get(..16).unwrap_or(&self.pipeline_sha256),
-            if self.pipeline_file.is_empty() { "-" } else { &self.pipeline_file }
+            self.pipeline_sha256
+                .get(..16)
+                .unwrap_or(&self.pipeline_sha256),
+            if self.pipeline_file.is_empty() {
+                "-"
+            } else {
+                &self.pipeline_file
+            }
         );
         let _ = writeln!(
             s,
@@ -167,11 +178,25 @@ impl Summary {
             self.messages,
             self.edges.len()
         );
-        let w = self.edges.iter().map(|e| e.topic.len()).max().unwrap_or(4).max(4);
+        let w = self
+            .edges
+            .iter()
+            .map(|e| e.topic.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
         let _ = writeln!(
             s,
             "\n{:<w$}  {:>8}  {:>9}  {:>11}  {:>9}  {:>4}  {:>6}  {:>9}  {}",
-            "edge", "messages", "rate Hz", "max gap ms", "at s", "gaps", "epochs", "bytes", "type/policy"
+            "edge",
+            "messages",
+            "rate Hz",
+            "max gap ms",
+            "at s",
+            "gaps",
+            "epochs",
+            "bytes",
+            "type/policy"
         );
         let opt = |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or("-".into());
         for e in &self.edges {
@@ -209,7 +234,10 @@ impl Summary {
                 }
             }
             None => {
-                let _ = writeln!(s, "\nnote: the recorder did not finish this file (no end record)");
+                let _ = writeln!(
+                    s,
+                    "\nnote: the recorder did not finish this file (no end record)"
+                );
             }
         }
         if let Some(t) = &self.truncated {

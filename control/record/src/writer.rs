@@ -163,7 +163,9 @@ pub struct Recorder {
 
 impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Recorder").field("path", &self.path).finish()
+        f.debug_struct("Recorder")
+            .field("path", &self.path)
+            .finish()
     }
 }
 

@@ -13,7 +13,9 @@ const YAML: &str = "name: py\nstages:\n  - { id: tick, kind: timer, params: { ra
 #[test]
 fn the_python_mcap_reader_opens_a_recording() {
     let Ok(venv) = std::env::var("EDGEFLOW_MCAP_VENV") else {
-        eprintln!("EDGEFLOW_MCAP_VENV is not set: skipped (scripts/python_mcap_env.sh makes the venv)");
+        eprintln!(
+            "EDGEFLOW_MCAP_VENV is not set: skipped (scripts/python_mcap_env.sh makes the venv)"
+        );
         return;
     };
     let python = Path::new(&venv).join("bin/python");

@@ -37,11 +37,19 @@ fn every_edge_is_recorded_with_seq_epoch_and_the_pipeline() {
     assert_eq!(rec.pipeline_text, YAML);
     assert_eq!(rec.pipeline_name(), "rec");
     assert_eq!(rec.overrides(), vec!["tick.count=40".to_string()]);
-    assert!(rec.params.get("tick").is_some_and(|p| p.contains("\"count\":40")));
+    assert!(rec
+        .params
+        .get("tick")
+        .is_some_and(|p| p.contains("\"count\":40")));
     let topics: Vec<&str> = rec.edges.iter().map(|e| e.topic.as_str()).collect();
     assert_eq!(
         topics,
-        ["tick.out->mid.in", "mid.out->a.in", "mid.out->b.in", "say.out->c.in"]
+        [
+            "tick.out->mid.in",
+            "mid.out->a.in",
+            "mid.out->b.in",
+            "say.out->c.in"
+        ]
     );
     for (i, n) in [(0, 40), (1, 40), (2, 40), (3, 2)] {
         let ms: Vec<_> = rec.messages.iter().filter(|m| m.edge == i).collect();
@@ -75,7 +83,10 @@ fn every_edge_is_recorded_with_seq_epoch_and_the_pipeline() {
     let rate = tick.rate_hz.expect("rate");
     assert!(rate > 50.0 && rate < 260.0, "{rate}");
     let text = s.render();
-    assert!(text.contains("tick.out->mid.in") && text.contains("rec"), "{text}");
+    assert!(
+        text.contains("tick.out->mid.in") && text.contains("rec"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -101,14 +112,20 @@ fn truncated_and_corrupt_files_name_the_offset_and_never_panic() {
     let e = Recording::open(&bad).expect_err("truncated");
     let msg = e.to_string();
     assert!(matches!(e, Error::Truncated { .. }), "{msg}");
-    assert!(msg.contains("truncated at byte") && msg.contains("expected"), "{msg}");
+    assert!(
+        msg.contains("truncated at byte") && msg.contains("expected"),
+        "{msg}"
+    );
     let part = Recording::open_partial(&bad).expect("prefix");
     assert!(part.truncated.is_some());
 
     // Not an MCAP file at all.
     std::fs::write(&bad, b"name: rec\nstages: []\n").expect("write");
     let msg = Recording::open(&bad).expect_err("not mcap").to_string();
-    assert!(msg.contains("corrupt at byte 0") && msg.contains("MCAP magic"), "{msg}");
+    assert!(
+        msg.contains("corrupt at byte 0") && msg.contains("MCAP magic"),
+        "{msg}"
+    );
 
     // A flipped byte inside the data: a CRC or parse error at an offset.
     let mut flipped = good.clone();
@@ -152,7 +169,10 @@ fn the_size_limit_stops_with_a_warning_or_rotates() {
     let (path, stats) = record(dir.path(), YAML, small.clone());
     assert!(stats.stopped_at_limit, "{stats:?}");
     assert!(stats.dropped_after_limit > 0);
-    assert!(stats.messages + stats.dropped_after_limit == 122, "{stats:?}");
+    assert!(
+        stats.messages + stats.dropped_after_limit == 122,
+        "{stats:?}"
+    );
     assert!(stats.warnings()[0].contains("size limit"));
     let rec = Recording::open(&path).expect("finalised");
     assert_eq!(rec.messages.len() as u64, stats.messages);
@@ -208,8 +228,14 @@ fn a_stubbed_stage_replays_its_recorded_outputs_in_order() {
     let rec = Recording::open(&path).expect("open");
     let reg = Registry::builtin();
     for speed in [Speed::Max, Speed::Factor(4.0)] {
-        let r = prepare(&rec, &reg, &["mid".into(), "say".into()], speed, Path::new("."))
-            .expect("prepare");
+        let r = prepare(
+            &rec,
+            &reg,
+            &["mid".into(), "say".into()],
+            speed,
+            Path::new("."),
+        )
+        .expect("prepare");
         assert_eq!(r.stubbed, [("mid".to_string(), 40), ("say".to_string(), 2)]);
         let seen = Arc::new(Collect::default());
         let t = std::time::Instant::now();
@@ -220,7 +246,11 @@ fn a_stubbed_stage_replays_its_recorded_outputs_in_order() {
             .expect("replay");
         let seen = seen.0.lock();
         // Edge 1 (mid.out->a.in) carries exactly the recorded ticks.
-        let got: Vec<_> = seen.iter().filter(|m| m.0 == 1).map(|m| m.3.clone()).collect();
+        let got: Vec<_> = seen
+            .iter()
+            .filter(|m| m.0 == 1)
+            .map(|m| m.3.clone())
+            .collect();
         let want: Vec<_> = rec
             .messages
             .iter()
@@ -231,7 +261,11 @@ fn a_stubbed_stage_replays_its_recorded_outputs_in_order() {
             })
             .collect();
         assert_eq!(got, want, "{speed:?}");
-        let says: Vec<_> = seen.iter().filter(|m| m.0 == 3).map(|m| m.3.clone()).collect();
+        let says: Vec<_> = seen
+            .iter()
+            .filter(|m| m.0 == 3)
+            .map(|m| m.3.clone())
+            .collect();
         assert_eq!(says, ["Text(\"hello\")", "Text(\"world\")"]);
         if speed == Speed::Factor(4.0) {
             // 40 ticks at 200 Hz = 195 ms recorded; at 4x about 49 ms.
@@ -241,5 +275,8 @@ fn a_stubbed_stage_replays_its_recorded_outputs_in_order() {
     let e = prepare(&rec, &reg, &["nope".into()], Speed::Max, Path::new("."))
         .expect_err("unknown stage")
         .to_string();
-    assert!(e.contains("no stage `nope`") && e.contains("tick, mid"), "{e}");
+    assert!(
+        e.contains("no stage `nope`") && e.contains("tick, mid"),
+        "{e}"
+    );
 }

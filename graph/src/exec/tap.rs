@@ -37,7 +37,11 @@ mod tests {
     #[test]
     fn a_tap_sees_every_message_on_every_edge_including_fan_out() {
         let p = PipelineBuilder::new("tap")
-            .stage("tick", "timer", serde_json::json!({ "rate_hz": 1000.0, "count": 5 }))
+            .stage(
+                "tick",
+                "timer",
+                serde_json::json!({ "rate_hz": 1000.0, "count": 5 }),
+            )
             .stage("a", "discard", serde_json::json!({}))
             .stage("b", "passthrough", serde_json::json!({}))
             .inline()
