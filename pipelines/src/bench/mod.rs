@@ -10,6 +10,7 @@
 //! | `tts` | the Piper "joe" voice on our runtime | Piper on onnxruntime (peer venv) |
 //! | `speech` | Silero VAD and Whisper tiny.en | onnxruntime and faster-whisper (peer venv) |
 //! | `thinker` | SmolLM2-135M prefill and decode | llama.cpp's `llama-bench` on the same GGUF (peer build) |
+//! | `vision` | the DINOv2 ViT-S/14 encoder | onnxruntime on the same ONNX (peer venv) |
 //!
 //! Every bench returns one [`BenchReport`]: rows of label, our value, unit,
 //! the baseline's value, the ratio and a note; [`BenchReport::render_text`]
@@ -43,6 +44,7 @@ mod report;
 pub(crate) mod speech;
 pub(crate) mod thinker;
 pub(crate) mod tts;
+pub(crate) mod vision;
 
 pub(crate) use report::{BenchReport, MissingPeer, Row};
 
@@ -107,6 +109,8 @@ pub(crate) enum Peer {
     Speech,
     /// llama.cpp's llama-bench (`bench thinker`).
     LlamaCpp,
+    /// onnxruntime for the DINOv2 ONNX (`bench vision`).
+    Vision,
 }
 
 impl Peer {
@@ -116,6 +120,7 @@ impl Peer {
             Peer::Piper => "piper",
             Peer::Speech => "speech",
             Peer::LlamaCpp => "llama.cpp",
+            Peer::Vision => "vision",
         }
     }
 
@@ -131,6 +136,7 @@ impl Peer {
             }
             Peer::Speech => peers_dir().join("speech-venv/bin/python"),
             Peer::LlamaCpp => peers_dir().join("llama.cpp/llama-bench"),
+            Peer::Vision => peers_dir().join("vision-venv/bin/python"),
         }
     }
 
@@ -146,6 +152,7 @@ impl Peer {
             Peer::Piper => "the Piper onnxruntime venv",
             Peer::Speech => "the faster-whisper / onnxruntime venv",
             Peer::LlamaCpp => "the llama.cpp build",
+            Peer::Vision => "the onnxruntime venv for DINOv2",
         };
         MissingPeer {
             what: what.into(),

