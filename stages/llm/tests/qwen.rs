@@ -25,9 +25,12 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 /// A reference top-2 gap below this (in logits) is a near-tie that
-/// different int8 activation rounding may break either way (as for
-/// SmolLM2).
-const NEAR_TIE: f32 = 1.5;
+/// different int8 activation rounding may break either way. Tighter than
+/// SmolLM2's 1.5 (whose reference is f32 transformers): both sides here
+/// quantize weights and activations alike. Measured 2026-12-02: 9/13 cases
+/// identical over 32 tokens, the 4 others diverge where llama.cpp's gap is
+/// 0.0004-0.068.
+const NEAR_TIE: f32 = 0.25;
 
 fn model() -> Option<PathBuf> {
     if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
