@@ -305,6 +305,16 @@ fn walk(path: &Path, buf: &[u8], w: &mut Walk) -> Result<()> {
         let opcode = buf[pos];
         let len = le_u64(&buf[pos + 1..]);
         let left = (buf.len() - pos - 9) as u64;
+        if len == u64::MAX {
+            // The writer's placeholder: a chunk still open when it stopped.
+            return Err(truncated(
+                pos,
+                format!(
+                    "a finished {}, found one still being written (its length is the writer's placeholder)",
+                    op_name(opcode)
+                ),
+            ));
+        }
         if len > left {
             return Err(truncated(
                 pos,
@@ -409,11 +419,8 @@ fn take(path: &Path, r: Record<'_>, pos: usize, w: &mut Walk) -> Result<()> {
             });
         }
         Record::Metadata(m) => match m.name.as_str() {
-            format::META_RUN => {
-                if w.run.is_none() {
-                    w.run = Some(m.metadata);
-                }
-            }
+            // Rotated parts repeat it; the first one counts.
+            format::META_RUN if w.run.is_none() => w.run = Some(m.metadata),
             format::META_PARAMS => w.params = m.metadata,
             format::META_END => w.end = Some(m.metadata),
             _ => {}

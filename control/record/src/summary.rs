@@ -187,16 +187,8 @@ impl Summary {
             .max(4);
         let _ = writeln!(
             s,
-            "\n{:<w$}  {:>8}  {:>9}  {:>11}  {:>9}  {:>4}  {:>6}  {:>9}  {}",
-            "edge",
-            "messages",
-            "rate Hz",
-            "max gap ms",
-            "at s",
-            "gaps",
-            "epochs",
-            "bytes",
-            "type/policy"
+            "\n{:<w$}  {:>8}  {:>9}  {:>11}  {:>9}  {:>4}  {:>6}  {:>9}  type/policy",
+            "edge", "messages", "rate Hz", "max gap ms", "at s", "gaps", "epochs", "bytes",
         );
         let opt = |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or("-".into());
         for e in &self.edges {
