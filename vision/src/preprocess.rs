@@ -124,9 +124,10 @@ pub fn to_tensor(img: &RgbImage, norm: &Normalize) -> Result<Tensor> {
     // (x / 255 - m) / s as one multiply-add per value.
     let scale: [f32; 3] = std::array::from_fn(|c| 1.0 / (255.0 * norm.std[c]));
     let shift: [f32; 3] = std::array::from_fn(|c| -norm.mean[c] / norm.std[c]);
-    for (i, px) in img.as_raw().chunks_exact(3).enumerate() {
-        for c in 0..3 {
-            data[c * plane + i] = px[c] as f32 * scale[c] + shift[c];
+    for (c, out) in data.chunks_exact_mut(plane.max(1)).enumerate() {
+        let (a, b) = (scale[c], shift[c]);
+        for (o, px) in out.iter_mut().zip(img.as_raw().chunks_exact(3)) {
+            *o = px[c] as f32 * a + b;
         }
     }
     Ok(Tensor::from_vec(data, &[3, h as usize, w as usize])?)

@@ -105,8 +105,9 @@ fn resize_crop_and_normalise() {
     let v = t.to_vec_f32().expect("values");
     let (x, y) = (7usize, 5usize);
     let p = img.get_pixel(x as u32, y as u32);
-    for c in 0..3 {
-        let want = (p[c] as f32 / 255.0 - Normalize::IMAGENET.mean[c]) / Normalize::IMAGENET.std[c];
+    let n = Normalize::IMAGENET;
+    for (c, (&m, &sd)) in n.mean.iter().zip(&n.std).enumerate() {
+        let want = (p[c] as f32 / 255.0 - m) / sd;
         let got = v[c * 80 + y * 10 + x];
         assert!((got - want).abs() < 1e-5, "channel {c}: {got} vs {want}");
     }
