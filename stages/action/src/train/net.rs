@@ -77,7 +77,18 @@ impl TrainNet {
     fn linear(&self, name: &str, x: &Tensor) -> Result<Tensor> {
         let w = self.var(&format!("{name}.weight"))?;
         let b = self.var(&format!("{name}.bias"))?;
-        Ok(x.broadcast_matmul(&w.t()?)?.broadcast_add(b)?)
+        // One GEMM over every row: [rows, in] x [in, out].
+        let dims = x.dims().to_vec();
+        let (rows, inp) = (
+            dims[..dims.len() - 1].iter().product::<usize>(),
+            dims[dims.len() - 1],
+        );
+        let y = x.reshape((rows, inp))?.matmul(&w.t()?)?.broadcast_add(b)?;
+        let mut out = dims;
+        if let Some(last) = out.last_mut() {
+            *last = w.dims()[0];
+        }
+        Ok(y.reshape(out)?)
     }
 
     fn layer_norm(&self, name: &str, x: &Tensor) -> Result<Tensor> {

@@ -42,7 +42,7 @@ pub fn plot_loss(losses: &[f32], path: &Path) -> Result<PlotInfo> {
     let n = losses.len().max(2);
     let px = |i: usize| MARGIN + pw * i as f32 / (n - 1) as f32;
     let py = |v: f32| {
-        let f = (v.max(lo).log10() - y0 as f32) / (y1 - y0) as f32;
+        let f = (v.log10() - y0 as f32) / (y1 - y0) as f32;
         MARGIN + ph * (1.0 - f)
     };
     let paint = |r: u8, g: u8, b: u8| {
