@@ -84,6 +84,7 @@ impl Bench for DataflowArgs {
             engine(self, false, "edgeflow, thread per stage")?,
             engine(self, true, "edgeflow, inline passthroughs")?,
         ];
+        let recorded = recorded_overhead(self)?;
         let tiny = tensor_hops(&[16], self.latency_msgs / 4)?;
         let big = tensor_hops(&[1 << 20], self.latency_msgs / 4)?;
 
@@ -116,6 +117,21 @@ impl Bench for DataflowArgs {
                     .ratio(e.msgs_per_s / base.msgs_per_s.max(1e-9)),
             );
         }
+        let hops = self.stages.max(2) - 1;
+        r.rows.push(
+            Row::new(
+                "recorded to MCAP (--record), 1 kHz: latency p50",
+                recorded.1,
+                "us",
+            )
+            .baseline(recorded.0)
+            .ratio(recorded.1 / recorded.0.max(1e-9))
+            .note(format!(
+                "baseline: same chain unrecorded, same run; per hop {:+.2} us on {:.2} us",
+                (recorded.1 - recorded.0) / hops as f64,
+                recorded.0 / hops as f64
+            )),
+        );
         r.rows.push(
             Row::new("4 MB tensor through 8 hops, latency p50", big, "us")
                 .baseline(tiny)
@@ -249,6 +265,65 @@ fn engine(o: &DataflowArgs, inline: bool, name: &str) -> anyhow::Result<Config> 
         p99_us: s.p99_us,
         msgs_per_s: o.throughput_msgs as f64 / el.as_secs_f64(),
     })
+}
+
+/// End-to-end latency p50 of small messages pushed at 1 kHz through the
+/// thread-per-stage chain, without and with every edge recorded to an MCAP
+/// file; two rounds each, alternating, averaged. Returns (plain, recorded).
+fn recorded_overhead(o: &DataflowArgs) -> anyhow::Result<(f64, f64)> {
+    let n = o.stages.max(2);
+    let yaml = chain_yaml(n, false, "any");
+    let msgs = (o.latency_msgs / 2).max(100);
+    let file = std::env::temp_dir().join(format!("edgeflow-bench-{}.mcap", std::process::id()));
+    let mut p50 = [0.0f64; 2];
+    for round in 0..4 {
+        let record = round % 2 == 1;
+        let p = Pipeline::from_yaml(&yaml, &Registry::builtin())?;
+        let recorder = if record {
+            let info = edgeflow_record::RunInfo {
+                pipeline_text: yaml.clone(),
+                ..Default::default()
+            };
+            Some(edgeflow_record::Recorder::create(
+                &file,
+                p.plan(),
+                info,
+                edgeflow_record::RecordOptions::default(),
+            )?)
+        } else {
+            None
+        };
+        let running = match &recorder {
+            Some(r) => p.start_with_tap(r.tap())?,
+            None => p.start()?,
+        };
+        let last = format!("s{}", n - 1);
+        let timeout = Duration::from_secs(10);
+        let mut h = Histogram::default();
+        let period = Duration::from_millis(1);
+        let mut next = Instant::now();
+        for i in 0..msgs + 50 {
+            next += period;
+            running.push("s0", Payload::text("0123456789abcdef"))?;
+            if let Some(m) = running.pull(&last, timeout)? {
+                if i >= 50 {
+                    h.record(m.timestamp.elapsed());
+                }
+            }
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+        running.stop();
+        let _ = running.wait(Some(Duration::from_secs(5)));
+        if let Some(r) = recorder {
+            let stats = r.finish()?;
+            if stats.messages == 0 || !stats.warnings().is_empty() {
+                anyhow::bail!("the recorded chain did not record cleanly: {stats:?}");
+            }
+        }
+        p50[usize::from(record)] += h.summary().p50_us / 2.0;
+    }
+    let _ = std::fs::remove_file(&file);
+    Ok((p50[0], p50[1]))
 }
 
 fn tensor_hops(dims: &[usize], msgs: usize) -> anyhow::Result<f64> {

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 mod bench;
 mod devices;
 mod graph;
+mod inspect;
 mod models;
+mod replay;
 mod run;
 mod schema;
 mod sim;
@@ -50,6 +52,12 @@ pub(crate) enum Command {
     /// Simulated robots, each in its own process, reached over zenoh.
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Run a recording (`run --record`) again, with chosen stages replaced
+    /// by their recorded outputs.
+    Replay(replay::ReplayArgs),
+    /// Summarise a recording (`run --record`): pipeline, edges, message
+    /// counts, rates, gaps.
+    Inspect(inspect::InspectArgs),
 }
 
 /// Run a subcommand.
@@ -64,5 +72,7 @@ pub(crate) fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Stages(a) => stages::run(a),
         Command::Schema => schema::run(),
         Command::Devices { refresh } => devices::run(refresh, false),
+        Command::Replay(a) => replay::run(a),
+        Command::Inspect(a) => inspect::run(a),
     }
 }

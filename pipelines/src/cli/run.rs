@@ -26,6 +26,24 @@ pub(crate) struct RunArgs {
     /// Do not print the metrics summary at exit.
     #[arg(long)]
     pub quiet: bool,
+    /// Record every message of every edge into this MCAP file.
+    ///
+    /// One channel per edge (`from.port->to.port`), messages in the edgeflow
+    /// wire format with epoch, seq, capture time and deadline, plus the
+    /// pipeline file and the resolved params. Opens in Foxglove and the
+    /// `mcap` tools; `edgeflow inspect FILE` summarises it and
+    /// `edgeflow replay FILE` runs it again.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Size limit of one recording file in MB: past it the recording stops
+    /// with a warning (or rotates, see --record-rotate).
+    #[arg(long, value_name = "N", default_value_t = 1024, requires = "record")]
+    pub record_max_mb: u64,
+    /// At the size limit, continue in FILE.1.mcap, FILE.2.mcap... up to N
+    /// more files, then stop with a warning. Disk use stays under
+    /// (N + 1) x --record-max-mb.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "record")]
+    pub record_rotate: u32,
 }
 
 /// Run a pipeline.
@@ -46,7 +64,14 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         }
         t => t.map(std::time::Duration::from_secs_f64),
     };
-    let running = p.start()?;
+    let recorder = match &a.record {
+        Some(path) => Some(start_recording(path, &p, &a)?),
+        None => None,
+    };
+    let running = match &recorder {
+        Some(r) => p.start_with_tap(r.tap())?,
+        None => p.start()?,
+    };
     let stop = running.stop_handle();
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = interrupted.clone();
@@ -56,6 +81,8 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         stop.stop();
     });
     let (metrics, result) = running.finish(timeout);
+    // Normal end, Ctrl-C, timeout or a stage error: the file is finalised.
+    let recorded = recorder.map(|r| finish_recording(r, a.quiet));
     if let Some(path) = &a.metrics_out {
         write_atomically(path, serde_json::to_string_pretty(&metrics)?.as_bytes())?;
     }
@@ -67,12 +94,75 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(130));
     }
     match result {
+        Ok(()) if matches!(recorded, Some(Err(_))) => Ok(ExitCode::FAILURE),
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(edgeflow_graph::Error::Timeout(t)) => {
             eprintln!("edgeflow: stopped after --timeout {:.3} s", t.as_secs_f64());
             Ok(ExitCode::from(124))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Create the recording file (before anything starts).
+fn start_recording(
+    path: &std::path::Path,
+    p: &edgeflow_graph::Pipeline,
+    a: &RunArgs,
+) -> anyhow::Result<edgeflow_record::Recorder> {
+    use anyhow::Context;
+    if a.record_max_mb == 0 {
+        anyhow::bail!("--record-max-mb must be at least 1");
+    }
+    let text = std::fs::read_to_string(&a.file)
+        .with_context(|| format!("reading {}", a.file.display()))?;
+    let info = edgeflow_record::RunInfo {
+        pipeline_text: text,
+        file: Some(a.file.display().to_string()),
+        overrides: a.set.clone(),
+    };
+    let opts = edgeflow_record::RecordOptions {
+        max_bytes: a.record_max_mb.saturating_mul(1 << 20),
+        rotate: a.record_rotate,
+        ..Default::default()
+    };
+    Ok(edgeflow_record::Recorder::create(
+        path,
+        p.plan(),
+        info,
+        opts,
+    )?)
+}
+
+/// Finalise the recording and say what it holds (warnings always).
+fn finish_recording(
+    r: edgeflow_record::Recorder,
+    quiet: bool,
+) -> Result<edgeflow_record::RecordStats, ()> {
+    match r.finish() {
+        Ok(stats) => {
+            for w in stats.warnings() {
+                eprintln!("edgeflow: warning: {w}");
+            }
+            if !quiet {
+                let files: Vec<String> = stats
+                    .files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect();
+                eprintln!(
+                    "edgeflow: recorded {} messages ({:.1} MB) to {}",
+                    stats.messages,
+                    stats.bytes as f64 / 1e6,
+                    files.join(", ")
+                );
+            }
+            Ok(stats)
+        }
+        Err(e) => {
+            eprintln!("edgeflow: error: the recording failed: {e}");
+            Err(())
+        }
     }
 }
 
