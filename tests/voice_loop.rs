@@ -267,6 +267,7 @@ fn voice_loop(max_tokens: u32) -> Running {
             device: None,
             threads: None,
             inline: false,
+            part: None,
             params: [("type".to_string(), json!(ty))].into_iter().collect(),
         });
         spec.edges.push(EdgeSpec {
@@ -276,6 +277,7 @@ fn voice_loop(max_tokens: u32) -> Running {
             policy: None,
             max_age: None,
             back_edge: false,
+            key: None,
         });
     }
     Pipeline::from_spec(&spec, &edgeflow::registry())

@@ -51,7 +51,7 @@ fn ports() -> Ports {
         ],
         outputs: vec![
             PortSpec::new("command", PortType::Actions, "one action per period (a 1-step chunk at the period's timestep)"),
-            PortSpec::optional("request", PortType::Control, "`chunk_request` {step, last_delay}: the policy should send a chunk starting at `step`"),
+            PortSpec::optional("request", PortType::Control, "`chunk_request` {step, last_delay, prefix}: the policy should send a chunk starting at `step`; `prefix` holds the actions already queued from `step` on (they execute while it computes)"),
             PortSpec::optional("events", PortType::Control, "`safe_hold` {reason, step} / `safe_hold_end` {periods} / `controller_rt` {status}"),
         ],
     }
@@ -290,7 +290,11 @@ fn control_loop(h: StageHandle, sh: Arc<Shared>, cfg: ControllerConfig, side: Si
                 OUT_REQUEST,
                 named(
                     "chunk_request",
-                    json!({ "step": r.step, "last_delay": r.last_delay }),
+                    json!({
+                        "step": r.step,
+                        "last_delay": r.last_delay,
+                        "prefix": prefix_rows(&r.prefix, r.dim),
+                    }),
                 ),
             );
         }
@@ -426,4 +430,12 @@ impl Stage for Controller {
         self.stop_threads();
         Ok(())
     }
+}
+
+/// A request's flattened prefix as rows of `dim` values (JSON `[[x, y], ...]`).
+fn prefix_rows(prefix: &[f32], dim: usize) -> Vec<&[f32]> {
+    if dim == 0 {
+        return Vec::new();
+    }
+    prefix.chunks_exact(dim).collect()
 }

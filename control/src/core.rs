@@ -55,13 +55,19 @@ impl Default for CoreConfig {
 }
 
 /// A chunk request for the policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     /// The step the controller executes next.
     pub step: u64,
     /// The last chunk's measured inference delay in periods (request to
     /// arrival), for real-time chunking; `None` before the first chunk.
     pub last_delay: Option<u64>,
+    /// The actions already queued for `step`, `step + 1`, ... (flattened,
+    /// `dim` values each): what executes while the policy computes. A
+    /// real-time-chunking policy freezes them and plans what follows.
+    pub prefix: Vec<f32>,
+    /// Values per action in `prefix` (0 while unknown).
+    pub dim: usize,
 }
 
 /// Where a period's command came from.
@@ -327,6 +333,8 @@ impl ControllerCore {
             Some(Request {
                 step: step + 1,
                 last_delay: self.last_delay,
+                prefix: self.queue.values_from(step + 1),
+                dim: self.queue.dim().unwrap_or(0),
             })
         } else {
             None

@@ -32,7 +32,9 @@ fn asks_when_below_threshold_and_measures_delay() {
         k.request,
         Some(Request {
             step: 1,
-            last_delay: None
+            last_delay: None,
+            prefix: vec![],
+            dim: 1,
         })
     );
     // No second request while one is outstanding.
@@ -53,7 +55,9 @@ fn asks_when_below_threshold_and_measures_delay() {
         k.request,
         Some(Request {
             step: 4,
-            last_delay: Some(3)
+            last_delay: Some(3),
+            prefix: vec![4.0],
+            dim: 1,
         })
     );
 }
@@ -68,6 +72,26 @@ fn no_request_while_queue_is_above_threshold() {
     assert_eq!(c.tick(t(1)).request, None);
     assert_eq!(c.tick(t(2)).request, None);
     assert!(c.tick(t(3)).request.is_some());
+}
+
+#[test]
+fn requests_carry_the_queued_prefix_up_to_the_first_gap() {
+    let mut c = ControllerCore::new(CoreConfig {
+        dim: Some(2),
+        ..cfg(1.0)
+    });
+    c.tick(t(0));
+    // Steps 6 and 1..=4 queued (5 missing), 2-D actions; H = 4.
+    c.on_chunk(6, 2, &[6., 6.], t(0) + 1).expect("chunk");
+    c.on_chunk(1, 2, &[1., 1., 2., 2., 3., 3., 4., 4.], t(0) + 2)
+        .expect("chunk");
+    // Step 1 leaves 2, 3, 4, 6: 4 is not below 1.0 x 4.
+    assert_eq!(c.tick(t(1)).request, None);
+    // Step 2 leaves 3, 4, 6: ask, with what executes from step 3 on.
+    let r = c.tick(t(2)).request.expect("a request");
+    assert_eq!(r.step, 3);
+    assert_eq!(r.prefix, vec![3., 3., 4., 4.], "stops at the gap at step 5");
+    assert_eq!(r.dim, 2);
 }
 
 #[test]
@@ -86,7 +110,9 @@ fn synchronous_waits_for_each_chunk() {
         k.request,
         Some(Request {
             step: 3,
-            last_delay: Some(1)
+            last_delay: Some(1),
+            prefix: vec![],
+            dim: 1,
         })
     );
     // Waiting for the next chunk: hold, not an underrun.

@@ -17,6 +17,8 @@
 pub mod controller;
 pub mod core;
 mod error;
+pub mod link;
+pub mod parts;
 pub mod queue;
 pub mod rt;
 pub mod session;

@@ -122,6 +122,20 @@ impl ActionQueue {
         self.slots.range(step..).count()
     }
 
+    /// The queued actions for `step`, `step + 1`, ... up to the first gap,
+    /// flattened: what will execute from `step` on if nothing else arrives
+    /// (the prefix a real-time-chunking policy freezes).
+    pub fn values_from(&self, step: u64) -> Vec<f32> {
+        let mut out = Vec::new();
+        for (next, (&t, slot)) in (step..).zip(self.slots.range(step..)) {
+            if t != next {
+                break;
+            }
+            out.extend_from_slice(&slot.value);
+        }
+        out
+    }
+
     /// Whether nothing is queued at or after `step`.
     pub fn is_empty_from(&self, step: u64) -> bool {
         self.slots.range(step..).next().is_none()

@@ -121,7 +121,7 @@ impl StageFactory for ExpertPolicyKind {
     fn info(&self) -> StageInfo {
         StageInfo {
             kind: "expert_policy",
-            doc: "The push simulator's scripted expert as a policy: on each `chunk_request` it plans H pusher targets from the newest true state (after an artificial `latency`) and emits them as an action chunk starting at the requested step, stamped with that state's capture time.",
+            doc: "The push simulator's scripted expert as a policy: on each `chunk_request` it plans H pusher targets from the newest true state (after an artificial `latency`) and emits them as an action chunk stamped with that state's capture time. Real-time chunking: when the request carries a `prefix` (actions already queued), it plans from the prefix's last target and starts the chunk right after it, leaving the prefix as it is.",
             params: vec![
                 ParamInfo::new("horizon", ParamType::Int, 16, "actions per chunk H (1..=1000)"),
                 ParamInfo::new("latency", ParamType::Duration, 0.0, "artificial inference time before each chunk"),
@@ -229,6 +229,15 @@ impl Stage for ExpertPolicy {
                 if !wait.is_zero() && !ctx.sleep(wait) {
                     return Err(StageError::Cancelled);
                 }
+                // Real-time chunking: the queued prefix executes while we
+                // plan, so plan from where it leaves the pusher and start
+                // the chunk right after it (the prefix stays as it is).
+                let prefix = prefix_targets(&v["prefix"]);
+                let mut state = state;
+                if let Some(last) = prefix.last() {
+                    state.pusher_pos = *last;
+                }
+                let start = step + prefix.len() as u64;
                 let plan = self.expert.chunk(&state, self.horizon);
                 let actions: Vec<f32> = plan.iter().flat_map(|a| *a).collect();
                 self.chunks += 1;
@@ -240,7 +249,7 @@ impl Stage for ExpertPolicy {
                         timestamp: captured,
                         deadline: None,
                         payload: Payload::Actions(Arc::new(ActionChunk {
-                            start_step: step,
+                            start_step: start,
                             dt: self.dt,
                             dim: 2,
                             actions,
@@ -251,6 +260,26 @@ impl Stage for ExpertPolicy {
         }
         Ok(())
     }
+}
+
+/// The `prefix` of a `chunk_request` as pusher targets: rows of two finite
+/// numbers; anything else ends the prefix there.
+fn prefix_targets(v: &serde_json::Value) -> Vec<[f32; 2]> {
+    let Some(rows) = v.as_array() else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let xy = r.as_array().and_then(|a| match a.as_slice() {
+            [x, y] => Some([x.as_f64()? as f32, y.as_f64()? as f32]),
+            _ => None,
+        });
+        match xy {
+            Some(p) if p.iter().all(|c| c.is_finite()) => out.push(p),
+            _ => break,
+        }
+    }
+    out
 }
 
 // ------------------------------------------------------------ sim process

@@ -10,14 +10,15 @@ use crate::session::{SessionConfig, SharedSession};
 use crate::wire::{self, Body, Header, Kind, TensorData, WireError};
 use edgeflow_graph::{
     BuildEnv, Event, Input, Message, ParamInfo, ParamType, Params, Payload, Policy, Poll, PortSpec,
-    PortType, Ports, Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult,
+    PortType, Ports, Stage, StageCtx, StageError, StageFactory, StageHandle, StageInfo,
+    StageResult,
 };
 use edgeflow_runtime::Tensor;
 use parking_lot::{Condvar, Mutex};
 use serde_json::json;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use zenoh::qos::{CongestionControl, Priority, Reliability};
 use zenoh::sample::SampleKind;
@@ -175,6 +176,9 @@ impl StageFactory for ZenohSubKind {
             ParamInfo::new("capacity", ParamType::Int, 16, "local queue length (1..=65536)"),
             ParamInfo::optional("watch", ParamType::String, "liveliness key expression of the peer (e.g. `edgeflow/alive/sim`): emits peer_lost / peer_alive on `peer`"),
             ParamInfo::optional("token", ParamType::String, "liveliness token to declare (default edgeflow/alive/<stage id>; \"\" = none)"),
+            ParamInfo::new("eos", ParamType::Bool, false, "end the stream when the publisher announces its end on `<key>/eos` (edges between parts)"),
+            ParamInfo::new("ack", ParamType::Bool, false, "acknowledge each delivered message on `<key>/ack` for a publisher's credit `window` (needs policy block)"),
+            ParamInfo::new("end_on_lost", ParamType::Bool, false, "end the stream when every peer under `watch` is gone (default: wait for it to come back)"),
         ];
         params.extend(SessionConfig::param_infos());
         StageInfo {
@@ -216,6 +220,25 @@ impl StageFactory for ZenohSubKind {
         }
         let dim: Option<usize> = p.opt("dim")?;
         let watch: Option<String> = p.opt("watch")?;
+        let eos: bool = p.get_or("eos", false)?;
+        let ack: bool = p.get_or("ack", false)?;
+        let end_on_lost: bool = p.get_or("end_on_lost", false)?;
+        if ack && policy != Policy::Block {
+            return Err(p
+                .error(
+                    "ack",
+                    "acknowledgements need `policy: block` (a credit window is lossless)",
+                )
+                .into());
+        }
+        if end_on_lost && watch.is_none() {
+            return Err(p
+                .error(
+                    "end_on_lost",
+                    "needs `watch`: the peer whose loss ends the stream",
+                )
+                .into());
+        }
         let token = token_key(p, env)?;
         let scfg = SessionConfig::from_params(p)?;
         let session = SharedSession::open(&scfg)?;
@@ -236,7 +259,10 @@ impl StageFactory for ZenohSubKind {
                     _ => Ok(m),
                 });
                 match r {
-                    Ok(m) => sh.push(m, policy, capacity),
+                    Ok(m) => match sh.direct.get() {
+                        Some(h) => sh.emit_direct(h, m),
+                        None => sh.push(m, policy, capacity),
+                    },
                     Err(e) => {
                         let n = sh.malformed.fetch_add(1, Ordering::Relaxed) + 1;
                         if n <= 10 || n.is_power_of_two() {
@@ -276,9 +302,46 @@ impl StageFactory for ZenohSubKind {
                 )
             }
         };
+        let eos_sub = if eos {
+            let sh = shared.clone();
+            Some(
+                session
+                    .session()
+                    .declare_subscriber(crate::link::eos_key(&key))
+                    .callback(move |sample| {
+                        let bytes = sample.payload().to_bytes();
+                        if let Some(n) = crate::link::event_number(&bytes, "end_of_stream", "sent")
+                        {
+                            sh.state.lock().eos = Some(n);
+                            sh.cv.notify_one();
+                        }
+                    })
+                    .wait()
+                    .map_err(|e| {
+                        StageError::msg(format!(
+                            "zenoh_sub `{}`: cannot subscribe to `{key}`'s end of stream: {e}",
+                            env.stage_id
+                        ))
+                    })?,
+            )
+        } else {
+            None
+        };
+        let acker = if ack {
+            Some(
+                crate::link::Acker::open(&session, &key)
+                    .map_err(|e| StageError::msg(format!("zenoh_sub `{}`: {e}", env.stage_id)))?,
+            )
+        } else {
+            None
+        };
         let token = declare_token(&session, "zenoh_sub", &env.stage_id, token)?;
         Ok(Box::new(ZenohSub {
             shared,
+            policy,
+            acker,
+            end_on_lost,
+            _eos: eos_sub,
             reported_malformed: 0,
             reported_dropped: 0,
             peers_lost: 0,
@@ -295,6 +358,8 @@ struct SubState {
     queue: VecDeque<wire::WireMessage>,
     peer_events: VecDeque<(String, bool)>,
     alive: BTreeSet<String>,
+    /// The publisher's end of stream arrived (messages it sent).
+    eos: Option<u64>,
 }
 
 #[derive(Default)]
@@ -303,9 +368,33 @@ struct SubShared {
     cv: Condvar,
     malformed: AtomicU64,
     dropped: AtomicU64,
+    /// Set at start when messages may go straight from zenoh's callback
+    /// into the pipeline (see [`ZenohSub`]).
+    direct: OnceLock<StageHandle>,
 }
 
 impl SubShared {
+    /// Deliver a decoded message from zenoh's callback thread: the `out`
+    /// edges never wait (checked at start), so this cannot stall zenoh.
+    fn emit_direct(&self, h: &StageHandle, m: wire::WireMessage) {
+        match to_message(m, h.current_epoch()) {
+            Ok((msg, transit_ms)) => {
+                h.record("transit_ms", transit_ms);
+                // Refused only while the epoch is cancelled or the pipeline
+                // stops: the message is dropped, as a queued one would be.
+                let _ = h.emit_msg(0, msg);
+            }
+            Err(e) => {
+                let n = self.malformed.fetch_add(1, Ordering::Relaxed) + 1;
+                h.record("malformed", n as f64);
+                eprintln!(
+                    "zenoh_sub `{}`: rejected a message: {e} [{n} rejected so far]",
+                    h.id()
+                );
+            }
+        }
+    }
+
     fn push(&self, m: wire::WireMessage, policy: Policy, cap: usize) {
         let mut st = self.state.lock();
         match policy {
@@ -345,9 +434,43 @@ impl SubShared {
     }
 }
 
+/// A decoded wire message as a graph message in `epoch`, and its transit
+/// time (capture to now) in ms.
+fn to_message(
+    m: wire::WireMessage,
+    epoch: edgeflow_graph::Epoch,
+) -> Result<(Message, f64), crate::Error> {
+    let capture = wire::to_graph_time(m.header.capture_ns);
+    let deadline = m.header.deadline_ns.map(wire::to_graph_time);
+    let transit_ms = capture.elapsed().as_secs_f64() * 1e3;
+    let payload = body_to_payload(m.body)?;
+    Ok((
+        Message {
+            epoch,
+            seq: 0,
+            timestamp: capture,
+            deadline,
+            payload,
+        },
+        transit_ms,
+    ))
+}
+
 /// The `zenoh_sub` stage.
+///
+/// Messages reach the pipeline one of two ways. When the stage's `policy`
+/// drops (`latest`, `drop_*`) and every edge from `out` drops too (no
+/// `block` edge, no inline consumer), zenoh's receive callback emits them
+/// directly: nothing it does can wait, and the hop through this stage's
+/// thread is saved. Otherwise the callback fills the local queue under
+/// `policy` and the stage's thread emits from it, so a blocking edge stalls
+/// that thread, never zenoh.
 pub struct ZenohSub {
     shared: Arc<SubShared>,
+    policy: Policy,
+    acker: Option<crate::link::Acker>,
+    end_on_lost: bool,
+    _eos: Option<zenoh::pubsub::Subscriber<()>>,
     reported_malformed: u64,
     reported_dropped: u64,
     peers_lost: u64,
@@ -364,18 +487,30 @@ impl std::fmt::Debug for ZenohSub {
 }
 
 impl Stage for ZenohSub {
+    fn start(&mut self, ctx: &mut StageCtx) -> StageResult {
+        let h = ctx.handle();
+        if self.policy != Policy::Block && h.never_waits(0) {
+            // Messages that arrived before start stay queued for `poll`.
+            let _ = self.shared.direct.set(h);
+            ctx.record("direct", 1.0);
+        }
+        Ok(())
+    }
+
     fn poll(&mut self, ctx: &mut StageCtx) -> StageResult<Poll> {
         if ctx.should_stop() {
             return Ok(Poll::Done);
         }
-        let (msgs, events) = {
+        let (msgs, events, eos, none_alive) = {
             let mut st = self.shared.state.lock();
-            if st.queue.is_empty() && st.peer_events.is_empty() {
+            if st.queue.is_empty() && st.peer_events.is_empty() && st.eos.is_none() {
                 self.shared.cv.wait_for(&mut st, Duration::from_millis(20));
             }
             (
                 st.queue.drain(..).collect::<Vec<_>>(),
                 st.peer_events.drain(..).collect::<Vec<_>>(),
+                st.eos,
+                st.alive.is_empty(),
             )
         };
         let malformed = self.shared.malformed.load(Ordering::Relaxed);
@@ -388,6 +523,7 @@ impl Stage for ZenohSub {
             self.reported_dropped = dropped;
             ctx.record("dropped", dropped as f64);
         }
+        let lost_all = self.end_on_lost && none_alive && events.iter().any(|(_, alive)| !alive);
         for (key, alive) in events {
             if !alive {
                 self.peers_lost += 1;
@@ -405,30 +541,38 @@ impl Stage for ZenohSub {
         }
         let idle = msgs.is_empty();
         for m in msgs {
-            let capture = wire::to_graph_time(m.header.capture_ns);
-            let deadline = m.header.deadline_ns.map(wire::to_graph_time);
-            ctx.record("transit_ms", capture.elapsed().as_secs_f64() * 1e3);
-            let payload = match body_to_payload(m.body) {
-                Ok(p) => p,
+            let seq = m.header.seq;
+            match to_message(m, ctx.current_epoch()) {
+                Ok((msg, transit_ms)) => {
+                    ctx.record("transit_ms", transit_ms);
+                    ctx.emit_msg(0, msg)?;
+                    if let Some(a) = &self.acker {
+                        if let Err(e) = a.ack(seq) {
+                            eprintln!("zenoh_sub `{}`: {e}", ctx.id());
+                        }
+                    }
+                }
                 Err(e) => {
                     let n = self.shared.malformed.fetch_add(1, Ordering::Relaxed) + 1;
                     eprintln!(
                         "zenoh_sub `{}`: rejected a message: {e} [{n} rejected so far]",
                         ctx.id()
                     );
-                    continue;
                 }
-            };
-            ctx.emit_msg(
-                0,
-                Message {
-                    epoch: ctx.current_epoch(),
-                    seq: 0,
-                    timestamp: capture,
-                    deadline,
-                    payload,
-                },
-            )?;
+            }
+        }
+        if let Some(sent) = eos {
+            // Everything before the end of stream was queued (or emitted
+            // directly) before it: the same link delivers in order.
+            eprintln!("zenoh_sub `{}`: end of stream ({sent} sent)", ctx.id());
+            return Ok(Poll::Done);
+        }
+        if lost_all {
+            eprintln!(
+                "zenoh_sub `{}`: every peer is gone; ending the stream (end_on_lost)",
+                ctx.id()
+            );
+            return Ok(Poll::Done);
         }
         Ok(if idle { Poll::Idle } else { Poll::Continue })
     }
@@ -529,6 +673,9 @@ impl StageFactory for ZenohPubKind {
             ParamInfo::new("priority", ParamType::String, "data", "real_time, interactive_high, interactive_low, data_high, data, data_low, background"),
             ParamInfo::new("express", ParamType::Bool, false, "send each message at once instead of batching"),
             ParamInfo::optional("token", ParamType::String, "liveliness token to declare (default edgeflow/alive/<stage id>; \"\" = none)"),
+            ParamInfo::new("eos", ParamType::Bool, false, "announce the end of the stream on `<key>/eos` when the input ends (edges between parts)"),
+            ParamInfo::new("window", ParamType::Int, 0, "credit window: at most this many messages unacknowledged by a subscriber with `ack: true` (0: none); lossless backpressure across hosts"),
+            ParamInfo::optional("watch", ParamType::String, "with `window`: the receiver's liveliness key expression; publishing waits while it is gone"),
         ];
         params.extend(SessionConfig::param_infos());
         StageInfo {
@@ -583,10 +730,28 @@ impl StageFactory for ZenohPubKind {
                     env.stage_id
                 ))
             })?;
+        let window: u64 = p.get_or("window", 0)?;
+        if window > 65_536 {
+            return Err(p
+                .error("window", format!("must be in 0..=65536, got {window}"))
+                .into());
+        }
+        let watch: Option<String> = p.opt("watch")?;
+        let window = if window > 0 {
+            Some(
+                crate::link::Window::open(&session, &key, window, watch.as_deref())
+                    .map_err(|e| StageError::msg(format!("zenoh_pub `{}`: {e}", env.stage_id)))?,
+            )
+        } else {
+            None
+        };
         let token = declare_token(&session, "zenoh_pub", &env.stage_id, token)?;
         Ok(Box::new(ZenohPub {
             kind,
             key,
+            eos: p.get_or("eos", false)?,
+            window,
+            sent: 0,
             publisher,
             _token: token,
             _session: session,
@@ -598,6 +763,9 @@ impl StageFactory for ZenohPubKind {
 pub struct ZenohPub {
     kind: Option<Kind>,
     key: String,
+    eos: bool,
+    window: Option<crate::link::Window>,
+    sent: u64,
     publisher: zenoh::pubsub::Publisher<'static>,
     _token: Option<zenoh::liveliness::LivelinessToken>,
     _session: SharedSession,
@@ -613,6 +781,16 @@ impl std::fmt::Debug for ZenohPub {
 
 /// Encode a graph message for the wire.
 pub fn encode_message(msg: &Message, as_kind: Option<Kind>) -> Result<Vec<u8>, crate::Error> {
+    encode_with_seq(msg, as_kind, msg.seq)
+}
+
+/// [`encode_message`] with the header's sequence number set to `seq` (a
+/// link's own numbering).
+fn encode_with_seq(
+    msg: &Message,
+    as_kind: Option<Kind>,
+    seq: u64,
+) -> Result<Vec<u8>, crate::Error> {
     let body = payload_to_body(&msg.payload, as_kind, msg.seq)?;
     if let Some(k) = as_kind {
         if k != body.kind() {
@@ -625,7 +803,7 @@ pub fn encode_message(msg: &Message, as_kind: Option<Kind>) -> Result<Vec<u8>, c
     }
     let header = Header {
         epoch: msg.epoch,
-        seq: msg.seq,
+        seq,
         capture_ns: wire::from_graph_time(msg.timestamp),
         deadline_ns: msg.deadline.map(wire::from_graph_time),
     };
@@ -634,9 +812,17 @@ pub fn encode_message(msg: &Message, as_kind: Option<Kind>) -> Result<Vec<u8>, c
 
 impl Stage for ZenohPub {
     fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
-        let bytes = encode_message(&input.msg, self.kind).map_err(|e| {
+        let seq = match &self.window {
+            Some(w) => match w.acquire(|| ctx.should_stop()) {
+                Some(seq) => seq,
+                None => return Err(StageError::Cancelled),
+            },
+            None => input.msg.seq,
+        };
+        let bytes = encode_with_seq(&input.msg, self.kind, seq).map_err(|e| {
             StageError::msg(format!("zenoh_pub `{}` on `{}`: {e}", ctx.id(), self.key))
         })?;
+        self.sent += 1;
         self.publisher.put(bytes).wait().map_err(|e| {
             StageError::msg(format!(
                 "zenoh_pub `{}`: put on `{}` failed: {e}",
@@ -644,6 +830,30 @@ impl Stage for ZenohPub {
                 self.key
             ))
         })?;
+        Ok(())
+    }
+
+    fn finish(&mut self, ctx: &mut StageCtx) -> StageResult {
+        if let Some(w) = &self.window {
+            // Everything delivered before the end is announced, so the
+            // producing process may exit as soon as this returns.
+            if !w.drain(Duration::from_secs(10), || ctx.should_stop()) {
+                eprintln!(
+                    "zenoh_pub `{}`: {} of {} messages on `{}` unacknowledged at the end",
+                    ctx.id(),
+                    w.unacked(),
+                    w.sent(),
+                    self.key
+                );
+            }
+            if w.lost() > 0 {
+                ctx.record("lost_in_flight", w.lost() as f64);
+            }
+        }
+        if self.eos {
+            crate::link::send_eos(&self._session, &self.key, self.sent)
+                .map_err(|e| StageError::msg(format!("zenoh_pub `{}`: {e}", ctx.id())))?;
+        }
         Ok(())
     }
 }

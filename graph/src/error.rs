@@ -89,6 +89,9 @@ pub enum Error {
     /// The pipeline has stopped.
     #[error("the pipeline has stopped")]
     Stopped,
+    /// The pipeline cannot be split into the part asked for.
+    #[error("cannot run the part: {0}")]
+    Split(String),
 }
 
 impl Error {

@@ -27,6 +27,7 @@ mod error;
 mod exec;
 mod message;
 pub mod metrics;
+pub mod parts;
 mod plan;
 mod port;
 mod registry;
@@ -142,6 +143,7 @@ impl PipelineBuilder {
                 description: None,
                 stages: vec![],
                 edges: vec![],
+                parts: Default::default(),
             },
         }
     }
@@ -158,6 +160,7 @@ impl PipelineBuilder {
             device: None,
             threads: None,
             inline: false,
+            part: None,
             params,
         });
         self
@@ -193,6 +196,7 @@ impl PipelineBuilder {
             policy: Some(policy),
             max_age: None,
             back_edge: false,
+            key: None,
         });
         self
     }

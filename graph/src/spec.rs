@@ -46,6 +46,30 @@ pub struct PipelineSpec {
     /// input must be fed by one; cycles need a `back_edge: true`.
     #[serde(default)]
     pub edges: Vec<EdgeSpec>,
+    /// How the parts of a split pipeline reach each other, by part name
+    /// (see [`StageSpec::part`]). A part missing here uses the defaults.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parts: BTreeMap<String, PartSpec>,
+}
+
+/// Where one part of a split pipeline listens and whom it connects to.
+/// Every edge between two parts becomes a zenoh publication and
+/// subscription; peers are named explicitly (no multicast discovery).
+///
+/// ```yaml
+/// parts:
+///   robot: { listen: ["tcp/10.0.0.1:7447"] }
+///   brain: { connect: ["tcp/10.0.0.1:7447"] }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PartSpec {
+    /// Endpoints this part listens on (`tcp/HOST:PORT`).
+    #[serde(default)]
+    pub listen: Vec<String>,
+    /// Endpoints this part connects to (retried until they answer).
+    #[serde(default)]
+    pub connect: Vec<String>,
 }
 
 /// One stage: an actor of some `kind` with its params and placement.
@@ -79,6 +103,12 @@ pub struct StageSpec {
     /// cheap stages with exactly one input edge; saves a thread hop.
     #[serde(default)]
     pub inline: bool,
+    /// The part (process or host) this stage runs in, e.g. `robot` or
+    /// `brain`; unset means the default part. `edgeflow run FILE --part P`
+    /// runs part P's stages only; edges between parts cross over zenoh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^[A-Za-z0-9_-]+$"))]
+    pub part: Option<String>,
     /// Kind-specific parameters (`edgeflow stages KIND` documents each).
     /// Relative paths resolve against the pipeline file's folder; any param
     /// can be overridden with `--set id.param=value`.
@@ -208,6 +238,10 @@ pub struct EdgeSpec {
     /// cycles are rejected unless one of their edges is marked.
     #[serde(default)]
     pub back_edge: bool,
+    /// The zenoh key expression this edge uses when it joins two parts
+    /// (default `edgeflow/<pipeline>/<from stage>.<port>/<to stage>.<port>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// Default queue capacity.

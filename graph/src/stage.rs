@@ -140,6 +140,9 @@ pub(crate) trait Outlet: Send {
 pub(crate) trait SharedOutlet: Send + Sync {
     /// Deliver `msg` (its `seq` is assigned here, per port).
     fn send(&self, msg: Message) -> Result<(), Refused>;
+    /// True when a send can never wait: no consumer edge is `block` and no
+    /// consumer runs inline (which would run its work on the caller).
+    fn never_waits(&self) -> bool;
 }
 
 /// What a stage uses to talk to the engine: emit, check cancellation, start
@@ -338,6 +341,15 @@ impl StageHandle {
             )));
         };
         out.send(msg).map_err(|Refused| StageError::Cancelled)
+    }
+
+    /// True when emitting on output `port` can never wait: every edge from
+    /// it drops (`latest`, `drop_oldest`, `drop_newest`) rather than blocks
+    /// when full, and no consumer runs inline on the emitting thread. A
+    /// thread that must not wait (a transport's receive callback) may emit
+    /// on such a port directly and save a hop through a thread of its own.
+    pub fn never_waits(&self, port: usize) -> bool {
+        self.ports.get(port).is_some_and(|o| o.never_waits())
     }
 
     /// Emit `payload` stamped now in the pipeline's current epoch.

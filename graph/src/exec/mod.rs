@@ -4,13 +4,14 @@
 mod inbox;
 mod tap;
 
-pub use tap::EdgeTap;
 pub(crate) use inbox::{Control, EdgeQueue, Inbox, Item, PushError};
+pub use tap::EdgeTap;
 
 use crate::error::{Error, Result};
 use crate::message::{Epoch, Message, Payload, Timestamp};
 use crate::metrics::{CancelReport, EdgeStats, MetricsSnapshot, StageMetrics};
 use crate::plan::Plan;
+use crate::spec::Policy;
 use crate::stage::{
     EngineLink, Input, Outlet, Poll, Refused, SharedOutlet, Stage, StageCtx, StageError,
 };
@@ -230,6 +231,12 @@ impl SharedOutlet for SharedPort {
     fn send(&self, mut msg: Message) -> std::result::Result<(), Refused> {
         msg.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         deliver(&self.targets, &self.shared, msg)
+    }
+
+    fn never_waits(&self) -> bool {
+        self.targets.iter().all(|t| {
+            t.inline.is_none() && t.inbox.state.lock().edges[t.edge].policy != Policy::Block
+        })
     }
 }
 

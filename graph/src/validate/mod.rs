@@ -159,6 +159,20 @@ fn check_ids<'s>(
                 "rename it, e.g. `mic_1` (edges refer to ports as `id.port`)",
             ));
         }
+        if let Some(part) = &s.part {
+            if part.is_empty()
+                || !part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                diags.push(cx.diag(
+                    cx.field_or_item(List::Stages, i, "part"),
+                    format!("stage `{}`", s.id),
+                    format!("part name `{part}` is not letters, digits, `_` or `-`"),
+                    "name parts like `robot` or `edge_box` (they become zenoh key chunks)",
+                ));
+            }
+        }
         if let Some(&first) = ids.get(s.id.as_str()) {
             let first_line = cx
                 .map
@@ -173,6 +187,16 @@ fn check_ids<'s>(
             ));
         } else {
             ids.insert(&s.id, i);
+        }
+    }
+    for name in spec.parts.keys() {
+        if !spec.stages.iter().any(|s| crate::parts::part_of(s) == name) {
+            diags.push(cx.diag(
+                cx.map.top_key("parts"),
+                format!("part `{name}`"),
+                format!("`parts:` describes `{name}`, but no stage says `part: {name}`"),
+                "remove the entry or put stages in that part",
+            ));
         }
     }
     ids

@@ -2,9 +2,11 @@
 //! to a baseline measured in the same run:
 //!
 //! - a zenoh round trip of an 80-byte `robot_state` over TCP on 127.0.0.1
-//!   through our `zenoh_pub` / `zenoh_sub` stages, against the same round
-//!   trip through the raw zenoh API (the echo side is one raw zenoh session
-//!   in both);
+//!   through our `zenoh_pub` / `zenoh_sub` stages (a stage pings through an
+//!   inline `zenoh_pub` and gets the pong from `zenoh_sub`), against the
+//!   same round trip through the raw zenoh API (one thread that puts and
+//!   waits on its subscriber); the echo side is one raw zenoh session in
+//!   both;
 //! - the `controller` stage's wake-up jitter (actual minus scheduled) and
 //!   missed periods at `--rate-hz` for `--seconds`, idle and with a matmul
 //!   thread computing beside it, against a bare absolute-deadline sleep loop
@@ -15,7 +17,10 @@ use anyhow::Context as _;
 use edgeflow_control::rt::{percentiles_us, try_realtime, Metronome};
 use edgeflow_control::session::{SessionConfig, SharedSession};
 use edgeflow_control::wire::{self, Body, Header};
-use edgeflow_graph::{ActionChunk, Event, Payload, Pipeline, Registry};
+use edgeflow_graph::{
+    ActionChunk, BuildEnv, Event, Input, Params, Payload, Pipeline, PortSpec, PortType, Ports,
+    Registry, Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -307,63 +312,121 @@ fn round_trips(n: usize) -> anyhow::Result<(Rtt, Rtt)> {
         rtt(s)
     };
     // Through our stages, with their own session connecting to the echo.
+    let stages = stage_round_trips(&ep, n)?;
+    Ok((raw, stages))
+}
+
+/// The same round trip with the ping sent by a pipeline stage through an
+/// inline `zenoh_pub` and the pong received by `zenoh_sub` into that stage:
+/// the loop closes inside the graph, so, as in the raw loop (one thread
+/// that puts and then waits on its subscriber's channel), the send happens
+/// on the pinging thread and the receive costs one hop to it. The host only
+/// kicks the first ping (until the link is up) and collects the times.
+fn stage_round_trips(ep: &str, n: usize) -> anyhow::Result<Rtt> {
     let yaml = format!(
         r#"
 stages:
-  - {{ id: src, kind: host_in, params: {{ type: tensor }} }}
+  - {{ id: kick, kind: host_in, params: {{ type: control }} }}
+  - {{ id: pinger, kind: bench_pinger }}
   - {{ id: ping, kind: zenoh_pub, inline: true, params: {{ key: bench/ping, type: robot_state, express: true, token: "", connect: ["{ep}"], listen: ["tcp/127.0.0.1:0"] }} }}
-  - {{ id: pong, kind: zenoh_sub, params: {{ key: bench/pong, type: robot_state, policy: drop_oldest, token: "", connect: ["{ep}"], listen: ["tcp/127.0.0.1:0"] }} }}
-  - {{ id: out, kind: host_out, inline: true, params: {{ type: tensor }} }}
+  - {{ id: pong, kind: zenoh_sub, params: {{ key: bench/pong, type: robot_state, policy: latest, token: "", connect: ["{ep}"], listen: ["tcp/127.0.0.1:0"] }} }}
 edges:
-  - {{ from: src.out, to: ping.in }}
-  - {{ from: pong.out, to: out.in }}
+  - {{ from: kick.out, to: pinger.kick }}
+  - {{ from: pinger.ping, to: ping.in }}
+  - {{ from: pong.out, to: pinger.pong, policy: latest, capacity: 1 }}
 "#
     );
+    let (tx, rx) = crossbeam_channel::unbounded();
     let mut reg = Registry::builtin();
     edgeflow_control::register(&mut reg);
+    reg.register(PingerKind { tx });
     let running = Pipeline::from_yaml(&yaml, &reg)
         .map_err(zerr)?
         .start()
         .map_err(zerr)?;
-    let state = || {
-        edgeflow_runtime::Tensor::from_vec(vec![0.1, 0.2, 0.3, 0.4], &[4])
-            .map(Payload::Tensor)
-            .map_err(zerr)
-    };
+    let kick = || Payload::event(Event::Named("kick".into(), serde_json::Value::Null));
+    // Kick until the first pong: pings sent before the link is up are lost.
     let t_up = Instant::now() + Duration::from_secs(10);
     loop {
-        running.push("src", state()?).map_err(zerr)?;
-        if running
-            .pull("out", Duration::from_millis(50))
-            .ok()
-            .flatten()
-            .is_some()
-        {
+        running.push("kick", kick()).map_err(zerr)?;
+        if rx.recv_timeout(Duration::from_millis(50)).is_ok() {
             break;
         }
         if Instant::now() > t_up {
+            running.stop();
             anyhow::bail!("stage round trip: no echo within 10 s");
         }
     }
-    while running
-        .pull("out", Duration::from_millis(20))
-        .ok()
-        .flatten()
-        .is_some()
-    {}
     let mut s = Vec::with_capacity(n);
-    for i in 0..n + 100 {
-        let p = state()?;
-        let t0 = wire::mono_ns();
-        running.push("src", p).map_err(zerr)?;
-        match running.pull("out", Duration::from_secs(1)).ok().flatten() {
-            Some(_) if i >= 100 => s.push(wire::mono_ns() - t0),
-            Some(_) => {}
-            None => anyhow::bail!("stage round trip: echo lost"),
+    let mut warm = 0;
+    while s.len() < n {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(_) if warm < 100 => warm += 1,
+            Ok(ns) => s.push(ns),
+            Err(_) => {
+                running.stop();
+                anyhow::bail!("stage round trip: echo lost");
+            }
         }
     }
     running.stop();
-    Ok((raw, rtt(s)))
+    Ok(rtt(s))
+}
+
+/// `bench_pinger`: on a kick or a pong, sends the time since its last ping
+/// to the host (pongs only) and pings again.
+struct PingerKind {
+    tx: crossbeam_channel::Sender<u64>,
+}
+
+impl StageFactory for PingerKind {
+    fn info(&self) -> StageInfo {
+        StageInfo {
+            kind: "bench_pinger",
+            doc: "bench only: pings on a kick or a pong and reports each round trip",
+            params: vec![],
+            ports: Ports {
+                inputs: vec![
+                    PortSpec::new("pong", PortType::Tensor, "the echoed state"),
+                    PortSpec::new("kick", PortType::Control, "send a first ping"),
+                ],
+                outputs: vec![PortSpec::new("ping", PortType::Tensor, "the state to echo")],
+            },
+            source: false,
+        }
+    }
+
+    fn build(&self, _p: &Params, _env: &BuildEnv) -> StageResult<Box<dyn Stage>> {
+        let state = edgeflow_runtime::Tensor::from_vec(vec![0.1f32, 0.2, 0.3, 0.4], &[4])
+            .map_err(|e| StageError::msg(e.to_string()))?;
+        Ok(Box::new(Pinger {
+            tx: self.tx.clone(),
+            state,
+            sent_ns: 0,
+        }))
+    }
+}
+
+struct Pinger {
+    tx: crossbeam_channel::Sender<u64>,
+    state: edgeflow_runtime::Tensor,
+    sent_ns: u64,
+}
+
+impl std::fmt::Debug for Pinger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pinger").finish_non_exhaustive()
+    }
+}
+
+impl Stage for Pinger {
+    fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+        if input.port == 0 && self.tx.send(wire::mono_ns() - self.sent_ns).is_err() {
+            return Ok(());
+        }
+        self.sent_ns = wire::mono_ns();
+        ctx.emit(0, Payload::Tensor(self.state.clone()))
+    }
 }
 
 /// A compute load: a naive f32 matrix multiply, repeated until `stop`.

@@ -26,6 +26,14 @@ pub(crate) struct RunArgs {
     /// Do not print the metrics summary at exit.
     #[arg(long)]
     pub quiet: bool,
+    /// Run only this part of a split pipeline (stages with `part: NAME`;
+    /// `default` for stages without one); edges to other parts cross over
+    /// zenoh. Without it the whole pipeline runs in this process.
+    #[arg(long, value_name = "NAME")]
+    pub part: Option<String>,
+    /// With --part: what to do when a part this one receives from is gone.
+    #[arg(long, value_enum, default_value = "wait")]
+    pub on_part_lost: super::parts::OnPartLost,
     /// Record every message of every edge into this MCAP file.
     ///
     /// One channel per edge (`from.port->to.port`), messages in the edgeflow
@@ -57,7 +65,20 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let registry = edgeflow::registry();
-    let p = edgeflow_graph::Pipeline::from_file(&a.file, &registry, &overrides)?;
+    let part = match &a.part {
+        Some(name) => Some(super::parts::Part::load(
+            &a.file,
+            &registry,
+            &overrides,
+            name,
+            a.on_part_lost,
+        )?),
+        None => None,
+    };
+    let p = match &part {
+        Some(pt) => pt.pipeline.clone(),
+        None => edgeflow_graph::Pipeline::from_file(&a.file, &registry, &overrides)?,
+    };
     let timeout = match a.timeout {
         Some(t) if !(t.is_finite() && t > 0.0) => {
             anyhow::bail!("--timeout must be a positive number of seconds, got {t}")
@@ -72,6 +93,29 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         Some(r) => p.start_with_tap(r.tap())?,
         None => p.start()?,
     };
+    // Declared once the stages are built, so the other parts find this
+    // part's subscribers in place when they see it.
+    let mismatch: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
+    let presence = match &part {
+        Some(pt) => {
+            let (stop, seen) = (running.stop_handle(), mismatch.clone());
+            Some(pt.join(move |m| {
+                eprintln!("edgeflow: {m}");
+                if let Ok(mut s) = seen.lock() {
+                    s.get_or_insert(m);
+                }
+                stop.stop();
+            }))
+        }
+        None => None,
+    };
+    let presence = match presence.transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            running.stop();
+            return Err(e);
+        }
+    };
     let stop = running.stop_handle();
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = interrupted.clone();
@@ -83,6 +127,15 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let (metrics, result) = running.finish(timeout);
     // Normal end, Ctrl-C, timeout or a stage error: the file is finalised.
     let recorded = recorder.map(|r| finish_recording(r, a.quiet));
+    if presence.is_some() {
+        // Let zenoh flush what the last stages published before the
+        // session closes with this process.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    drop(presence);
+    if let Some(m) = mismatch.lock().ok().and_then(|m| m.clone()) {
+        anyhow::bail!("stopped: {m}");
+    }
     if let Some(path) = &a.metrics_out {
         write_atomically(path, serde_json::to_string_pretty(&metrics)?.as_bytes())?;
     }

@@ -1,0 +1,403 @@
+//! One pipeline split into parts, each part its own `edgeflow run --part`
+//! process: end of stream and lossless `block` edges across processes on
+//! 127.0.0.1, a part started from another file refused, and the robot loop
+//! split across two network namespaces joined by a veth pair (real IP
+//! between two test hosts, no multicast), with the policy's part killed
+//! and restarted mid-run.
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The scenarios share two cores: run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn edgeflow() -> &'static str {
+    env!("CARGO_BIN_EXE_edgeflow")
+}
+
+/// A process whose stderr lines arrive with the time they were read.
+struct Proc {
+    child: Child,
+    lines: Receiver<(Instant, String)>,
+    seen: Vec<(Instant, String)>,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command) -> Proc {
+        let mut child = cmd
+            .current_dir(repo())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a process");
+        let err = child.stderr.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("  | {l}");
+                if tx.send((Instant::now(), l)).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait up to `timeout` for a stderr line containing `needle`; its time.
+    fn wait_line(&mut self, needle: &str, timeout: Duration) -> Option<Instant> {
+        self.wait_line_after(needle, None, timeout)
+    }
+
+    /// The same, counting only lines read at or after `since`.
+    fn wait_line_after(
+        &mut self,
+        needle: &str,
+        since: Option<Instant>,
+        timeout: Duration,
+    ) -> Option<Instant> {
+        let fresh = |t: &Instant| since.is_none_or(|s| *t >= s);
+        if let Some((t, _)) = self
+            .seen
+            .iter()
+            .find(|(t, l)| fresh(t) && l.contains(needle))
+        {
+            return Some(*t);
+        }
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let (t, l) = self.lines.recv_timeout(left).ok()?;
+            let hit = fresh(&t) && l.contains(needle);
+            self.seen.push((t, l));
+            if hit {
+                return Some(t);
+            }
+        }
+    }
+
+    /// Wait for the exit; (status code, stdout).
+    fn finish(mut self, timeout: Duration) -> (Option<i32>, String) {
+        let mut out = self.child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return (st.code(), reader.join().unwrap());
+            }
+            if Instant::now() > end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("a part did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn part(file: &Path, name: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new(edgeflow());
+    c.args(["run"])
+        .arg(file)
+        .args(["--part", name, "--quiet"])
+        .args(extra);
+    c
+}
+
+/// A text source of `count` numbered lines in part `a`, printed by part `b`.
+fn finite_yaml(port: u16, count: u32) -> String {
+    let lines: Vec<String> = (0..count).map(|i| format!("line {i}")).collect();
+    format!(
+        r#"name: finite
+parts:
+  a: {{ listen: ["tcp/127.0.0.1:{port}"] }}
+  b: {{ connect: ["tcp/127.0.0.1:{port}"] }}
+stages:
+  - {{ id: lines, kind: text, part: a, params: {{ whole: false, text: {text} }} }}
+  - {{ id: show, kind: stdout, part: b }}
+edges:
+  - {{ from: lines.out, to: show.in, capacity: 4 }}
+"#,
+        text = serde_json::to_string(&lines.join("\n")).unwrap()
+    )
+}
+
+#[test]
+fn a_finite_split_pipeline_ends_in_every_part_and_its_block_edge_loses_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("finite.yaml");
+    std::fs::write(&file, finite_yaml(free_port(), 400)).unwrap();
+    // The consumer starts second: the producer's credit window waits for it
+    // instead of publishing into the void.
+    let a = Proc::spawn(part(&file, "a", &[]));
+    std::thread::sleep(Duration::from_millis(300));
+    let b = Proc::spawn(part(&file, "b", &[]));
+    let (code_b, out_b) = b.finish(Duration::from_secs(60));
+    let (code_a, _) = a.finish(Duration::from_secs(30));
+    assert_eq!(
+        (code_a, code_b),
+        (Some(0), Some(0)),
+        "both parts end with exit 0"
+    );
+    let want: Vec<String> = (0..400).map(|i| format!("line {i}")).collect();
+    let got: Vec<&str> = out_b.lines().filter(|l| l.starts_with("line ")).collect();
+    assert_eq!(
+        got.len(),
+        400,
+        "every line crossed the block edge: {} of 400",
+        got.len()
+    );
+    assert_eq!(got, want, "in order");
+}
+
+#[test]
+fn a_part_started_from_another_file_is_refused_naming_both_hashes() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let one = dir.path().join("one.yaml");
+    let two = dir.path().join("two.yaml");
+    std::fs::write(&one, finite_yaml(port, 50)).unwrap();
+    std::fs::write(&two, format!("# edited\n{}", finite_yaml(port, 50))).unwrap();
+    let mut a = Proc::spawn(part(&one, "a", &["--timeout", "8"]));
+    assert!(
+        a.wait_line("part `a` of `finite`", Duration::from_secs(20))
+            .is_some(),
+        "part a started"
+    );
+    let b = Proc::spawn(part(&two, "b", &["--timeout", "30"]));
+    let (code_b, _) = b.finish(Duration::from_secs(30));
+    assert_ne!(code_b, Some(0), "the part from another file must not run");
+    // The refused part never declared itself: the first one goes on
+    // waiting for its consumer until its own --timeout (exit 124).
+    let (code_a, _) = a.finish(Duration::from_secs(30));
+    assert_eq!(code_a, Some(124));
+}
+
+// ------------------------------------------------------- two network hosts
+
+/// Two network namespaces joined by a veth pair: the project's own test
+/// hosts, `10.231.<n>.1` and `10.231.<n>.2`. Removed on drop.
+struct Hosts {
+    a: String,
+    b: String,
+    ip_a: String,
+    ip_b: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run `ip`");
+    assert!(
+        out.status.success(),
+        "`ip {}` failed: {} (these tests need root and network namespaces, as CI has)",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Hosts {
+    fn new() -> Hosts {
+        let n = std::process::id() % 250 + 1;
+        let (a, b) = (format!("efa{n}"), format!("efb{n}"));
+        let (va, vb) = (format!("vefa{n}"), format!("vefb{n}"));
+        let _ = Command::new("ip").args(["netns", "del", &a]).output();
+        let _ = Command::new("ip").args(["netns", "del", &b]).output();
+        ip(&["netns", "add", &a]);
+        ip(&["netns", "add", &b]);
+        ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]);
+        ip(&["link", "set", &va, "netns", &a]);
+        ip(&["link", "set", &vb, "netns", &b]);
+        let (ip_a, ip_b) = (format!("10.231.{n}.1"), format!("10.231.{n}.2"));
+        ip(&["-n", &a, "addr", "add", &format!("{ip_a}/24"), "dev", &va]);
+        ip(&["-n", &b, "addr", "add", &format!("{ip_b}/24"), "dev", &vb]);
+        for (ns, dev) in [(&a, &va), (&b, &vb)] {
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        Hosts { a, b, ip_a, ip_b }
+    }
+
+    fn cmd(&self, ns: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns, edgeflow()]).args(args);
+        c
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.a]).output();
+        let _ = Command::new("ip").args(["netns", "del", &self.b]).output();
+    }
+}
+
+/// robot-split.yaml with the robot part on host A and the brain on host B.
+fn split_file(dir: &Path, h: &Hosts) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("pipelines/robot-split.yaml")).unwrap();
+    let text = text
+        .replace(
+            r#"robot: { listen: ["tcp/127.0.0.1:7450"] }"#,
+            &format!(r#"robot: {{ listen: ["tcp/{}:7450"] }}"#, h.ip_a),
+        )
+        .replace(
+            r#"brain: { connect: ["tcp/127.0.0.1:7450"] }"#,
+            &format!(
+                r#"brain: {{ connect: ["tcp/{}:7450"], listen: ["tcp/{}:0"] }}"#,
+                h.ip_a, h.ip_b
+            ),
+        );
+    assert!(text.contains(&h.ip_a), "the parts section moved");
+    let f = dir.join("robot-split.yaml");
+    std::fs::write(&f, text).unwrap();
+    f
+}
+
+#[test]
+fn robot_loop_split_across_two_hosts_survives_losing_the_policy_part() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let hosts = Hosts::new();
+    let dir = tempfile::tempdir().unwrap();
+    let file = split_file(dir.path(), &hosts);
+    let f = file.to_str().unwrap();
+    let episodes = 4;
+    // Host A: the simulator and the robot part; host B: the policy.
+    let sim = hosts
+        .cmd(&hosts.a, &["sim", "push", "--listen", "tcp/127.0.0.1:7447"])
+        .args(["--episodes", &episodes.to_string(), "--seed", "2000"])
+        .args(["--wait-for", "edgeflow/alive/cmd"])
+        .current_dir(repo())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut robot = Proc::spawn({
+        let mut c = hosts.cmd(
+            &hosts.a,
+            &[
+                "run",
+                f,
+                "--part",
+                "robot",
+                "--quiet",
+                "--set",
+                "ctl.rt_priority=0",
+            ],
+        );
+        c.args(["--timeout", "150"]);
+        c
+    });
+    let brain_cmd = || hosts.cmd(&hosts.b, &["run", f, "--part", "brain", "--quiet"]);
+    let mut brain = Proc::spawn(brain_cmd());
+    assert!(
+        robot
+            .wait_line("part `brain` is here", Duration::from_secs(30))
+            .is_some(),
+        "the robot part sees the brain across the veth"
+    );
+    // Read the simulator's episode lines.
+    let out = {
+        let mut sim = sim;
+        let o = sim.stdout.take().unwrap();
+        let (tx, rx) = channel::<String>();
+        std::thread::spawn(move || {
+            for l in BufReader::new(o).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        (sim, rx)
+    };
+    let (mut sim, eps_rx) = out;
+    let mut results = Vec::new();
+    let mut killed = false;
+    let end = Instant::now() + Duration::from_secs(140);
+    while results.len() < episodes {
+        let line = eps_rx
+            .recv_timeout(end.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("episodes so far: {results:?}"));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v.get("summary").is_some() {
+            break;
+        }
+        eprintln!("episode: {line}");
+        results.push(v);
+        if results.len() == 1 && !killed {
+            // Kill the policy's part: the robot part must notice within a
+            // second and its controller hold safe; then restart it.
+            killed = true;
+            brain.child.kill().unwrap();
+            let t_kill = Instant::now();
+            let _ = brain.child.wait();
+            let seen = robot
+                .wait_line_after("part `brain` is gone", Some(t_kill), Duration::from_secs(5))
+                .expect("the lost part is reported");
+            let detect = seen.saturating_duration_since(t_kill);
+            eprintln!(
+                "lost part detected after {:.0} ms",
+                detect.as_secs_f64() * 1e3
+            );
+            assert!(detect < Duration::from_secs(1), "detected after {detect:?}");
+            assert!(
+                robot
+                    .wait_line_after("safe hold", Some(t_kill), Duration::from_secs(3))
+                    .is_some(),
+                "the controller holds safe without its policy"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+            let t_restart = Instant::now();
+            brain = Proc::spawn(brain_cmd());
+            assert!(
+                robot
+                    .wait_line_after(
+                        "part `brain` is here",
+                        Some(t_restart),
+                        Duration::from_secs(30)
+                    )
+                    .is_some(),
+                "the restarted part rejoins"
+            );
+        }
+    }
+    let _ = sim.wait();
+    let solved = results.iter().filter(|e| e["success"] == true).count();
+    eprintln!("split across hosts: {solved}/{episodes} solved (one policy restart)");
+    assert!(
+        solved + 1 >= episodes,
+        "the split loop solved {solved}/{episodes}: {results:?}"
+    );
+    drop(brain);
+    drop(robot);
+}
