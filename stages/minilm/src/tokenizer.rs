@@ -96,8 +96,17 @@ impl Tokenizer {
                 m.unk_token
             ))
         })?;
-        let mut tokens =
-            vec![String::new(); m.vocab.values().map(|&i| i as usize + 1).max().unwrap_or(0)];
+        let rows = m.vocab.values().map(|&i| i as usize + 1).max().unwrap_or(0);
+        // Ids index the embedding table: a sparse id far past the entries
+        // is a broken file, not a reason to allocate gigabytes.
+        if rows > 4 * m.vocab.len() + 1024 {
+            return Err(bad(format!(
+                "vocabulary ids reach {} for {} entries: the ids are not dense",
+                rows - 1,
+                m.vocab.len()
+            )));
+        }
+        let mut tokens = vec![String::new(); rows];
         for (t, &i) in &m.vocab {
             tokens[i as usize] = t.clone();
         }
@@ -711,5 +720,9 @@ mod tests {
             e.to_string().contains("`[UNK]` is not in the vocabulary"),
             "{e}"
         );
+        let sparse = r#"{"model": {"type": "WordPiece", "vocab": {"[UNK]": 4000000000}, "unk_token": "[UNK]"},
+                         "pre_tokenizer": {"type": "BertPreTokenizer"}}"#;
+        let e = Tokenizer::from_json(sparse, Path::new("t.json")).expect_err("sparse ids");
+        assert!(e.to_string().contains("the ids are not dense"), "{e}");
     }
 }
