@@ -14,6 +14,7 @@ mod run;
 mod schema;
 mod sim;
 mod stages;
+mod train;
 mod validate;
 
 /// `edgeflow <command>`.
@@ -59,6 +60,9 @@ pub(crate) enum Command {
     /// Summarise a recording (`run --record`): pipeline, edges, message
     /// counts, rates, gaps.
     Inspect(inspect::InspectArgs),
+    /// Train models here (the action head, on recorded episodes).
+    #[command(subcommand)]
+    Train(train::TrainCommand),
 }
 
 /// Run a subcommand.
@@ -68,6 +72,7 @@ pub(crate) fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Bench(b) => bench::run(b),
         Command::Models(m) => models::run(m),
         Command::Sim(c) => sim::run(c),
+        Command::Train(c) => train::run(c),
         Command::Validate(a) => validate::run(a),
         Command::Graph(a) => graph::run(a),
         Command::Stages(a) => stages::run(a),

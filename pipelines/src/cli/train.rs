@@ -1,0 +1,315 @@
+//! `edgeflow train policy`: train the flow-matching action head on
+//! episodes recorded by `edgeflow sim push --record DIR`, with the frozen
+//! DINOv2 vision encoder and MiniLM instruction encoder run once over the
+//! recordings (features cached in memory) and the head trained by
+//! `edgeflow_action::train`.
+
+use anyhow::{bail, Context};
+use edgeflow_action::config::{pool_vision_tokens, Config};
+use edgeflow_action::train::{plot::plot_loss, train, Dataset, EpisodeFeatures, TrainOptions};
+use edgeflow_sim::record::EpisodeReader;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// What to train.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum TrainCommand {
+    /// The action head (`action_head` stage) from recorded expert episodes.
+    ///
+    /// Record with the simulator and the expert pipeline, then train:
+    ///   edgeflow sim push --listen tcp/127.0.0.1:7447 --episodes 100 --seed 1000
+    ///     --record eps --wait-for edgeflow/alive/cmd &
+    ///   edgeflow run pipelines/robot-expert.yaml
+    ///   edgeflow train policy --episodes eps --out policy.safetensors
+    /// The encoders come from the model cache (`edgeflow models fetch
+    /// dinov2-vits14 minilm-l6`).
+    Policy(PolicyArgs),
+}
+
+/// `edgeflow train policy` options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PolicyArgs {
+    /// Folder of recorded episodes (`episode_*/`, the simulator's format).
+    #[arg(long)]
+    pub episodes: PathBuf,
+    /// Checkpoint to write (safetensors).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Optimiser steps.
+    #[arg(long, default_value_t = 2000)]
+    pub steps: usize,
+    /// Seed of the weights, batches and noise.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Samples per step.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 5e-4)]
+    pub lr: f64,
+    /// Actions per chunk H.
+    #[arg(long, default_value_t = 16)]
+    pub horizon: usize,
+    /// Encode every K-th frame (samples between see the newest encoded frame,
+    /// as the 30 Hz camera is older than the 50 Hz state live).
+    #[arg(long, default_value_t = 3)]
+    pub frame_stride: usize,
+    /// Vision encoder input side (the pipeline's vision_encoder image_size).
+    #[arg(long, default_value_t = 112)]
+    pub image_size: u32,
+    /// Pooled patch grid side.
+    #[arg(long, default_value_t = 4)]
+    pub vision_grid: usize,
+    /// Use failed episodes too (default: successful ones only).
+    #[arg(long)]
+    pub include_failed: bool,
+    /// Loss curve PNG (default: OUT with extension .png).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+/// Run a trainer.
+pub(super) fn run(c: TrainCommand) -> anyhow::Result<ExitCode> {
+    let TrainCommand::Policy(a) = c;
+    let s = train_policy(&a, |p| {
+        println!(
+            "step {:>6}/{} loss {:.4} lr {:.2e} {:>6.0} s",
+            p.step, p.steps, p.loss, p.lr, p.seconds
+        );
+    })?;
+    println!(
+        "trained {} steps in {:.0} s: loss {:.4} -> {:.4} (mean of the first / last 100 steps); \
+         wrote {} and {} (x: steps 0..{}, 10 ticks; y: log10 loss {}..{}, a long tick per decade)",
+        s.steps,
+        s.seconds,
+        s.first_loss,
+        s.last_loss,
+        a.out.display(),
+        s.plot.display(),
+        s.steps,
+        s.y_decades.0,
+        s.y_decades.1
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a training run did.
+#[derive(Debug)]
+struct Summary {
+    steps: usize,
+    seconds: f64,
+    first_loss: f32,
+    last_loss: f32,
+    plot: PathBuf,
+    y_decades: (i32, i32),
+}
+
+/// Encode the episodes, train, write the checkpoint and the plot.
+fn train_policy(
+    a: &PolicyArgs,
+    progress: impl FnMut(&edgeflow_action::train::Progress),
+) -> anyhow::Result<Summary> {
+    let cfg = Config {
+        horizon: a.horizon,
+        vision_grid: a.vision_grid,
+        image_size: a.image_size,
+        max_prefix: (a.horizon / 2).max(1).min(a.horizon.saturating_sub(1)),
+        ..Config::default()
+    };
+    cfg.validate()?;
+    if a.frame_stride == 0 {
+        bail!("--frame-stride must be at least 1");
+    }
+    let episodes = list_episodes(&a.episodes)?;
+    let t0 = Instant::now();
+    let data = encode_episodes(&episodes, &cfg, a)?;
+    eprintln!(
+        "features: {} episodes, {} samples, {:.0} s",
+        data.episodes.len(),
+        data.samples(&cfg),
+        t0.elapsed().as_secs_f64()
+    );
+    let opts = TrainOptions {
+        config: cfg,
+        steps: a.steps,
+        batch: a.batch,
+        lr: a.lr,
+        seed: a.seed,
+        ..TrainOptions::default()
+    };
+    let trained = train(&data, &opts, progress)?;
+    trained.save(&a.out)?;
+    let plot = a
+        .plot
+        .clone()
+        .unwrap_or_else(|| a.out.with_extension("png"));
+    let info = plot_loss(&trained.losses, &plot)?;
+    let (first_loss, last_loss) = trained.loss_drop(100);
+    Ok(Summary {
+        steps: trained.losses.len(),
+        seconds: trained.seconds,
+        first_loss,
+        last_loss,
+        plot,
+        y_decades: (info.y_min_decade, info.y_max_decade),
+    })
+}
+
+fn list_episodes(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("episode_"))
+        })
+        .collect();
+    v.sort();
+    if v.is_empty() {
+        bail!(
+            "{}: no episode_* folders; record some with `edgeflow sim push --record {}`",
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(v)
+}
+
+fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::Result<Dataset> {
+    let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu)?;
+    let vision = edgeflow_dinov2::VisionEncoder::new(
+        edgeflow_dinov2::load(&edgeflow_dinov2::default_weights()?, &dev)?,
+        edgeflow_vision::Preprocess::square(cfg.image_size),
+        dev.clone(),
+    );
+    let text = edgeflow_minilm::Encoder::from_cache(&dev)?;
+    let mut instructions: HashMap<String, Vec<f32>> = HashMap::new();
+    let mut ds = Dataset::default();
+    let mut skipped = 0;
+    for (k, p) in paths.iter().enumerate() {
+        let r = EpisodeReader::open(p).with_context(|| format!("episode {}", p.display()))?;
+        let meta = r.meta().clone();
+        if !meta.success && !a.include_failed {
+            skipped += 1;
+            continue;
+        }
+        let instruction = match instructions.get(&meta.instruction) {
+            Some(v) => v.clone(),
+            None => {
+                let v = text.embed(&meta.instruction)?;
+                instructions.insert(meta.instruction.clone(), v.clone());
+                v
+            }
+        };
+        let mut frames = Vec::new();
+        for i in (0..r.len()).step_by(a.frame_stride) {
+            let img = r.frame(i)?;
+            let rgb = edgeflow_vision::RgbImage::from_raw(img.width, img.height, img.rgb)
+                .context("frame size")?;
+            let (tokens, gh, gw) = vision.tokens(&rgb)?;
+            if gh != gw {
+                bail!(
+                    "{}: a {gh}x{gw} patch grid; the head takes square grids",
+                    p.display()
+                );
+            }
+            let d = tokens.len() / (1 + gh * gw);
+            frames.push((i as usize, pool_vision_tokens(&tokens, d, cfg.vision_grid)?));
+        }
+        ds.episodes.push(EpisodeFeatures {
+            instruction,
+            frames,
+            states: r.states()?.concat(),
+            actions: r.actions()?.concat(),
+        });
+        eprintln!(
+            "encoded {}/{} {} ({} steps)",
+            k + 1,
+            paths.len(),
+            p.display(),
+            r.len()
+        );
+    }
+    if skipped > 0 {
+        eprintln!("skipped {skipped} failed episodes (--include-failed keeps them)");
+    }
+    Ok(ds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use edgeflow_action::policy::{Observation, Policy, RtcMode};
+    use edgeflow_sim::record::EpisodeWriter;
+    use edgeflow_sim::{Expert, PushConfig, PushSim};
+
+    /// Needs the encoders in the model cache (`edgeflow models fetch
+    /// dinov2-vits14 minilm-l6`).
+    #[test]
+    fn train_policy_encodes_recorded_episodes_and_writes_a_loadable_head() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let eps = dir.path().join("eps");
+        let cfg = PushConfig::default();
+        let mut sim = PushSim::new(cfg.clone()).expect("sim");
+        let mut expert = Expert::new(&cfg);
+        for seed in 0..2 {
+            let info = sim.reset(seed);
+            expert.reset();
+            let mut w = EpisodeWriter::create(eps.join(format!("episode_{seed:06}")), &info, &cfg)
+                .expect("writer");
+            for _ in 0..40 {
+                for target in expert.chunk(&sim.true_state(), 8) {
+                    w.push(
+                        sim.true_state().time,
+                        &sim.render(),
+                        sim.robot_state(),
+                        target,
+                    )
+                    .expect("push");
+                    sim.step(target);
+                }
+            }
+            w.finish(false).expect("finish");
+        }
+        let a = PolicyArgs {
+            episodes: eps,
+            out: dir.path().join("head.safetensors"),
+            steps: 20,
+            seed: 0,
+            batch: 8,
+            lr: 1e-3,
+            horizon: 16,
+            frame_stride: 40,
+            image_size: 56,
+            vision_grid: 2,
+            include_failed: true,
+            plot: None,
+        };
+        let mut logs = 0;
+        let s = train_policy(&a, |_| logs += 1).expect("train");
+        assert_eq!((s.steps, logs), (20, 1));
+        assert!(s.first_loss.is_finite() && s.last_loss.is_finite());
+        assert!(s.plot.is_file());
+        let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu).expect("cpu");
+        let mut p = Policy::load(&a.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
+        assert_eq!(p.config().image_size, 56);
+        // DINOv2 at 56 px: 1 + 4 x 4 tokens of 384, pooled to 2 x 2 inside.
+        let c = p
+            .chunk(
+                &Observation {
+                    vision: vec![0.1; 17 * 384],
+                    instruction: vec![0.05; 384],
+                    state: vec![0.0; 4],
+                },
+                &[],
+                0,
+                || false,
+            )
+            .expect("chunk");
+        assert_eq!(c.actions.len(), 32);
+    }
+}
