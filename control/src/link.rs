@@ -38,26 +38,36 @@ pub fn ack_key(key: &str) -> String {
     format!("{key}/ack")
 }
 
-/// A `control` wire message carrying `name` {`field`: n}.
-fn event_bytes(name: &str, field: &str, n: u64) -> Result<Vec<u8>> {
+/// A `control` wire message carrying the named event `name` with `value`.
+pub(crate) fn event_json(name: &str, value: serde_json::Value) -> Result<Vec<u8>> {
     Ok(wire::encode(
         &Header {
             epoch: 0,
-            seq: n,
+            seq: 0,
             capture_ns: wire::mono_ns(),
             deadline_ns: None,
         },
-        &Body::Event(Event::Named(name.into(), json!({ field: n }))),
+        &Body::Event(Event::Named(name.into(), value)),
     )?)
+}
+
+/// The value of a `control` wire message carrying the named event `name`.
+pub(crate) fn decode_event(bytes: &[u8], name: &str) -> Option<serde_json::Value> {
+    let m = wire::decode_kind(bytes, Kind::Event).ok()?;
+    match m.body {
+        Body::Event(Event::Named(n, v)) if n == name => Some(v),
+        _ => None,
+    }
+}
+
+/// A `control` wire message carrying `name` {`field`: n}.
+fn event_bytes(name: &str, field: &str, n: u64) -> Result<Vec<u8>> {
+    event_json(name, json!({ field: n }))
 }
 
 /// The number in a `control` wire message `name` {`field`: n}.
 pub(crate) fn event_number(bytes: &[u8], name: &str, field: &str) -> Option<u64> {
-    let m = wire::decode_kind(bytes, Kind::Event).ok()?;
-    match m.body {
-        Body::Event(Event::Named(n, v)) if n == name => v[field].as_u64(),
-        _ => None,
-    }
+    decode_event(bytes, name)?[field].as_u64()
 }
 
 /// Publish the end of stream of `key` after `sent` messages.

@@ -194,20 +194,40 @@ impl PartBridge for ZenohBridge {
                 json!(format!("{}/{}/*", self.prefix, c.from_part)),
             ),
             ("end_on_lost".into(), json!(self.on_lost == OnLost::Stop)),
+            ("keep_epoch".into(), json!(true)),
         ];
         p.extend(self.session_params(&c.to_part));
         Ok(stage("zenoh_sub", p))
     }
 }
 
+/// Another part's acknowledgement of a cancel this part started.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RemoteAck {
+    /// The part.
+    pub part: String,
+    /// The cancelled epoch.
+    pub epoch: u64,
+    /// Its stages that acknowledged, of `stages` asked.
+    pub acked: usize,
+    /// Its stages asked.
+    pub stages: usize,
+    /// From its receiving the cancel to its last stage's acknowledgement, ms
+    /// (`None`: not all acknowledged within 2 s).
+    pub ack_ms: Option<f64>,
+}
+
 /// A running part's presence: its token, the other parts it has seen, and
 /// the reports of parts that go or come back.
 pub struct PartPresence {
     part: String,
+    prefix: String,
     seen: Arc<Mutex<BTreeSet<String>>>,
+    acks: Arc<Mutex<Vec<RemoteAck>>>,
+    cancel_subs: Vec<zenoh::pubsub::Subscriber<()>>,
     _watch: zenoh::pubsub::Subscriber<()>,
     _token: zenoh::liveliness::LivelinessToken,
-    _session: SharedSession,
+    session: SharedSession,
 }
 
 impl std::fmt::Debug for PartPresence {
@@ -296,16 +316,139 @@ impl PartPresence {
             .map_err(|e| Error::Zenoh(format!("declaring part `{part}`: {e}")))?;
         Ok(PartPresence {
             part: part.to_string(),
+            prefix,
             seen,
+            acks: Arc::default(),
+            cancel_subs: Vec::new(),
             _watch: watch,
             _token: token,
-            _session: s,
+            session: s,
         })
     }
 
     /// The other parts present now.
     pub fn others(&self) -> Vec<String> {
         self.seen.lock().iter().cloned().collect()
+    }
+
+    /// The other parts' acknowledgements of cancels started here.
+    pub fn remote_acks(&self) -> Vec<RemoteAck> {
+        self.acks.lock().clone()
+    }
+
+    /// Carry epoch cancellation between this part's `running` pipeline and
+    /// the other parts: an epoch cancelled here (by a stage, e.g. on
+    /// barge-in, or by the host) is published on
+    /// `edgeflow/parts/<pipeline>/cancel`; a cancel from another part is
+    /// applied here, every stage acknowledges, and the acknowledgement goes
+    /// back on `.../cancel_ack` to be reported (stderr, [`Self::remote_acks`]).
+    /// Messages that cross parts keep their epoch, so a cancel means the
+    /// same turn everywhere.
+    pub fn carry_cancels(&mut self, running: &edgeflow_graph::Running) -> Result<()> {
+        let cancel_key = format!("{}/cancel", self.prefix);
+        let ack_key = format!("{}/cancel_ack", self.prefix);
+        let from_remote: Arc<Mutex<BTreeSet<u64>>> = Arc::default();
+        // Out: cancels that start here.
+        {
+            let (sess, key, me, remote) = (
+                self.session.session().clone(),
+                cancel_key.clone(),
+                self.part.clone(),
+                from_remote.clone(),
+            );
+            running.on_cancel(move |epoch| {
+                if remote.lock().contains(&epoch) {
+                    return;
+                }
+                let sent = crate::link::event_json("cancel", json!({ "epoch": epoch, "part": me }))
+                    .and_then(|b| {
+                        sess.put(key.clone(), b)
+                            .congestion_control(zenoh::qos::CongestionControl::Block)
+                            .wait()
+                            .map_err(|e| Error::Zenoh(e.to_string()))
+                    });
+                if let Err(e) = sent {
+                    eprintln!("edgeflow: part `{me}`: the cancel of epoch {epoch} could not be sent to the other parts: {e}");
+                }
+            });
+        }
+        // In: cancels from the other parts, acknowledged back.
+        let (sess, me, handle, ack_out) = (
+            self.session.session().clone(),
+            self.part.clone(),
+            running.cancel_handle(),
+            ack_key.clone(),
+        );
+        let incoming = self
+            .session
+            .session()
+            .declare_subscriber(cancel_key)
+            .callback(move |sample| {
+                let Some(v) = crate::link::decode_event(&sample.payload().to_bytes(), "cancel") else {
+                    return;
+                };
+                let (Some(epoch), Some(from)) = (v["epoch"].as_u64(), v["part"].as_str()) else {
+                    return;
+                };
+                if from == me {
+                    return;
+                }
+                from_remote.lock().insert(epoch);
+                let (h, sess, me, key) = (handle.clone(), sess.clone(), me.clone(), ack_out.clone());
+                // Waiting for the acknowledgements must not hold zenoh's thread.
+                std::thread::spawn(move || {
+                    let (acked, stages, ms) = match h.cancel(epoch, Duration::from_secs(2)) {
+                        Ok(r) => (r.acked, r.stages, r.ack_ms),
+                        Err(_) => (0, 0, None),
+                    };
+                    let v = json!({ "epoch": epoch, "part": me, "acked": acked, "stages": stages, "ack_ms": ms });
+                    if let Ok(b) = crate::link::event_json("cancel_ack", v) {
+                        let _ = sess
+                            .put(key, b)
+                            .congestion_control(zenoh::qos::CongestionControl::Block)
+                            .wait();
+                    }
+                });
+            })
+            .wait()
+            .map_err(|e| Error::Zenoh(format!("cancels from the other parts: {e}")))?;
+        // Acknowledgements of cancels started here.
+        let (me, acks) = (self.part.clone(), self.acks.clone());
+        let ack_sub = self
+            .session
+            .session()
+            .declare_subscriber(ack_key)
+            .callback(move |sample| {
+                let Some(v) = crate::link::decode_event(&sample.payload().to_bytes(), "cancel_ack") else {
+                    return;
+                };
+                let a = RemoteAck {
+                    part: v["part"].as_str().unwrap_or("?").to_string(),
+                    epoch: v["epoch"].as_u64().unwrap_or(0),
+                    acked: v["acked"].as_u64().unwrap_or(0) as usize,
+                    stages: v["stages"].as_u64().unwrap_or(0) as usize,
+                    ack_ms: v["ack_ms"].as_f64(),
+                };
+                if a.part == me {
+                    return;
+                }
+                match a.ack_ms {
+                    Some(ms) => eprintln!(
+                        "edgeflow: part `{}` acknowledged the cancel of epoch {}: {}/{} stages in {ms:.2} ms",
+                        a.part, a.epoch, a.acked, a.stages
+                    ),
+                    None => eprintln!(
+                        "edgeflow: part `{}` did not acknowledge the cancel of epoch {} within 2 s",
+                        a.part, a.epoch
+                    ),
+                }
+                acks.lock().push(a);
+            })
+            .wait()
+            .map_err(|e| Error::Zenoh(format!("cancel acknowledgements: {e}")))?;
+        self.cancel_subs.push(incoming);
+        self.cancel_subs.push(ack_sub);
+        Ok(())
     }
 }
 

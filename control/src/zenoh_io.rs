@@ -179,6 +179,7 @@ impl StageFactory for ZenohSubKind {
             ParamInfo::new("eos", ParamType::Bool, false, "end the stream when the publisher announces its end on `<key>/eos` (edges between parts)"),
             ParamInfo::new("ack", ParamType::Bool, false, "acknowledge each delivered message on `<key>/ack` for a publisher's credit `window` (needs policy block)"),
             ParamInfo::new("end_on_lost", ParamType::Bool, false, "end the stream when every peer under `watch` is gone (default: wait for it to come back)"),
+            ParamInfo::new("keep_epoch", ParamType::Bool, false, "stamp messages with the sender's epoch (and raise this pipeline's epoch to it) instead of the current one: edges between parts of one pipeline"),
         ];
         params.extend(SessionConfig::param_infos());
         StageInfo {
@@ -242,7 +243,10 @@ impl StageFactory for ZenohSubKind {
         let token = token_key(p, env)?;
         let scfg = SessionConfig::from_params(p)?;
         let session = SharedSession::open(&scfg)?;
-        let shared = Arc::new(SubShared::default());
+        let shared = Arc::new(SubShared {
+            keep_epoch: p.get_or("keep_epoch", false)?,
+            ..SubShared::default()
+        });
         let sh = shared.clone();
         let stage_id = env.stage_id.clone();
         let key2 = key.clone();
@@ -371,13 +375,21 @@ struct SubShared {
     /// Set at start when messages may go straight from zenoh's callback
     /// into the pipeline (see [`ZenohSub`]).
     direct: OnceLock<StageHandle>,
+    /// Keep the sender's epoch (`keep_epoch`).
+    keep_epoch: bool,
 }
 
 impl SubShared {
     /// Deliver a decoded message from zenoh's callback thread: the `out`
     /// edges never wait (checked at start), so this cannot stall zenoh.
     fn emit_direct(&self, h: &StageHandle, m: wire::WireMessage) {
-        match to_message(m, h.current_epoch()) {
+        let epoch = if self.keep_epoch {
+            h.observe_epoch(m.header.epoch);
+            m.header.epoch
+        } else {
+            h.current_epoch()
+        };
+        match to_message(m, epoch) {
             Ok((msg, transit_ms)) => {
                 h.record("transit_ms", transit_ms);
                 // Refused only while the epoch is cancelled or the pipeline
@@ -542,7 +554,13 @@ impl Stage for ZenohSub {
         let idle = msgs.is_empty();
         for m in msgs {
             let seq = m.header.seq;
-            match to_message(m, ctx.current_epoch()) {
+            let epoch = if self.shared.keep_epoch {
+                ctx.observe_epoch(m.header.epoch);
+                m.header.epoch
+            } else {
+                ctx.current_epoch()
+            };
+            match to_message(m, epoch) {
                 Ok((msg, transit_ms)) => {
                     ctx.record("transit_ms", transit_ms);
                     ctx.emit_msg(0, msg)?;

@@ -36,7 +36,7 @@ mod stage;
 mod validate;
 
 pub use error::{Diagnostic, Error, Result};
-pub use exec::{EdgeTap, Running, StopHandle};
+pub use exec::{CancelHandle, EdgeTap, Running, StopHandle};
 pub use message::{
     ActionChunk, AudioChunk, Epoch, Event, ImageFrame, Message, Payload, PixelFormat, Timestamp,
 };

@@ -117,6 +117,8 @@ pub(crate) trait EngineLink: Send + Sync {
     fn new_epoch(&self) -> Epoch;
     /// Cancel `epoch` across the pipeline (acknowledged asynchronously).
     fn cancel(&self, epoch: Epoch);
+    /// Raise the current epoch to at least `epoch`.
+    fn observe_epoch(&self, epoch: Epoch);
     /// Sleep until `t`; false when woken early by stop or a control message.
     fn sleep_until(&self, t: Instant) -> bool;
 }
@@ -257,6 +259,12 @@ impl StageCtx {
         self.engine.current_epoch()
     }
 
+    /// Raise the pipeline's current epoch to at least `epoch` (see
+    /// [`StageHandle::observe_epoch`]).
+    pub fn observe_epoch(&self, epoch: Epoch) {
+        self.engine.observe_epoch(epoch);
+    }
+
     /// Use this epoch for what this source emits next (sources only).
     pub fn set_epoch(&mut self, epoch: Epoch) {
         self.epoch = epoch;
@@ -365,6 +373,12 @@ impl StageHandle {
     /// The pipeline's current epoch.
     pub fn current_epoch(&self) -> Epoch {
         self.engine.current_epoch()
+    }
+
+    /// Raise the pipeline's current epoch to at least `epoch`: a message
+    /// that arrived from another part carries an epoch started there.
+    pub fn observe_epoch(&self, epoch: Epoch) {
+        self.engine.observe_epoch(epoch);
     }
 
     /// Record a domain metric value (see [`StageCtx::record`]).

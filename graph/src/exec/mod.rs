@@ -67,7 +67,13 @@ pub(crate) struct Shared {
     failure: Mutex<Option<Error>>,
     /// Sees every message sent on an edge, when installed.
     tap: Option<Arc<dyn EdgeTap>>,
+    /// Told of each epoch the first time it is cancelled (parts: the
+    /// bridge that carries cancels to the other parts).
+    cancel_hooks: Mutex<Vec<CancelHook>>,
 }
+
+/// A function told of each newly cancelled epoch.
+type CancelHook = Arc<dyn Fn(Epoch) + Send + Sync>;
 
 impl Shared {
     fn new(tap: Option<Arc<dyn EdgeTap>>) -> Self {
@@ -80,7 +86,14 @@ impl Shared {
             cancels: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
             tap,
+            cancel_hooks: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Raise the current epoch to at least `epoch` (one started elsewhere,
+    /// e.g. in another part of a split pipeline).
+    pub(crate) fn observe_epoch(&self, epoch: Epoch) {
+        self.epoch.fetch_max(epoch, Ordering::AcqRel);
     }
 
     pub(crate) fn is_stopping(&self) -> bool {
@@ -100,7 +113,8 @@ impl Shared {
     }
 
     pub(crate) fn cancel(&self, epoch: Epoch) -> Arc<CancelAck> {
-        if self.cancelled.write().insert(epoch) {
+        let first = self.cancelled.write().insert(epoch);
+        if first {
             self.n_cancelled.fetch_add(1, Ordering::AcqRel);
         }
         let inboxes = self.inboxes.lock().clone();
@@ -128,6 +142,12 @@ impl Shared {
             ack.cv.notify_all();
         }
         self.cancels.lock().push(ack.clone());
+        if first {
+            let hooks = self.cancel_hooks.lock().clone();
+            for h in hooks {
+                h(epoch);
+            }
+        }
         ack
     }
 
@@ -268,6 +288,10 @@ impl EngineLink for StageLink {
         self.shared.cancel(epoch);
     }
 
+    fn observe_epoch(&self, epoch: Epoch) {
+        self.shared.observe_epoch(epoch);
+    }
+
     fn sleep_until(&self, t: Instant) -> bool {
         self.inbox.sleep_until(t, &self.shared)
     }
@@ -384,6 +408,47 @@ impl StopHandle {
     pub fn stop(&self) {
         self.0.stop();
     }
+}
+
+/// Cancels epochs of a running pipeline from another thread (see
+/// [`Running::cancel_handle`]).
+#[derive(Clone)]
+pub struct CancelHandle(Arc<Shared>);
+
+impl std::fmt::Debug for CancelHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CancelHandle")
+    }
+}
+
+impl CancelHandle {
+    /// Cancel `epoch` and wait up to `timeout` for every stage's
+    /// acknowledgement, as [`Running::cancel`] does.
+    pub fn cancel(&self, epoch: Epoch, timeout: Duration) -> Result<CancelReport> {
+        wait_cancel(&self.0, epoch, timeout)
+    }
+
+    /// Raise the pipeline's current epoch to at least `epoch`.
+    pub fn observe_epoch(&self, epoch: Epoch) {
+        self.0.observe_epoch(epoch);
+    }
+}
+
+fn wait_cancel(shared: &Shared, epoch: Epoch, timeout: Duration) -> Result<CancelReport> {
+    let ack = shared.cancel(epoch);
+    let deadline = Instant::now() + timeout;
+    let mut d = ack.done.lock();
+    while d.is_none() {
+        if ack.cv.wait_until(&mut d, deadline).timed_out() {
+            break;
+        }
+    }
+    drop(d);
+    let r = ack.report();
+    if r.ack_ms.is_none() {
+        return Err(Error::Timeout(timeout));
+    }
+    Ok(r)
 }
 
 /// A running pipeline. Drop stops it and joins every thread.
@@ -654,20 +719,21 @@ impl Running {
     /// interrupt loops working on it, reset and acknowledge. Waits up to
     /// `timeout` for every acknowledgement and reports how long it took.
     pub fn cancel(&self, epoch: Epoch, timeout: Duration) -> Result<CancelReport> {
-        let ack = self.shared.cancel(epoch);
-        let deadline = Instant::now() + timeout;
-        let mut d = ack.done.lock();
-        while d.is_none() {
-            if ack.cv.wait_until(&mut d, deadline).timed_out() {
-                break;
-            }
-        }
-        drop(d);
-        let r = ack.report();
-        if r.ack_ms.is_none() {
-            return Err(Error::Timeout(timeout));
-        }
-        Ok(r)
+        wait_cancel(&self.shared, epoch, timeout)
+    }
+
+    /// A handle that cancels epochs from another thread (e.g. a cancel
+    /// that arrived from another part of a split pipeline).
+    pub fn cancel_handle(&self) -> CancelHandle {
+        CancelHandle(self.shared.clone())
+    }
+
+    /// Call `f` with each epoch the first time it is cancelled here, by a
+    /// stage, the host or a [`CancelHandle`] (the parts bridge forwards
+    /// them to the other parts). `f` runs on the cancelling thread: keep it
+    /// short and never cancel from it.
+    pub fn on_cancel(&self, f: impl Fn(Epoch) + Send + Sync + 'static) {
+        self.shared.cancel_hooks.lock().push(Arc::new(f));
     }
 
     /// A handle that can stop this pipeline from another thread (e.g. a

@@ -109,7 +109,11 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let presence = match presence.transpose() {
+    let presence = match presence.transpose().and_then(|p| {
+        p.map(|mut p| p.carry_cancels(&running).map(|()| p))
+            .transpose()
+            .map_err(Into::into)
+    }) {
         Ok(p) => p,
         Err(e) => {
             running.stop();
