@@ -237,3 +237,34 @@ fn a_file_that_is_not_a_head_checkpoint_is_refused() {
     let e = Policy::load(&path, &cpu(), 10, RtcMode::Prefix, 0).expect_err("bad");
     assert!(e.to_string().contains("safetensors"), "{e}");
 }
+
+/// Chunk latency of the default (shipped) shape on the CPU, 10 Euler
+/// steps: `cargo test -p edgeflow-action --test twins -- --ignored
+/// --nocapture chunk_latency`.
+#[test]
+#[ignore = "timing figure, not a check"]
+fn chunk_latency_of_the_default_shape() {
+    let cfg = Config::default();
+    let net = TrainNet::init(&cfg, 0).expect("init");
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("head.safetensors");
+    net.save(&Normalizer::identity(&cfg), &path).expect("save");
+    let mut p = Policy::load(&path, &cpu(), 10, RtcMode::Prefix, 0).expect("load");
+    let mut rng = Rng::new(1);
+    let o = Observation {
+        vision: rng.normals(65 * cfg.feature_dim),
+        instruction: rng.normals(cfg.feature_dim),
+        state: vec![0.0; 4],
+    };
+    let mut ms = Vec::new();
+    for _ in 0..30 {
+        let t0 = std::time::Instant::now();
+        p.chunk(&o, &[0.0; 8], 4, || false).expect("chunk");
+        ms.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    ms.sort_by(f64::total_cmp);
+    eprintln!(
+        "chunk (10 Euler steps, H = {}): p50 {:.2} ms, max {:.2} ms",
+        cfg.horizon, ms[15], ms[29]
+    );
+}
