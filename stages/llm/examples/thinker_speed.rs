@@ -43,6 +43,14 @@ fn main() -> anyhow::Result<()> {
         }
         dec.push(64.0 / t.elapsed().as_secs_f64());
     }
+    if std::env::var("PROFILE").is_ok() {
+        m.reset();
+        dev.stats().profile_ops(true);
+        m.forward(&ids)?;
+        let rows = dev.stats().op_profile();
+        dev.stats().profile_ops(false);
+        println!("prefill: {}", edgeflow_runtime::render_op_profile(&rows, 12));
+    }
     let dec = median(dec);
     let bytes = m.weight_bytes_per_token() as f64;
     println!(

@@ -153,3 +153,33 @@ pub(super) unsafe fn q6k(blk: &[u8], x: &[i8]) -> i32 {
     }
     hsum_i32(acc)
 }
+
+/// Per block of `block` values: `out[b] = Σ_g sc_g · Σ_{i in group g of
+/// 16} c_i · x_i` (codes at most 63).
+///
+/// # Safety
+/// AVX2 must be available; `c` and `x` hold `out.len() * block` values,
+/// `sc` one scale per 16 of them, `block` a multiple of 32.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn grouped(c: &[u8], sc: &[i16], x: &[i8], block: usize, out: &mut [i32]) {
+    debug_assert!(c.len() >= out.len() * block && x.len() >= c.len() && block % 32 == 0);
+    let per = block / 32;
+    for (b, o) in out.iter_mut().enumerate() {
+        let mut acc = _mm256_setzero_si256();
+        for i in b * per..(b + 1) * per {
+            // SAFETY: 32 * i + 32 <= out.len() * block <= c.len() <= x.len(),
+            // and sc has 2 * i + 2 <= c.len() / 16 entries.
+            let (cv, xv, s0, s1) = unsafe {
+                (
+                    load(c.as_ptr().add(32 * i)),
+                    load(x.as_ptr().add(32 * i) as *const u8),
+                    *sc.get_unchecked(2 * i),
+                    *sc.get_unchecked(2 * i + 1),
+                )
+            };
+            let sv = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(cv, xv), sv));
+        }
+        *o = hsum_i32(acc);
+    }
+}

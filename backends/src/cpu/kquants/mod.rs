@@ -236,40 +236,190 @@ pub(crate) mod scalar {
 /// One weight row against activation row `r` (see the module docs for the
 /// f32 steps, which every path shares).
 fn dot(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
-    let (codes, scales, sums) = (xq.codes(r), xq.scales(r), xq.sums(r));
-    let bb = fmt.block_bytes();
+    let codes = xq.codes(r);
     let block = fmt.block();
     let mut acc = 0f32;
-    for (b, blk) in row.chunks_exact(bb).enumerate() {
+    for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
         let x = &codes[b * block..(b + 1) * block];
-        let dx = scales[b];
-        match fmt {
-            KFormat::Q5_0 => {
-                let isum = int_q5_0(blk, x, avx2) - 16 * sums[b];
-                acc += (f16_at(blk) * dx) * isum as f32;
-            }
-            KFormat::Q4K | KFormat::Q5K => {
-                let s = &blk[4..16];
-                let isum = int_q45k(fmt, blk, x, avx2);
-                let bs = &sums[16 * b..16 * (b + 1)];
-                let msum: i32 = (0..8)
-                    .map(|j| scale_min_k4(j, s).1 * (bs[2 * j] + bs[2 * j + 1]))
-                    .sum();
-                acc += (f16_at(blk) * dx) * isum as f32 - (f16_at(&blk[2..]) * dx) * msum as f32;
-            }
-            KFormat::Q6K => {
-                let bs = &sums[16 * b..16 * (b + 1)];
-                let off: i32 = blk[192..208]
-                    .iter()
-                    .zip(bs)
-                    .map(|(&s, &v)| i32::from(s as i8) * v)
-                    .sum();
-                let isum = int_q6k(blk, x, avx2) - 32 * off;
-                acc += (f16_at(&blk[208..]) * dx) * isum as f32;
-            }
-        }
+        let isum = match fmt {
+            KFormat::Q5_0 => int_q5_0(blk, x, avx2),
+            KFormat::Q4K | KFormat::Q5K => int_q45k(fmt, blk, x, avx2),
+            KFormat::Q6K => int_q6k(blk, x, avx2),
+        };
+        acc += finish(fmt, blk, block_d(fmt, blk), isum, xq, r, b);
     }
     acc
+}
+
+/// A block's f16 scale `d`, as f32.
+#[inline]
+fn block_d(fmt: KFormat, blk: &[u8]) -> f32 {
+    match fmt {
+        KFormat::Q6K => f16_at(&blk[208..]),
+        _ => f16_at(blk),
+    }
+}
+
+/// Block `b`'s f32 contribution from its integer part `isum` (what
+/// [`scalar`] computes for the block against row `r`'s codes); `d` is
+/// [`block_d`].
+#[inline]
+fn finish(fmt: KFormat, blk: &[u8], d: f32, isum: i32, xq: &Acts, r: usize, b: usize) -> f32 {
+    let dx = xq.scales(r)[b];
+    let sums = xq.sums(r);
+    match fmt {
+        KFormat::Q5_0 => {
+            let isum = isum - 16 * sums[b];
+            (d * dx) * isum as f32
+        }
+        KFormat::Q4K | KFormat::Q5K => {
+            let s = &blk[4..16];
+            let bs = &sums[16 * b..16 * (b + 1)];
+            let msum: i32 = (0..8)
+                .map(|j| scale_min_k4(j, s).1 * (bs[2 * j] + bs[2 * j + 1]))
+                .sum();
+            (d * dx) * isum as f32 - (f16_at(&blk[2..]) * dx) * msum as f32
+        }
+        KFormat::Q6K => {
+            let bs = &sums[16 * b..16 * (b + 1)];
+            let off: i32 = blk[192..208]
+                .iter()
+                .zip(bs)
+                .map(|(&s, &v)| i32::from(s as i8) * v)
+                .sum();
+            let isum = isum - 32 * off;
+            (d * dx) * isum as f32
+        }
+    }
+}
+
+/// A weight row unpacked once for several activation rows (prefill): its
+/// unsigned codes and the integer scale of each group of 16 (Q5_0: 1).
+/// `Σ_groups scale · Σ code·x` over a block is the integer part of
+/// [`scalar`], so the results are [`dot`]'s bit for bit.
+struct Unpacked {
+    codes: Vec<u8>,
+    scales: Vec<i16>,
+    /// [`block_d`] of each block.
+    d: Vec<f32>,
+    /// Integer parts of each block against one activation row (scratch).
+    isums: Vec<i32>,
+}
+
+impl Unpacked {
+    fn new(fmt: KFormat, row: &[u8], k: usize) -> Self {
+        let mut codes = vec![0u8; k];
+        let mut scales = vec![1i16; k / 16];
+        let block = fmt.block();
+        for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
+            let c = &mut codes[b * block..(b + 1) * block];
+            let sc = &mut scales[b * block / 16..(b + 1) * block / 16];
+            match fmt {
+                KFormat::Q5_0 => {
+                    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+                    for j in 0..16 {
+                        c[j] = (blk[6 + j] & 15) | ((((qh >> j) & 1) as u8) << 4);
+                        c[j + 16] = (blk[6 + j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+                    }
+                }
+                KFormat::Q4K | KFormat::Q5K => {
+                    let (high, qs) = match fmt {
+                        KFormat::Q5K => (Some(&blk[16..48]), &blk[48..176]),
+                        _ => (None, &blk[16..144]),
+                    };
+                    for j in 0..4 {
+                        for l in 0..32 {
+                            let q = qs[32 * j + l];
+                            let (mut lo, mut hi) = (q & 15, q >> 4);
+                            if let Some(h) = high {
+                                lo |= ((h[l] >> (2 * j)) & 1) << 4;
+                                hi |= ((h[l] >> (2 * j + 1)) & 1) << 4;
+                            }
+                            c[64 * j + l] = lo;
+                            c[64 * j + 32 + l] = hi;
+                        }
+                        for (t, sub) in [(0, 2 * j), (2, 2 * j + 1)] {
+                            let v = scale_min_k4(sub, &blk[4..16]).0 as i16;
+                            sc[4 * j + t] = v;
+                            sc[4 * j + t + 1] = v;
+                        }
+                    }
+                }
+                KFormat::Q6K => {
+                    let (ql, qh) = (&blk[..128], &blk[128..192]);
+                    for half in 0..2 {
+                        let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
+                        let c = &mut c[128 * half..];
+                        for l in 0..32 {
+                            c[l] = (ql[l] & 15) | ((qh[l] & 3) << 4);
+                            c[l + 32] = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4);
+                            c[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                            c[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                        }
+                    }
+                    for (g, v) in sc.iter_mut().enumerate() {
+                        *v = i16::from(blk[192 + g] as i8);
+                    }
+                }
+            }
+        }
+        let d = row
+            .chunks_exact(fmt.block_bytes())
+            .map(|blk| block_d(fmt, blk))
+            .collect::<Vec<_>>();
+        let isums = vec![0; d.len()];
+        Unpacked {
+            codes,
+            scales,
+            d,
+            isums,
+        }
+    }
+
+    /// The row against activation row `r`.
+    fn dot(&mut self, fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
+        grouped(
+            &self.codes,
+            &self.scales,
+            xq.codes(r),
+            fmt.block(),
+            &mut self.isums,
+            avx2,
+        );
+        let mut acc = 0f32;
+        for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
+            acc += finish(fmt, blk, self.d[b], self.isums[b], xq, r, b);
+        }
+        acc
+    }
+}
+
+/// Per block of `block` values: `out[b] = Σ_g sc_g · Σ_{i in group g of
+/// 16} c_i · x_i`.
+fn grouped(c: &[u8], sc: &[i16], x: &[i8], block: usize, out: &mut [i32], avx2: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: AVX2 was detected at run time (`has_avx2`); `c` and `x`
+        // hold 16 values per scale in `sc` and `out.len()` blocks of
+        // `block` (a multiple of 32) values.
+        return unsafe { avx2::grouped(c, sc, x, block, out) };
+    }
+    let _ = avx2;
+    for (b, o) in out.iter_mut().enumerate() {
+        let span = b * block..(b + 1) * block;
+        *o = c[span.clone()]
+            .chunks_exact(16)
+            .zip(x[span].chunks_exact(16))
+            .zip(&sc[b * block / 16..(b + 1) * block / 16])
+            .map(|((c, x), &s)| {
+                i32::from(s)
+                    * c.iter()
+                        .zip(x)
+                        .map(|(&a, &b)| i32::from(a) * i32::from(b))
+                        .sum::<i32>()
+            })
+            .sum();
+    }
 }
 
 fn int_q5_0(blk: &[u8], x: &[i8], avx2: bool) -> i32 {
@@ -354,8 +504,14 @@ pub(crate) fn matmul_with(
     let run = |j0: usize, out: &mut [f32]| {
         for (i, yo) in out.chunks_mut(m).enumerate() {
             let row = &w[(j0 + i) * rb..(j0 + i + 1) * rb];
-            for (r, v) in yo.iter_mut().enumerate() {
-                *v = dot(fmt, row, &xq, r, avx2);
+            if m == 1 {
+                yo[0] = dot(fmt, row, &xq, 0, avx2);
+            } else {
+                // Unpacked once, dotted with every activation row.
+                let mut u = Unpacked::new(fmt, row, k);
+                for (r, v) in yo.iter_mut().enumerate() {
+                    *v = u.dot(fmt, row, &xq, r, avx2);
+                }
             }
         }
     };
