@@ -99,9 +99,11 @@ fn wire_type(t: &PortType) -> std::result::Result<&'static str, String> {
         PortType::Image => "image",
         PortType::Actions => "actions",
         PortType::Control => "control",
+        // Whatever the producer sends; the wire header names its kind.
+        PortType::Any => "any",
         other => {
             return Err(format!(
-                "a `{}` port has no wire format; put a stage with a typed output (audio, text, tensor, image, actions, control) before the edge",
+                "a `{}` port has no wire format; keep the edge inside one part (token ids have no wire format yet)",
                 other
             ))
         }
@@ -174,7 +176,11 @@ impl PartBridge for ZenohBridge {
             ));
         }
         p.extend(self.session_params(&c.from_part));
-        Ok(stage("zenoh_pub", p))
+        // On the producer's thread: one wake-up less per message, and a
+        // full credit window stalls the producer itself (backpressure).
+        let mut st = stage("zenoh_pub", p);
+        st.inline = true;
+        Ok(st)
     }
 
     fn receiver(&self, c: &Crossing) -> std::result::Result<StageSpec, String> {

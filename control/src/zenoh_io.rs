@@ -48,10 +48,13 @@ fn kind_param(p: &Params, required: bool) -> StageResult<Option<Kind>> {
         }
         return Ok(None);
     };
+    if t == "any" {
+        return Ok(None);
+    }
     Kind::parse(&t).map(Some).ok_or_else(|| {
         p.error(
             "type",
-            format!("`{t}` is not a wire kind: use audio, tensor, image, robot_state, actions, text or control"),
+            format!("`{t}` is not a wire kind: use audio, tensor, image, robot_state, actions, text, control or any"),
         )
         .into()
     })
@@ -170,7 +173,7 @@ impl StageFactory for ZenohSubKind {
     fn info(&self) -> StageInfo {
         let mut params = vec![
             ParamInfo::required("key", ParamType::String, "zenoh key expression to subscribe to"),
-            ParamInfo::required("type", ParamType::String, "wire kind: audio, tensor, image, robot_state, actions, text or control; other kinds are counted and rejected"),
+            ParamInfo::required("type", ParamType::String, "wire kind: audio, tensor, image, robot_state, actions, text or control (other kinds are counted and rejected), or any"),
             ParamInfo::optional("dim", ParamType::Int, "reject (and count) messages whose vector length / action dim / channels differ"),
             ParamInfo::new("policy", ParamType::String, "latest", "local queue when the pipeline is slower than the publisher: latest (keep the newest), drop_oldest, drop_newest, or block (FIFO up to `capacity`, then the oldest is dropped: a zenoh callback cannot wait)"),
             ParamInfo::new("capacity", ParamType::Int, 16, "local queue length (1..=65536)"),
@@ -196,7 +199,8 @@ impl StageFactory for ZenohSubKind {
     }
 
     fn build(&self, p: &Params, env: &BuildEnv) -> StageResult<Box<dyn Stage>> {
-        let kind = kind_param(p, true)?.ok_or_else(|| StageError::msg("type is required"))?;
+        // `None`: `type: any`, whatever kind the sender sent.
+        let kind = kind_param(p, true)?;
         let key = key_param(p)?;
         let policy_name: String = p.get_or("policy", "latest".to_string())?;
         let policy = match policy_name.as_str() {
@@ -255,9 +259,13 @@ impl StageFactory for ZenohSubKind {
             .declare_subscriber(key.clone())
             .callback(move |sample| {
                 let bytes = sample.payload().to_bytes();
-                let r = wire::decode_kind(&bytes, kind).and_then(|m| match (dim, body_dim(&m.body)) {
+                let decoded = match kind {
+                    Some(k) => wire::decode_kind(&bytes, k),
+                    None => wire::decode(&bytes),
+                };
+                let r = decoded.and_then(|m| match (dim, body_dim(&m.body)) {
                     (Some(want), Some(got)) if want != got => Err(WireError::BadBody {
-                        kind: kind.name(),
+                        kind: m.body.kind().name(),
                         msg: format!("size {got}, this subscriber takes {want} (param `dim`)"),
                     }),
                     _ => Ok(m),
@@ -273,7 +281,7 @@ impl StageFactory for ZenohSubKind {
                             eprintln!(
                                 "zenoh_sub `{stage_id}`: rejected a message on `{}` (expected {} on `{key2}`): {e} [{n} rejected so far]",
                                 sample.key_expr(),
-                                kind.name()
+                                kind.map_or("a message", Kind::name)
                             );
                         }
                     }

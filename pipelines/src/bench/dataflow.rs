@@ -85,6 +85,9 @@ impl Bench for DataflowArgs {
             engine(self, true, "edgeflow, inline passthroughs")?,
         ];
         let recorded = recorded_overhead(self)?;
+        eprintln!("measuring the chain split across two processes...");
+        let split = split_chain(self, self.stages.max(3))?;
+        let hop = split_chain(self, 3)?;
         let tiny = tensor_hops(&[16], self.latency_msgs / 4)?;
         let big = tensor_hops(&[1 << 20], self.latency_msgs / 4)?;
 
@@ -117,6 +120,30 @@ impl Bench for DataflowArgs {
                     .ratio(e.msgs_per_s / base.msgs_per_s.max(1e-9)),
             );
         }
+        r.rows.push(
+            Row::new(
+                format!("{}, split in two processes: latency p50", split.name),
+                split.p50_us,
+                "us",
+            )
+            .baseline(engines[0].p50_us)
+            .ratio(split.p50_us / engines[0].p50_us.max(1e-9))
+            .note(format!(
+                "p99 {:.0} us; baseline: the same chain in one process; crosses zenoh on 127.0.0.1 twice",
+                split.p99_us
+            )),
+        );
+        r.rows.push(
+            Row::new(
+                "one cross-process hop (half a 3-stage a->b->a round trip): p50",
+                hop.p50_us / 2.0,
+                "us",
+            )
+            .note(format!(
+                "round trip p50 {:.0} us, p99 {:.0} us; zenoh TCP on 127.0.0.1, `block` edges with credit windows",
+                hop.p50_us, hop.p99_us
+            )),
+        );
         let hops = self.stages.max(2) - 1;
         r.rows.push(
             Row::new(
@@ -218,6 +245,91 @@ fn chain_yaml(n: usize, inline: bool, ty: &str) -> String {
         );
     }
     y
+}
+
+/// The `n`-stage chain split into two parts: the source, the first half
+/// and the sink in this process (part `a`), the second half in a child
+/// `edgeflow run --part b`, so every message crosses zenoh on 127.0.0.1
+/// twice (a -> b -> a). Latency only: capture times cross with the
+/// messages and both processes read the same monotonic clock.
+fn split_chain(o: &DataflowArgs, n: usize) -> anyhow::Result<Config> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut y = format!(
+        "name: bench-split\nparts:\n  a: {{ listen: [\"tcp/127.0.0.1:{port}\"] }}\n  b: {{ connect: [\"tcp/127.0.0.1:{port}\"] }}\nstages:\n  - {{ id: s0, kind: host_in, part: a, params: {{ type: text }} }}\n"
+    );
+    for i in 1..n - 1 {
+        let part = if i < n / 2 { "a" } else { "b" };
+        let _ = writeln!(y, "  - {{ id: s{i}, kind: passthrough, part: {part} }}");
+    }
+    let _ = writeln!(
+        y,
+        "  - {{ id: s{}, kind: host_out, part: a, params: {{ capacity: 8 }} }}\nedges:",
+        n - 1
+    );
+    for i in 0..n - 1 {
+        let _ = writeln!(
+            y,
+            "  - {{ from: s{i}.out, to: s{}.in, capacity: 8 }}",
+            i + 1
+        );
+    }
+    let file = std::env::temp_dir().join(format!(
+        "edgeflow-bench-split-{}-{port}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(&file, &y)?;
+    let registry = edgeflow::registry();
+    let part = crate::cli::parts::Part::load(
+        &file,
+        &registry,
+        &[],
+        "a",
+        crate::cli::parts::OnPartLost::Wait,
+    )?;
+    let running = part.pipeline.clone().start()?;
+    let presence = part.join(|m| eprintln!("bench: {m}"))?;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["run"])
+        .arg(&file)
+        .args(["--part", "b", "--quiet", "--timeout", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting part b")?;
+    let result = (|| -> anyhow::Result<Config> {
+        let up = Instant::now() + Duration::from_secs(20);
+        while !presence.others().iter().any(|p| p == "b") {
+            anyhow::ensure!(Instant::now() < up, "part b did not join within 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let last = format!("s{}", n - 1);
+        let timeout = Duration::from_secs(10);
+        let mut h = Histogram::default();
+        for i in 0..o.latency_msgs + 50 {
+            running.push("s0", Payload::text(""))?;
+            match running.pull(&last, timeout)? {
+                Some(m) if i >= 50 => h.record(m.timestamp.elapsed()),
+                Some(_) => {}
+                None => anyhow::bail!("the split chain ended early"),
+            }
+        }
+        let s = h.summary();
+        Ok(Config {
+            name: format!("{n}-stage chain"),
+            p50_us: s.p50_us,
+            p99_us: s.p99_us,
+            msgs_per_s: 0.0,
+        })
+    })();
+    running.stop();
+    let _ = running.wait(Some(Duration::from_secs(5)));
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(presence);
+    let _ = std::fs::remove_file(&file);
+    result
 }
 
 fn engine(o: &DataflowArgs, inline: bool, name: &str) -> anyhow::Result<Config> {

@@ -8,7 +8,7 @@ mod devices;
 mod graph;
 mod inspect;
 mod models;
-mod parts;
+pub(crate) mod parts;
 mod replay;
 mod run;
 mod schema;
