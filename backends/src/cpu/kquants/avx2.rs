@@ -162,7 +162,7 @@ pub(super) unsafe fn q6k(blk: &[u8], x: &[i8]) -> i32 {
 /// `sc` one scale per 16 of them, `block` a multiple of 32.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn grouped(c: &[u8], sc: &[i16], x: &[i8], block: usize, out: &mut [i32]) {
-    debug_assert!(c.len() >= out.len() * block && x.len() >= c.len() && block % 32 == 0);
+    debug_assert!(c.len() >= out.len() * block && x.len() >= c.len() && block.is_multiple_of(32));
     let per = block / 32;
     for (b, o) in out.iter_mut().enumerate() {
         let mut acc = _mm256_setzero_si256();
