@@ -10,7 +10,7 @@
 //! | `resample` | streaming windowed-sinc rate conversion, chunking-invariant |
 //! | `mic` | cpal capture, fixed-size chunks stamped with capture time |
 //! | `speaker` | cpal playback through a jitter buffer; underruns counted; cancel flushes |
-//! | `mel` | Whisper-compatible log-mel features |
+//! | `mel` | Whisper-compatible log-mel features, or HiFi-GAN's (`features: hifigan`) |
 //! | `denoise` | RNNoise (nnnoiseless) at 48 kHz with resampling around it |
 //! | `gain`, `channel_mix`, `chunker` | small utilities |
 //!
@@ -22,6 +22,7 @@ pub mod denoise;
 pub mod device;
 mod error;
 pub mod mel;
+pub mod mel_hifigan;
 pub mod resample;
 pub mod util;
 pub mod wav;
@@ -29,6 +30,7 @@ pub mod wav;
 pub use denoise::Denoiser;
 pub use error::{Error, Result};
 pub use mel::LogMel;
+pub use mel_hifigan::{HifiganMel, HifiganMelConfig, HifiganMelStream};
 pub use resample::StreamResampler;
 pub use util::Chunker;
 

