@@ -218,6 +218,8 @@ fn every_shipped_pipeline_validates_as_shipped() {
         "kind: thinker",
         "kind: vad",
         "kind: asr",
+        "kind: vision_encoder",
+        "kind: text_encoder",
     ];
     let mut checked = 0;
     let mut files: Vec<PathBuf> = std::fs::read_dir(root)
