@@ -571,7 +571,16 @@ impl Stage for ZenohSub {
             match to_message(m, epoch) {
                 Ok((msg, transit_ms)) => {
                     ctx.record("transit_ms", transit_ms);
-                    ctx.emit_msg(0, msg)?;
+                    match ctx.emit_msg(0, msg) {
+                        Ok(()) => {}
+                        // Refused: the pipeline stops, or the message's
+                        // epoch was cancelled (it arrived from another part
+                        // just before the cancel did): drop it, as a queue
+                        // drops a cancelled epoch, acknowledge it (the
+                        // sender's window counts it as taken) and go on.
+                        Err(StageError::Cancelled) if !ctx.should_stop() => {}
+                        Err(e) => return Err(e),
+                    }
                     if let Some(a) = &self.acker {
                         if let Err(e) = a.ack(seq) {
                             eprintln!("zenoh_sub `{}`: {e}", ctx.id());
