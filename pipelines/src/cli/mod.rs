@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod devices;
+mod eval;
 mod graph;
 mod inspect;
 mod models;
@@ -63,6 +64,9 @@ pub(crate) enum Command {
     /// Train models here (the action head, on recorded episodes).
     #[command(subcommand)]
     Train(train::TrainCommand),
+    /// Evaluate a policy pipeline end to end against the simulator.
+    #[command(subcommand)]
+    Eval(eval::EvalCommand),
 }
 
 /// Run a subcommand.
@@ -73,6 +77,7 @@ pub(crate) fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Models(m) => models::run(m),
         Command::Sim(c) => sim::run(c),
         Command::Train(c) => train::run(c),
+        Command::Eval(c) => eval::run(c),
         Command::Validate(a) => validate::run(a),
         Command::Graph(a) => graph::run(a),
         Command::Stages(a) => stages::run(a),

@@ -27,6 +27,7 @@ impl StageFactory for ActionHeadKind {
                 ParamInfo::new("steps", ParamType::Int, 10, "Euler steps of the flow ODE (1..=1000)"),
                 ParamInfo::new("rtc", ParamType::String, "prefix", "real-time chunking: `prefix` (freeze the executing prefix, inpaint the rest) or `none` (naive chunk switching)"),
                 ParamInfo::new("seed", ParamType::Int, 0, "seed of the sampling noise"),
+                ParamInfo::new("delay", ParamType::Duration, 0.0, "injected inference delay: extra time before each chunk is emitted, on top of the compute (evaluation of delay robustness, e.g. 40ms = 2 periods at 50 Hz)"),
             ],
             ports: Ports {
                 inputs: vec![
@@ -59,6 +60,7 @@ impl StageFactory for ActionHeadKind {
             .parse()
             .map_err(|e: Error| p.error("rtc", e.to_string()))?;
         let seed: u64 = p.get_or("seed", 0)?;
+        let delay = p.duration("delay")?.unwrap_or_default();
         let dev = env.open_device()?;
         let policy = Policy::load(&path, &dev, steps, rtc, seed)?;
         let dt = Duration::from_secs_f64(1.0 / policy.config().control_hz);
@@ -66,6 +68,7 @@ impl StageFactory for ActionHeadKind {
             policy,
             dev,
             dt,
+            delay,
             vision: None,
             instruction: None,
             state: None,
@@ -79,6 +82,7 @@ pub struct ActionHeadStage {
     policy: Policy,
     dev: edgeflow_runtime::Device,
     dt: Duration,
+    delay: Duration,
     vision: Option<(Vec<f32>, Timestamp)>,
     instruction: Option<Vec<f32>>,
     state: Option<Vec<f32>>,
@@ -226,6 +230,9 @@ impl Stage for ActionHeadStage {
                 };
                 ctx.record("head_ms", t0.elapsed().as_secs_f64() * 1e3);
                 ctx.record("frozen_actions", chunk.frozen as f64);
+                if !self.delay.is_zero() && !ctx.sleep(self.delay) {
+                    return Err(StageError::Cancelled);
+                }
                 ctx.emit_msg(
                     0,
                     Message {

@@ -2,6 +2,8 @@
 //! loss in light grey, its running mean in blue, on a log10 y axis with a
 //! tick per decade (long) and per unit within it (short), and ten x ticks
 //! (steps). [`PlotInfo`] gives the axis ranges to print beside it.
+//! [`plot_lines`] draws a few coloured series on linear axes (an
+//! evaluation's success rate against inference delay).
 
 use crate::{Error, Result};
 use std::path::Path;
@@ -139,4 +141,107 @@ pub fn plot_loss(losses: &[f32], path: &Path) -> Result<PlotInfo> {
         y_min_decade: y0,
         y_max_decade: y1,
     })
+}
+
+/// One line of [`plot_lines`]: its points `(x, y)` and its colour.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Points in data units, drawn in order.
+    pub points: Vec<(f32, f32)>,
+    /// Line colour, RGB.
+    pub rgb: [u8; 3],
+}
+
+fn solid(rgb: [u8; 3]) -> Paint<'static> {
+    let mut p = Paint::default();
+    p.set_color_rgba8(rgb[0], rgb[1], rgb[2], 255);
+    p.anti_alias = true;
+    p
+}
+
+fn polyline(pm: &mut Pixmap, pts: &[(f32, f32)], p: &Paint, width: f32) {
+    let mut pb = PathBuilder::new();
+    for (k, (x, y)) in pts.iter().enumerate() {
+        if k == 0 {
+            pb.move_to(*x, *y);
+        } else {
+            pb.line_to(*x, *y);
+        }
+    }
+    if let Some(path) = pb.finish() {
+        let s = Stroke {
+            width,
+            ..Stroke::default()
+        };
+        pm.stroke_path(&path, p, &s, Transform::identity(), None);
+    }
+}
+
+/// Draw `series` on linear axes from 0 to `x_max` (a tick per unit) and
+/// from 0 to `y_max` (ten ticks, a grey grid line at each) to `path`, each
+/// point marked with a small square. No text: the caller prints what the
+/// colours and the axes mean.
+pub fn plot_lines(series: &[Series], x_max: f32, y_max: f32, path: &Path) -> Result<()> {
+    if !(x_max > 0.0 && y_max > 0.0 && x_max.is_finite() && y_max.is_finite()) {
+        return Err(Error::Plot(format!(
+            "axis ranges must be positive and finite, got x 0..{x_max}, y 0..{y_max}"
+        )));
+    }
+    let mut pm = Pixmap::new(W, H).ok_or_else(|| Error::Plot("cannot allocate".into()))?;
+    pm.fill(Color::WHITE);
+    let (pw, ph) = (W as f32 - 2.0 * MARGIN, H as f32 - 2.0 * MARGIN);
+    let px = |x: f32| MARGIN + pw * x / x_max;
+    let py = |y: f32| MARGIN + ph * (1.0 - y / y_max);
+    let black = solid([0, 0, 0]);
+    for k in 0..=10 {
+        let y = py(y_max * k as f32 / 10.0);
+        polyline(
+            &mut pm,
+            &[(MARGIN, y), (MARGIN + pw, y)],
+            &solid([225, 225, 225]),
+            1.0,
+        );
+        polyline(&mut pm, &[(MARGIN - 8.0, y), (MARGIN, y)], &black, 1.5);
+    }
+    let units = x_max.floor() as usize;
+    for k in 0..=units {
+        let x = px(k as f32);
+        polyline(
+            &mut pm,
+            &[(x, MARGIN + ph), (x, MARGIN + ph + 8.0)],
+            &black,
+            1.5,
+        );
+    }
+    for s in series {
+        let p = solid(s.rgb);
+        let pts: Vec<(f32, f32)> = s
+            .points
+            .iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .map(|&(x, y)| (px(x), py(y)))
+            .collect();
+        polyline(&mut pm, &pts, &p, 2.5);
+        for &(x, y) in &pts {
+            if let Some(r) = tiny_skia::Rect::from_xywh(x - 4.0, y - 4.0, 8.0, 8.0) {
+                pm.fill_rect(r, &p, Transform::identity(), None);
+            }
+        }
+    }
+    polyline(
+        &mut pm,
+        &[
+            (MARGIN, MARGIN),
+            (MARGIN, MARGIN + ph),
+            (MARGIN + pw, MARGIN + ph),
+        ],
+        &black,
+        2.0,
+    );
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    image::save_buffer(path, pm.data(), W, H, image::ExtendedColorType::Rgba8)
+        .map_err(|e| Error::Plot(format!("{}: {e}", path.display())))?;
+    Ok(())
 }
