@@ -557,10 +557,10 @@ mod tests {
             0x89,
         ]);
         b.extend_from_slice(b"h\x01)Rtq\x02R");
-        b.extend_from_slice(&[b's', b's', b'.']);
+        b.extend_from_slice(b"ss.");
         b.extend_from_slice(&[0x80, 0x02, b']', b'(']);
         s(&mut b, "k0");
-        b.extend_from_slice(&[b'e', b'.']);
+        b.extend_from_slice(b"e.");
         b.extend_from_slice(&numel_claim.to_le_bytes());
         for v in values {
             b.extend_from_slice(&v.to_le_bytes());
