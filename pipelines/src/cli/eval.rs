@@ -366,10 +366,10 @@ fn plan_for(
     port: u16,
     mode: Option<Mode>,
     delay_periods: u32,
-    period_ms: f64,
     wrong: bool,
     extra: &[String],
 ) -> anyhow::Result<(Plan, String)> {
+    let period_ms = 1e3 / PushConfig::default().control_hz;
     let source =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut spec = parse_spec(&source, Some(path))?;
@@ -673,17 +673,8 @@ fn run_pipeline(
     let mut registry = edgeflow::registry();
     registry.register(SwapInstructionKind);
     let port = free_port()?;
-    let period_ms = 1e3 / 50.0;
-    let (plan, wait_for) = plan_for(
-        path,
-        &registry,
-        port,
-        mode,
-        delay_periods,
-        period_ms,
-        wrong,
-        &a.set,
-    )?;
+    let period_ms = 1e3 / PushConfig::default().control_hz;
+    let (plan, wait_for) = plan_for(path, &registry, port, mode, delay_periods, wrong, &a.set)?;
     let trace = Arc::new(trace_for(&plan));
     let t0 = Instant::now();
     let mut child = start_sim(port, n, a, &wait_for)?;
