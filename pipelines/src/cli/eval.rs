@@ -710,7 +710,8 @@ fn run_pipeline(
         mode: mode.map(Mode::name),
         delay_periods,
         success_rate: ok.len() as f64 / episodes.len().max(1) as f64,
-        mean_success_seconds: ok.iter().sum::<f64>() / ok.len().max(1) as f64,
+        // NaN (printed as such, null in JSON) when nothing succeeded.
+        mean_success_seconds: ok.iter().sum::<f64>() / ok.len() as f64,
         episodes,
         per_variant,
         boundary,
