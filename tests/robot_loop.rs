@@ -163,9 +163,13 @@ fn stalled_policy_gets_a_safe_hold_within_one_period_then_recovers() {
     let holds = value(&m, "ctl", "safe_hold_episodes").expect("a safe hold");
     assert!(holds.last >= 1.0, "{holds:?}");
     let reaction = value(&m, "ctl", "safe_hold_reaction_ms").expect("reaction recorded");
+    // Within one period: the safe action goes out in the first period that
+    // runs after the grace expired, which may itself wake late by the
+    // loop's jitter (a busy machine). Counted in periods, not wall time.
+    let jitter_ms = value(&m, "ctl", "jitter_us").map_or(0.0, |v| v.max / 1e3);
     assert!(
-        reaction.max <= 20.0,
-        "safe action {:.2} ms after it was due (period 20 ms)",
+        reaction.max <= 20.0 + jitter_ms,
+        "safe action {:.2} ms after it was due (period 20 ms, worst wake-up jitter {jitter_ms:.2} ms)",
         reaction.max
     );
     let len = value(&m, "ctl", "safe_hold_len_periods").expect("the hold ended: control resumed");
