@@ -49,7 +49,10 @@ fn main() -> anyhow::Result<()> {
         m.forward(&ids)?;
         let rows = dev.stats().op_profile();
         dev.stats().profile_ops(false);
-        println!("prefill: {}", edgeflow_runtime::render_op_profile(&rows, 12));
+        println!(
+            "prefill: {}",
+            edgeflow_runtime::render_op_profile(&rows, 12)
+        );
     }
     let dec = median(dec);
     let bytes = m.weight_bytes_per_token() as f64;
