@@ -311,6 +311,21 @@ edges:
     }
 
     #[test]
+    fn a_type_mismatch_between_parts_names_both_parts() {
+        let yaml = r#"
+stages:
+  - { id: tick, kind: timer, part: robot, params: { rate_hz: 10, count: 1 } }
+  - { id: out, kind: host_out, part: brain, params: { type: audio } }
+edges:
+  - { from: tick.out, to: out.in }
+"#;
+        let e = Pipeline::from_yaml(yaml, &Registry::builtin())
+            .expect_err("control into audio")
+            .to_string();
+        assert!(e.contains("(part `robot` -> part `brain`)"), "{e}");
+    }
+
+    #[test]
     fn part_names_are_sorted_and_unique() {
         let spec = crate::parse_spec(YAML, None).expect("parse");
         assert_eq!(part_names(&spec), ["brain", "default", "robot"]);

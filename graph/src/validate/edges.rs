@@ -26,7 +26,20 @@ pub(super) fn plan_edges(
     let mut fed = HashSet::new();
     let mut seen: HashMap<(PortRef, PortRef), usize> = HashMap::new();
     for (i, e) in spec.edges.iter().enumerate() {
-        let ctx = format!("edge `{} -> {}`", e.from, e.to);
+        // An edge between two parts says so: a mismatch there names both.
+        let part_of_end = |end: &str| {
+            let id = end.split('.').next().unwrap_or(end);
+            spec.stages
+                .iter()
+                .find(|s| s.id == id)
+                .map(crate::parts::part_of)
+        };
+        let ctx = match (part_of_end(&e.from), part_of_end(&e.to)) {
+            (Some(a), Some(b)) if a != b => {
+                format!("edge `{} -> {}` (part `{a}` -> part `{b}`)", e.from, e.to)
+            }
+            _ => format!("edge `{} -> {}`", e.from, e.to),
+        };
         let item = cx.map.item_pos(List::Edges, i);
         let mut ok = true;
         let mut ends = [None, None];
