@@ -16,6 +16,8 @@
 //!   runtime's fused attention op and its [`KvCache`];
 //! - [`Conv1d`], [`Pointwise`], [`ConvTranspose1d`], weight-norm folding
 //!   ([`fold_weight_norm`]);
+//! - [`HifiGanGenerator`]: the HiFi-GAN generator (VITS's decoder and the
+//!   HiFi-GAN vocoders);
 //! - [`ode`]: a flow-matching ODE sampler (Euler, midpoint, RK4), cancellable
 //!   between steps.
 //!
@@ -26,6 +28,7 @@
 mod attention;
 mod conv;
 mod error;
+mod hifigan;
 mod linear;
 mod norm;
 pub mod ode;
@@ -38,6 +41,7 @@ pub use conv::{
 };
 pub use edgeflow_runtime::{ConvCfg, ConvTransposeCfg, KvCache};
 pub use error::{Error, Result};
+pub use hifigan::{HifiGanConfig, HifiGanGenerator};
 pub use linear::{stack_rows, Embedding, Linear};
 pub use norm::{LayerNorm, RmsNorm};
 pub use ode::{OdeMethod, OdeSampler, Schedule};

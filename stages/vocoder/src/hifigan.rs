@@ -12,13 +12,10 @@
 //! equals the one-shot output.
 
 use crate::{Error, Result};
-use edgeflow_nn::{Conv1d, Conv1dConfig, ConvTranspose1d, VarBuilder};
-use edgeflow_runtime::{ConvTransposeCfg, Device, Tensor};
+use edgeflow_nn::{HifiGanConfig, HifiGanGenerator, VarBuilder};
+use edgeflow_runtime::{Device, Tensor};
 use serde::Deserialize;
 use std::path::Path;
-
-/// Slope of the leaky ReLUs inside the generator.
-const LRELU_SLOPE: f64 = 0.1;
 
 /// The generator's and its mel front end's settings: upstream
 /// `config.json` (fields it does not use, such as the training settings,
@@ -137,112 +134,37 @@ impl Config {
     }
 }
 
-/// One residual block: type "1" (a dilated and an undilated convolution
-/// per dilation) or "2" (one).
-#[derive(Debug)]
-struct ResBlock {
-    convs: Vec<(Conv1d, Option<Conv1d>)>,
-}
-
-impl ResBlock {
-    fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
-        let mut x = x.clone();
-        for (c1, c2) in &self.convs {
-            x = match c2 {
-                None => c1.forward_fused(dev, &x, Some(LRELU_SLOPE), Some(&x))?,
-                Some(c2) => {
-                    let xt = c1.forward_fused(dev, &x, Some(LRELU_SLOPE), None)?;
-                    c2.forward_fused(dev, &xt, Some(LRELU_SLOPE), Some(&x))?
-                }
-            };
-        }
-        Ok(x)
-    }
-}
-
 /// The HiFi-GAN generator on a device.
 #[derive(Debug)]
 pub struct HifiGan {
     cfg: Config,
     dev: Device,
-    conv_pre: Conv1d,
-    ups: Vec<ConvTranspose1d>,
-    /// `resblock_kernel_sizes.len()` blocks per upsampling stage.
-    blocks: Vec<ResBlock>,
-    conv_post: Conv1d,
+    generator: HifiGanGenerator,
 }
 
 impl HifiGan {
+    /// The shared generator's shape for this config.
+    fn shape(cfg: &Config) -> HifiGanConfig {
+        HifiGanConfig {
+            in_channels: cfg.num_mels,
+            upsample_initial_channel: cfg.upsample_initial_channel,
+            upsample_rates: cfg.upsample_rates.clone(),
+            upsample_kernel_sizes: cfg.upsample_kernel_sizes.clone(),
+            resblock_kernel_sizes: cfg.resblock_kernel_sizes.clone(),
+            resblock_dilation_sizes: cfg.resblock_dilation_sizes.clone(),
+            resblock_type1: cfg.resblock == "1",
+            post_bias: true,
+        }
+    }
+
     /// Load the generator from `vb` (tensor names at its root, as in the
     /// converted checkpoint) onto the device it carries.
     pub fn load(vb: &VarBuilder, cfg: &Config) -> Result<Self> {
         cfg.check().map_err(Error::BadInput)?;
-        let conv = |p: VarBuilder, c_in: usize, c_out: usize, k: usize, dilation: usize| {
-            let c = Conv1dConfig {
-                dilation,
-                ..Conv1dConfig::default()
-            };
-            Conv1d::load(&p, c_in, c_out, k, c)
-        };
-        let c0 = cfg.upsample_initial_channel;
-        let conv_pre = conv(vb.pp("conv_pre"), cfg.num_mels, c0, 7, 1)?;
-        let kernels = cfg.resblock_kernel_sizes.len();
-        let mut ups = Vec::new();
-        let mut blocks = Vec::new();
-        let mut ch = c0;
-        for (i, (&u, &k)) in cfg
-            .upsample_rates
-            .iter()
-            .zip(&cfg.upsample_kernel_sizes)
-            .enumerate()
-        {
-            let out = ch / 2;
-            let t = ConvTransposeCfg {
-                stride: u,
-                padding: (k - u) / 2,
-                ..ConvTransposeCfg::default()
-            };
-            ups.push(ConvTranspose1d::load(&vb.pp("ups").pp(i), ch, out, k, t)?);
-            for (j, (&rk, dil)) in cfg
-                .resblock_kernel_sizes
-                .iter()
-                .zip(&cfg.resblock_dilation_sizes)
-                .enumerate()
-            {
-                let p = vb.pp("resblocks").pp(i * kernels + j);
-                let mut convs = Vec::new();
-                for (n, &d) in dil.iter().enumerate() {
-                    if cfg.resblock == "1" {
-                        let a = conv(p.pp("convs1").pp(n), out, out, rk, d)?;
-                        let b = conv(p.pp("convs2").pp(n), out, out, rk, 1)?;
-                        convs.push((a, Some(b)));
-                    } else {
-                        convs.push((conv(p.pp("convs").pp(n), out, out, rk, d)?, None));
-                    }
-                }
-                blocks.push(ResBlock { convs });
-            }
-            ch = out;
-        }
-        let mut conv_post = conv(vb.pp("conv_post"), ch, 1, 7, 1)?;
-        // Each stage ends with the mean of its residual blocks, and what reads
-        // it (the next upsampling, or conv_post) takes a leaky ReLU of it
-        // first: leaky_relu(x / n) = leaky_relu(x) / n, so the 1 / n goes into
-        // those layers' weights once instead of a pass over the activations.
-        if kernels > 1 {
-            let s = 1.0 / kernels as f64;
-            for up in ups.iter_mut().skip(1) {
-                up.scale_weights(vb.device(), s)?;
-            }
-            conv_post.scale_weights(vb.device(), s)?;
-        }
         Ok(HifiGan {
             cfg: cfg.clone(),
             dev: vb.device().clone(),
-            conv_pre,
-            ups,
-            blocks,
-            conv_post,
+            generator: HifiGanGenerator::load(vb, &Self::shape(cfg))?,
         })
     }
 
@@ -268,30 +190,7 @@ impl HifiGan {
     /// (rounded up): the context a chunk needs to come out exactly as in
     /// one-shot vocoding. 15 for V1.
     pub fn receptive_radius(cfg: &Config) -> usize {
-        let block_radius: usize = cfg
-            .resblock_kernel_sizes
-            .iter()
-            .zip(&cfg.resblock_dilation_sizes)
-            .map(|(&k, dil)| {
-                let half = (k - 1) / 2;
-                let second = if cfg.resblock == "1" { half } else { 0 };
-                dil.iter().map(|&d| half * d + second).sum::<usize>()
-            })
-            .max()
-            .unwrap_or(0);
-        // In samples at each stage's rate, from the output back.
-        let mut r = 3.0f64; // conv_post
-        for (&u, &k) in cfg
-            .upsample_rates
-            .iter()
-            .zip(&cfg.upsample_kernel_sizes)
-            .rev()
-        {
-            r += block_radius as f64;
-            r = r / u as f64 + (k as f64 / u as f64).ceil();
-        }
-        r += 3.0; // conv_pre
-        r.ceil() as usize
+        Self::shape(cfg).receptive_radius()
     }
 
     /// `mel[b, num_mels, t]` (log-magnitude mel, as the HiFi-GAN front end
@@ -308,27 +207,7 @@ impl HifiGan {
     }
 
     fn forward_ops(&self, mel: &Tensor) -> Result<Tensor> {
-        let dev = &self.dev;
-        let kernels = self.cfg.resblock_kernel_sizes.len();
-        let mut x = self.conv_pre.forward(dev, mel)?;
-        for (i, up) in self.ups.iter().enumerate() {
-            x = up.forward_pre(dev, &x, Some(LRELU_SLOPE))?;
-            let mut acc: Option<Tensor> = None;
-            for b in &self.blocks[i * kernels..(i + 1) * kernels] {
-                let y = b.forward(dev, &x)?;
-                acc = Some(match acc {
-                    Some(a) => dev.add(&a, &y)?,
-                    None => y,
-                });
-            }
-            // The sum, not the mean: the next layer's weights carry the 1 / n.
-            if let Some(a) = acc {
-                x = a;
-            }
-        }
-        // PyTorch's default leaky ReLU slope here (0.01), not LRELU_SLOPE.
-        let x = self.conv_post.forward_fused(dev, &x, Some(0.01), None)?;
-        Ok(dev.tanh(&x)?)
+        Ok(self.generator.forward(&self.dev, mel)?)
     }
 
     /// Vocode `mel` frames `[from, to)` of a `[1, num_mels, len]` window
