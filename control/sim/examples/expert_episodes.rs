@@ -79,19 +79,19 @@ fn main() -> Result<()> {
     let mut total_steps = 0;
     let start = Instant::now();
     for seed in args.seed..args.seed + args.episodes {
-        let info = sim.reset(seed);
-        expert.reset();
-        let mut writer = match &args.record {
-            Some(dir) => Some(EpisodeWriter::create(
-                dir.join(format!("episode_{seed:06}")),
-                &info,
-                &cfg,
-            )?),
-            None => None,
-        };
-        let mut chunks = 0;
-        while !sim.done() {
-            for target in expert.chunk(&sim.true_state(), args.horizon) {
+        let mut writer: Option<EpisodeWriter> = None;
+        let mut first_frame = seed == args.seed && args.png.is_some();
+        let info =
+            expert.run_episode(&mut sim, seed, args.horizon, args.horizon, |sim, target| {
+                if writer.is_none() {
+                    if let Some(dir) = &args.record {
+                        writer = Some(EpisodeWriter::create(
+                            dir.join(format!("episode_{seed:06}")),
+                            sim.episode(),
+                            &cfg,
+                        )?);
+                    }
+                }
                 if let Some(w) = writer.as_mut() {
                     w.push(
                         sim.true_state().time,
@@ -100,18 +100,14 @@ fn main() -> Result<()> {
                         target,
                     )?;
                 }
-                sim.step(target);
-                if sim.done() {
-                    break;
+                if first_frame && sim.true_state().step == args.horizon as u64 {
+                    first_frame = false;
+                    if let Some(p) = &args.png {
+                        save_png(&sim.render(), p)?;
+                    }
                 }
-            }
-            chunks += 1;
-            if chunks == 1 && seed == args.seed {
-                if let Some(p) = &args.png {
-                    save_png(&sim.render(), p)?;
-                }
-            }
-        }
+                anyhow::Ok(())
+            })?;
         let s = sim.true_state();
         successes += sim.success() as u64;
         total_steps += s.step;

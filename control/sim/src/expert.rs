@@ -5,8 +5,10 @@
 //! the line; detour the block around the other block when that one is in
 //! the way.
 
+use crate::sim::PushSim;
 use crate::task::{
-    dist, PushConfig, TrueState, Workspace, BLOCK_HALF, PUSHER_RADIUS, TABLE_HALF, WALL_THICKNESS,
+    dist, EpisodeInfo, PushConfig, TrueState, Workspace, BLOCK_HALF, PUSHER_RADIUS, TABLE_HALF,
+    WALL_THICKNESS,
 };
 
 /// Free-motion speed along the planned path, m/s.
@@ -111,6 +113,38 @@ impl Expert {
     pub fn reset(&mut self) {
         self.pushing = false;
         self.via = None;
+    }
+
+    /// Run one whole episode on `sim` from `seed`: plan `horizon` targets
+    /// from the true state, execute the first `execute` of them, plan again,
+    /// until the episode is done. `each` sees the simulator and the target
+    /// before every control step (to record it); its error stops the
+    /// episode. Returns the episode's info; `sim.success()` tells the result.
+    pub fn run_episode<E>(
+        &mut self,
+        sim: &mut PushSim,
+        seed: u64,
+        horizon: usize,
+        execute: usize,
+        mut each: impl FnMut(&PushSim, [f32; 2]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<EpisodeInfo, E> {
+        let info = sim.reset(seed);
+        self.reset();
+        let execute = execute.clamp(1, horizon.max(1));
+        while !sim.done() {
+            for target in self
+                .chunk(&sim.true_state(), horizon)
+                .into_iter()
+                .take(execute)
+            {
+                each(sim, target)?;
+                sim.step(target);
+                if sim.done() {
+                    break;
+                }
+            }
+        }
+        Ok(info)
     }
 
     /// The next `horizon` pusher position targets (table frame, metres, one

@@ -11,6 +11,7 @@ mod inspect;
 mod models;
 pub(crate) mod parts;
 mod replay;
+mod rollout;
 mod run;
 mod schema;
 mod sim;

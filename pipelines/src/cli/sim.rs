@@ -12,6 +12,33 @@ pub(crate) enum SimCommand {
     /// PREFIX/{image,state,true_state,instruction,events}, takes PREFIX/cmd,
     /// prints one JSON line per episode and a summary line.
     Push(PushArgs),
+    /// Record the push task's scripted expert for `edgeflow train policy`:
+    /// in this process and in simulated time, so it takes seconds and the
+    /// same seeds give the same files bit for bit. The expert plans
+    /// --horizon targets from the true state and executes the first
+    /// --execute, as a chunked policy would. One episode_<seed> folder per
+    /// episode (the format `edgeflow sim push --record` writes).
+    Record(RecordArgs),
+}
+
+/// `edgeflow sim record` options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RecordArgs {
+    /// Folder to write episode_<seed>/ folders into.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Episodes (consecutive seeds).
+    #[arg(long, default_value_t = 100)]
+    pub episodes: u64,
+    /// First seed (`edgeflow eval` holds out 100000 and up).
+    #[arg(long, default_value_t = 1000)]
+    pub seed: u64,
+    /// Targets the expert plans per chunk.
+    #[arg(long, default_value_t = 16)]
+    pub horizon: usize,
+    /// Targets executed from each chunk before planning again.
+    #[arg(long, default_value_t = 8)]
+    pub execute: usize,
 }
 
 /// `edgeflow sim push` options.
@@ -50,7 +77,10 @@ pub(crate) struct PushArgs {
 
 /// Run a simulator.
 pub(super) fn run(c: SimCommand) -> anyhow::Result<ExitCode> {
-    let SimCommand::Push(a) = c;
+    let a = match c {
+        SimCommand::Push(a) => a,
+        SimCommand::Record(r) => return record(&r),
+    };
     let listen: Vec<&str> = a.listen.iter().map(String::as_str).collect();
     let connect: Vec<&str> = a.connect.iter().map(String::as_str).collect();
     let o = edgeflow_control::sim_link::SimOptions {
@@ -86,6 +116,67 @@ pub(super) fn run(c: SimCommand) -> anyhow::Result<ExitCode> {
             "successes": ok.len(),
             "success_rate": ok.len() as f64 / results.len().max(1) as f64,
             "mean_success_seconds": mean,
+        })
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `edgeflow sim record`.
+fn record(a: &RecordArgs) -> anyhow::Result<ExitCode> {
+    use edgeflow_sim::record::EpisodeWriter;
+    if a.horizon == 0 || a.execute == 0 || a.execute > a.horizon {
+        anyhow::bail!(
+            "--horizon ({}) and --execute ({}) must be at least 1, execute <= horizon",
+            a.horizon,
+            a.execute
+        );
+    }
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| anyhow::anyhow!("creating {}: {e}", a.out.display()))?;
+    let cfg = edgeflow_sim::PushConfig::default();
+    let mut sim = edgeflow_sim::PushSim::new(cfg.clone())?;
+    let mut expert = edgeflow_sim::Expert::new(&cfg);
+    let t0 = std::time::Instant::now();
+    let mut ok = 0;
+    for seed in a.seed..a.seed + a.episodes {
+        let dest = a.out.join(format!("episode_{seed:06}"));
+        let mut writer: Option<EpisodeWriter> = None;
+        let info = expert.run_episode(&mut sim, seed, a.horizon, a.execute, |sim, target| {
+            if writer.is_none() {
+                writer = Some(EpisodeWriter::create(&dest, sim.episode(), &cfg)?);
+            }
+            if let Some(w) = writer.as_mut() {
+                w.push(
+                    sim.true_state().time,
+                    &sim.render(),
+                    sim.robot_state(),
+                    target,
+                )?;
+            }
+            edgeflow_sim::Result::Ok(())
+        })?;
+        if let Some(w) = writer {
+            w.finish(sim.success())?;
+        }
+        ok += sim.success() as u64;
+        println!(
+            "{}",
+            serde_json::json!({
+                "seed": seed,
+                "variant": info.variant.name(),
+                "success": sim.success(),
+                "seconds": sim.true_state().time,
+            })
+        );
+    }
+    println!(
+        "{}",
+        serde_json::json!({
+            "summary": true,
+            "episodes": a.episodes,
+            "successes": ok,
+            "out": a.out.display().to_string(),
+            "wall_seconds": t0.elapsed().as_secs_f64(),
         })
     );
     Ok(ExitCode::SUCCESS)

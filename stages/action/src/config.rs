@@ -32,9 +32,26 @@ pub struct Config {
     pub state_dim: usize,
     /// Action values per step (pusher target x, y).
     pub action_dim: usize,
-    /// The patch grid is average-pooled to `vision_grid x vision_grid`
-    /// tokens, after the CLS token.
+    /// The patch grid becomes `vision_grid x vision_grid` tokens, after
+    /// the CLS token (see `vision_stack`).
     pub vision_grid: usize,
+    /// How patches become the head's vision tokens. 1: each token is the
+    /// average of its bin of patches (the grid may be any size at least
+    /// `vision_grid`). `k > 1`: the patch grid must be exactly
+    /// `k * vision_grid` wide and each token stacks its `k x k` patches
+    /// side by side (`feature_dim * k * k` values, row-major), keeping
+    /// where inside the bin a thing is: the CLS token is zero-padded to
+    /// that width. Checkpoints from before this field read 1.
+    #[serde(default = "one")]
+    pub vision_stack: usize,
+    /// Standardise every vision feature by its mean and standard deviation
+    /// over the training frames (stored as `norm.vision_*`) before the head
+    /// sees it. DINOv2's last hidden state carries large constant offsets
+    /// in some channels (|mean| up to ~6 with std ~0.4 on the push task's
+    /// frames): standardised, the differences between scenes are what
+    /// `vision_in` sees. Checkpoints from before this field read false.
+    #[serde(default)]
+    pub vision_norm: bool,
     /// Actions per chunk H.
     pub horizon: usize,
     /// Transformer width.
@@ -58,6 +75,10 @@ pub struct Config {
     pub image_size: u32,
 }
 
+fn one() -> usize {
+    1
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -65,6 +86,8 @@ impl Default for Config {
             state_dim: 4,
             action_dim: 2,
             vision_grid: 4,
+            vision_stack: 2,
+            vision_norm: true,
             horizon: 16,
             d_model: 128,
             n_layers: 4,
@@ -82,6 +105,24 @@ impl Config {
     /// Vision tokens the head takes: CLS + the pooled grid.
     pub fn vision_tokens(&self) -> usize {
         1 + self.vision_grid * self.vision_grid
+    }
+
+    /// Width of each vision token the head takes: `feature_dim *
+    /// vision_stack^2`.
+    pub fn vision_width(&self) -> usize {
+        self.feature_dim * self.vision_stack * self.vision_stack
+    }
+
+    /// The head's vision tokens `[vision_tokens * vision_width]` from an
+    /// encoder's `[1 + n * n, feature_dim]` (CLS, then the patch grid), by
+    /// [`pool_vision_tokens`] with this config's grid and stack.
+    pub fn pool(&self, tokens: &[f32]) -> Result<Vec<f32>> {
+        pool_vision_tokens(
+            tokens,
+            self.feature_dim,
+            self.vision_grid,
+            self.vision_stack,
+        )
     }
 
     /// Conditioning tokens: vision, instruction, state.
@@ -122,6 +163,9 @@ impl Config {
         }
         if self.vision_grid == 0 || self.vision_grid > 32 {
             return bad("vision_grid", self.vision_grid.to_string(), "in 1..=32");
+        }
+        if self.vision_stack == 0 || self.vision_stack > 8 {
+            return bad("vision_stack", self.vision_stack.to_string(), "in 1..=8");
         }
         if !(2..=256).contains(&self.horizon) {
             return bad("horizon", self.horizon.to_string(), "in 2..=256");
@@ -212,6 +256,11 @@ pub struct Normalizer {
     pub action_mean: Vec<f32>,
     /// Its standard deviation (floored).
     pub action_std: Vec<f32>,
+    /// Per-channel mean of the vision features (`feature_dim` values;
+    /// empty when the config's `vision_norm` is off).
+    pub vision_mean: Vec<f32>,
+    /// Their standard deviation (floored; empty likewise).
+    pub vision_std: Vec<f32>,
 }
 
 /// Smallest standard deviation a normaliser divides by.
@@ -225,6 +274,38 @@ impl Normalizer {
             state_std: vec![1.0; cfg.state_dim],
             action_mean: vec![0.0; cfg.action_dim],
             action_std: vec![1.0; cfg.action_dim],
+            vision_mean: if cfg.vision_norm {
+                vec![0.0; cfg.feature_dim]
+            } else {
+                Vec::new()
+            },
+            vision_std: if cfg.vision_norm {
+                vec![1.0; cfg.feature_dim]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Standardise the head's vision tokens (`[vision_tokens *
+    /// vision_width]`, as [`Config::pool`] gives them) in place, channel by
+    /// channel; the CLS token's zero padding stays zero. No-op without
+    /// vision statistics.
+    pub fn vision(&self, cfg: &Config, tokens: &mut [f32]) {
+        let d = self.vision_mean.len();
+        if d == 0 || d != cfg.feature_dim || self.vision_std.len() != d {
+            return;
+        }
+        let segs = cfg.vision_stack * cfg.vision_stack;
+        for (k, seg) in tokens.chunks_mut(d).enumerate() {
+            // Segment k belongs to token k / segs; the CLS token's padding
+            // segments are 1..segs.
+            if k > 0 && k < segs {
+                continue;
+            }
+            for ((v, m), s) in seg.iter_mut().zip(&self.vision_mean).zip(&self.vision_std) {
+                *v = (*v - m) / s;
+            }
         }
     }
 
@@ -261,32 +342,73 @@ impl Normalizer {
     }
 }
 
-/// Pool vision tokens `[1 + N, dim]` (CLS first, then an `n x n` patch
-/// grid, row-major) to `[1 + g * g, dim]`: the CLS token, then the grid
+/// The head's vision tokens from encoder tokens `[1 + N, dim]` (CLS first,
+/// then an `n x n` patch grid, row-major).
+///
+/// `stack == 1`: `[1 + g * g, dim]`, the CLS token then the grid
 /// average-pooled to `g x g` (adaptive pooling: bin `i` covers patches
-/// `floor(i n / g) .. ceil((i + 1) n / g)`). Tokens already at `1 + g * g`
-/// pass through.
-pub fn pool_vision_tokens(tokens: &[f32], dim: usize, grid: usize) -> Result<Vec<f32>> {
-    if dim == 0 || tokens.is_empty() || !tokens.len().is_multiple_of(dim) {
+/// `floor(i n / g) .. ceil((i + 1) n / g)`).
+///
+/// `stack = k > 1`: `n` must be `k * g`; `[1 + g * g, dim * k * k]`, the
+/// CLS token zero-padded, then per bin its `k x k` patches side by side
+/// (row-major inside the bin), so nothing is averaged away.
+///
+/// Tokens already in the output shape pass through.
+pub fn pool_vision_tokens(
+    tokens: &[f32],
+    dim: usize,
+    grid: usize,
+    stack: usize,
+) -> Result<Vec<f32>> {
+    if dim == 0 || stack == 0 || tokens.is_empty() || !tokens.len().is_multiple_of(dim) {
         return Err(Error::BadInput(format!(
             "vision tokens: {} values is not a whole number of {dim}-wide tokens",
             tokens.len()
         )));
     }
-    let t = tokens.len() / dim;
-    let patches = t - 1;
-    if patches == grid * grid {
+    let width = dim * stack * stack;
+    if tokens.len() == (1 + grid * grid) * width {
         return Ok(tokens.to_vec());
     }
+    let t = tokens.len() / dim;
+    let patches = t - 1;
     let n = (patches as f64).sqrt().round() as usize;
-    if n * n != patches || n < grid {
+    let fits = if stack == 1 {
+        n >= grid
+    } else {
+        n == grid * stack
+    };
+    if n * n != patches || !fits {
+        let want = if stack == 1 {
+            format!("at least {grid} x {grid}")
+        } else {
+            let m = grid * stack;
+            format!("exactly {m} x {m} (the head stacks {stack} x {stack} patches per token)")
+        };
         return Err(Error::BadInput(format!(
-            "vision tokens: {t} tokens is not CLS + a square patch grid of at least {grid} x {grid} \
-             (expected 1 + n*n tokens, e.g. 257 for DINOv2 at 224 px)"
+            "vision tokens: {t} tokens is not CLS + a square patch grid of {want} \
+             (expected 1 + n*n tokens, e.g. 65 for DINOv2 at 112 px)"
         )));
     }
-    let mut out = Vec::with_capacity((1 + grid * grid) * dim);
+    let mut out = Vec::with_capacity((1 + grid * grid) * width);
     out.extend_from_slice(&tokens[..dim]);
+    out.resize(width, 0.0);
+    let patch = |y: usize, x: usize| {
+        let p = 1 + y * n + x;
+        &tokens[p * dim..(p + 1) * dim]
+    };
+    if stack > 1 {
+        for by in 0..grid {
+            for bx in 0..grid {
+                for y in by * stack..(by + 1) * stack {
+                    for x in bx * stack..(bx + 1) * stack {
+                        out.extend_from_slice(patch(y, x));
+                    }
+                }
+            }
+        }
+        return Ok(out);
+    }
     let bin = |i: usize| (i * n / grid, ((i + 1) * n).div_ceil(grid));
     let mut acc = vec![0f32; dim];
     for by in 0..grid {
@@ -296,8 +418,7 @@ pub fn pool_vision_tokens(tokens: &[f32], dim: usize, grid: usize) -> Result<Vec
             acc.iter_mut().for_each(|v| *v = 0.0);
             for y in y0..y1 {
                 for x in x0..x1 {
-                    let p = 1 + y * n + x;
-                    for (a, v) in acc.iter_mut().zip(&tokens[p * dim..(p + 1) * dim]) {
+                    for (a, v) in acc.iter_mut().zip(patch(y, x)) {
                         *a += v;
                     }
                 }
@@ -344,16 +465,45 @@ mod tests {
         // 1 + 4x4 tokens of width 1, patch value = its index; pooled to 2x2.
         let mut tok = vec![-1.0f32];
         tok.extend((0..16).map(|i| i as f32));
-        let p = pool_vision_tokens(&tok, 1, 2).expect("pool");
+        let p = pool_vision_tokens(&tok, 1, 2, 1).expect("pool");
         // Top-left bin: patches 0, 1, 4, 5 -> 2.5.
         assert_eq!(p, vec![-1.0, 2.5, 4.5, 10.5, 12.5]);
         // Already pooled: unchanged.
-        assert_eq!(pool_vision_tokens(&p, 1, 2).expect("same"), p);
+        assert_eq!(pool_vision_tokens(&p, 1, 2, 1).expect("same"), p);
         // 16x16 DINOv2 grid to 4x4, width 3.
         let t: Vec<f32> = (0..257 * 3).map(|i| i as f32).collect();
-        assert_eq!(pool_vision_tokens(&t, 3, 4).expect("g").len(), 17 * 3);
-        assert!(pool_vision_tokens(&t[..256 * 3], 3, 4).is_err());
-        assert!(pool_vision_tokens(&t[..7], 3, 4).is_err());
+        assert_eq!(pool_vision_tokens(&t, 3, 4, 1).expect("g").len(), 17 * 3);
+        assert!(pool_vision_tokens(&t[..256 * 3], 3, 4, 1).is_err());
+        assert!(pool_vision_tokens(&t[..7], 3, 4, 1).is_err());
+    }
+
+    #[test]
+    fn stacking_keeps_every_patch_in_its_bin() {
+        // 1 + 4x4 tokens of width 1 stacked 2x2 into a 2x2 grid of width 4.
+        let mut tok = vec![-1.0f32];
+        tok.extend((0..16).map(|i| i as f32));
+        let p = pool_vision_tokens(&tok, 1, 2, 2).expect("stack");
+        assert_eq!(
+            p,
+            vec![
+                -1.0, 0.0, 0.0, 0.0, // CLS, zero-padded
+                0.0, 1.0, 4.0, 5.0, // top-left bin
+                2.0, 3.0, 6.0, 7.0, // top-right
+                8.0, 9.0, 12.0, 13.0, // bottom-left
+                10.0, 11.0, 14.0, 15.0, // bottom-right
+            ]
+        );
+        assert_eq!(pool_vision_tokens(&p, 1, 2, 2).expect("same"), p);
+        // Stacking needs the grid to be exactly stack * grid.
+        let t: Vec<f32> = (0..37).map(|i| i as f32).collect();
+        let e = pool_vision_tokens(&t, 1, 2, 2).expect_err("6x6 is not 2 x 2");
+        assert!(e.to_string().contains("exactly 4 x 4"), "{e}");
+        let c = Config::default();
+        assert_eq!(c.vision_width(), 4 * 384);
+        assert_eq!(
+            c.pool(&vec![0.5; 65 * 384]).expect("pool").len(),
+            17 * 4 * 384
+        );
     }
 
     #[test]
@@ -369,6 +519,11 @@ mod tests {
         let m = c.metadata().expect("meta");
         let back: Config = serde_json::from_str(&m[CONFIG_KEY]).expect("json");
         assert_eq!(back, c);
+        // A checkpoint written before `vision_stack` existed reads 1.
+        let mut v: serde_json::Value = serde_json::from_str(&m[CONFIG_KEY]).expect("v");
+        v.as_object_mut().expect("obj").remove("vision_stack");
+        let old: Config = serde_json::from_value(v).expect("old");
+        assert_eq!(old.vision_stack, 1);
     }
 
     #[test]
@@ -378,7 +533,22 @@ mod tests {
             state_std: vec![0.2, 0.2, 0.1, 0.1],
             action_mean: vec![0.01, 0.02],
             action_std: vec![0.05, 0.04],
+            vision_mean: vec![1.0, -2.0],
+            vision_std: vec![0.5, 2.0],
         };
+        // Vision: 2-wide features stacked 2 x 2 into 1 + 1 tokens: the CLS
+        // token's padding stays zero, every real segment is standardised.
+        let cfg = Config {
+            feature_dim: 2,
+            vision_grid: 1,
+            vision_stack: 2,
+            ..Config::default()
+        };
+        let mut v = vec![2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        v.extend([1.0, -2.0, 2.0, 2.0, 0.0, 0.0, 1.5, -4.0]);
+        n.vision(&cfg, &mut v);
+        assert_eq!(&v[..8], &[2.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(&v[8..], &[0.0, 0.0, 2.0, 2.0, -2.0, 1.0, 1.0, -1.0]);
         let s = [0.05, 0.1, 0.3, -0.2];
         let a = [0.1, 0.2, 0.12, 0.18];
         let x = n.actions(&s, &a);

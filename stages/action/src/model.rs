@@ -3,7 +3,8 @@
 //! tokens]` that predicts the flow velocity of each action token.
 //!
 //! Tokens (all `d_model` wide, plus a learned position per slot `pos`):
-//! - `vision_in`: each pooled vision token `[feature_dim]`;
+//! - `vision_in`: each vision token `[feature_dim * vision_stack^2]`
+//!   ([`crate::config::pool_vision_tokens`]);
 //! - `text_in`: the instruction embedding `[feature_dim]`;
 //! - `state_in`: the normalised robot state `[state_dim]`;
 //! - action tokens, pi0-style: `time_mlp_out(silu(time_mlp_in([action_in(x_j), emb(t_j)])))`,
@@ -28,7 +29,7 @@ pub fn tensor_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         v.push((format!("{name}.weight"), vec![o, i]));
         v.push((format!("{name}.bias"), vec![o]));
     };
-    lin("vision_in", f, d);
+    lin("vision_in", cfg.vision_width(), d);
     lin("text_in", f, d);
     lin("state_in", cfg.state_dim, d);
     lin("action_in", cfg.action_dim, d);
@@ -55,12 +56,32 @@ pub fn tensor_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
 
 /// Names and dims of the normaliser tensors.
 pub fn norm_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
-    vec![
+    let mut v = vec![
         ("norm.state_mean".into(), vec![cfg.state_dim]),
         ("norm.state_std".into(), vec![cfg.state_dim]),
         ("norm.action_mean".into(), vec![cfg.action_dim]),
         ("norm.action_std".into(), vec![cfg.action_dim]),
-    ]
+    ];
+    if cfg.vision_norm {
+        v.push(("norm.vision_mean".into(), vec![cfg.feature_dim]));
+        v.push(("norm.vision_std".into(), vec![cfg.feature_dim]));
+    }
+    v
+}
+
+/// The normaliser's values in [`norm_shapes`]' order.
+pub fn norm_values(norm: &Normalizer) -> Vec<&Vec<f32>> {
+    let mut v = vec![
+        &norm.state_mean,
+        &norm.state_std,
+        &norm.action_mean,
+        &norm.action_std,
+    ];
+    if !norm.vision_mean.is_empty() {
+        v.push(&norm.vision_mean);
+        v.push(&norm.vision_std);
+    }
+    v
 }
 
 #[derive(Debug, Clone)]
@@ -133,11 +154,22 @@ impl ActionHead {
             state_std: host("norm.state_std", cfg.state_dim)?,
             action_mean: host("norm.action_mean", cfg.action_dim)?,
             action_std: host("norm.action_std", cfg.action_dim)?,
+            vision_mean: if cfg.vision_norm {
+                host("norm.vision_mean", cfg.feature_dim)?
+            } else {
+                Vec::new()
+            },
+            vision_std: if cfg.vision_norm {
+                host("norm.vision_std", cfg.feature_dim)?
+            } else {
+                Vec::new()
+            },
         };
         if norm
             .state_std
             .iter()
             .chain(&norm.action_std)
+            .chain(&norm.vision_std)
             .any(|s| !(s.is_finite() && *s > 0.0))
         {
             return Err(Error::BadModel {
@@ -151,7 +183,7 @@ impl ActionHead {
         Ok(ActionHead {
             cfg: cfg.clone(),
             norm,
-            vision_in: Linear::load(&vb.pp("vision_in"), f, d, true)?,
+            vision_in: Linear::load(&vb.pp("vision_in"), cfg.vision_width(), d, true)?,
             text_in: Linear::load(&vb.pp("text_in"), f, d, true)?,
             state_in: Linear::load(&vb.pp("state_in"), cfg.state_dim, d, true)?,
             action_in: Linear::load(&vb.pp("action_in"), cfg.action_dim, d, true)?,
@@ -175,7 +207,7 @@ impl ActionHead {
     }
 
     /// The conditioning tokens `[b, cond_tokens, d_model]` of pooled
-    /// vision tokens `[b, vision_tokens, feature_dim]`, instruction
+    /// vision tokens `[b, vision_tokens, vision_width]`, instruction
     /// embeddings `[b, 1, feature_dim]` and normalised states `[b, 1,
     /// state_dim]`. Computed once per chunk, reused by every ODE step.
     pub fn condition(

@@ -11,7 +11,7 @@
 //! ops do not give and which would double or triple each step's cost on a
 //! 2-core machine), and the frozen actions are exact, not softly guided.
 
-use crate::config::{pool_vision_tokens, time_embeddings, Config, Normalizer};
+use crate::config::{time_embeddings, Config, Normalizer};
 use crate::model::ActionHead;
 use crate::rng::Rng;
 use crate::{Error, Result};
@@ -49,11 +49,13 @@ impl std::str::FromStr for RtcMode {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observation {
     /// Vision tokens `[T_v, feature_dim]` row-major: CLS + patch grid, or
-    /// already pooled ([`pool_vision_tokens`]).
+    /// already the head's ([`crate::config::pool_vision_tokens`]).
     pub vision: Vec<f32>,
     /// Instruction embedding `[feature_dim]`.
     pub instruction: Vec<f32>,
-    /// Robot state `[state_dim]` (pusher x, y, vx, vy).
+    /// Robot state, at least `state_dim` values (pusher x, y, vx, vy): the
+    /// head reads the first `state_dim` (a head trained on positions only
+    /// ignores the velocities).
     pub state: Vec<f32>,
 }
 
@@ -124,7 +126,7 @@ impl Policy {
     /// tokens.
     pub fn check(&self, obs: &Observation) -> Result<Vec<f32>> {
         let cfg = self.config();
-        let vision = pool_vision_tokens(&obs.vision, cfg.feature_dim, cfg.vision_grid)?;
+        let vision = cfg.pool(&obs.vision)?;
         if obs.instruction.len() != cfg.feature_dim {
             return Err(Error::BadInput(format!(
                 "instruction embedding has {} values, the head takes {}",
@@ -132,9 +134,9 @@ impl Policy {
                 cfg.feature_dim
             )));
         }
-        if obs.state.len() != cfg.state_dim {
+        if obs.state.len() < cfg.state_dim {
             return Err(Error::BadInput(format!(
-                "robot state has {} values, the head takes {} (x, y, vx, vy)",
+                "robot state has {} values, the head takes the first {} of x, y, vx, vy",
                 obs.state.len(),
                 cfg.state_dim
             )));
@@ -172,8 +174,9 @@ impl Policy {
         delay: usize,
         cancelled: impl FnMut() -> bool,
     ) -> Result<Chunk> {
-        let vision = self.check(obs)?;
+        let mut vision = self.check(obs)?;
         let cfg = self.head.config().clone();
+        self.head.normalizer().vision(&cfg, &mut vision);
         let (h, ad) = (cfg.horizon, cfg.action_dim);
         if !prefix.len().is_multiple_of(ad) || prefix.iter().any(|v| !v.is_finite()) {
             return Err(Error::BadInput(format!(
@@ -187,10 +190,10 @@ impl Policy {
         let place = |v: Vec<f32>, dims: &[usize]| -> Result<Tensor> {
             Ok(dev.place(&Tensor::from_vec(v, dims)?)?)
         };
-        let state_n = norm.state(&obs.state);
+        let state_n = norm.state(&obs.state[..cfg.state_dim]);
         let cond = self.head.condition(
             dev,
-            &place(vision, &[1, cfg.vision_tokens(), cfg.feature_dim])?,
+            &place(vision, &[1, cfg.vision_tokens(), cfg.vision_width()])?,
             &place(obs.instruction.clone(), &[1, 1, cfg.feature_dim])?,
             &place(state_n, &[1, 1, cfg.state_dim])?,
         )?;

@@ -50,6 +50,7 @@ fn small() -> Config {
     Config {
         feature_dim: 8,
         vision_grid: 1,
+        vision_stack: 1,
         horizon: 8,
         d_model: 32,
         n_layers: 2,

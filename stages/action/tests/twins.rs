@@ -19,6 +19,7 @@ fn small() -> Config {
     Config {
         feature_dim: 24,
         vision_grid: 2,
+        vision_stack: 1,
         horizon: 8,
         d_model: 32,
         n_layers: 2,
@@ -51,6 +52,8 @@ fn norm(cfg: &Config) -> Normalizer {
         state_std: vec![0.2; cfg.state_dim],
         action_mean: vec![0.0, 0.01],
         action_std: vec![0.05, 0.04],
+        vision_mean: vec![0.1; cfg.feature_dim],
+        vision_std: vec![0.9; cfg.feature_dim],
     }
 }
 
@@ -218,10 +221,15 @@ fn bad_observations_are_clear_errors() {
     o.vision.truncate(16 * cfg.feature_dim);
     let e = p.chunk(&o, &[], 0, || false).expect_err("grid");
     assert!(e.to_string().contains("square patch grid"), "{e}");
+    // Extra state values (velocities a position-only head ignores) are
+    // fine; too few are not.
     let mut o = good.clone();
     o.state.push(0.0);
+    p.chunk(&o, &[], 0, || false).expect("a longer state");
+    let mut o = good.clone();
+    o.state.truncate(1);
     let e = p.chunk(&o, &[], 0, || false).expect_err("state");
-    assert!(e.to_string().contains("robot state has 5 values"), "{e}");
+    assert!(e.to_string().contains("robot state has 1 values"), "{e}");
     let mut o = good.clone();
     o.instruction[0] = f32::NAN;
     assert!(p.chunk(&o, &[], 0, || false).is_err());

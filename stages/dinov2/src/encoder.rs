@@ -166,6 +166,38 @@ impl VisionEncoder {
         Ok((self.dev.to_host(&y)?.to_vec_f32()?, gh, gw))
     }
 
+    /// [`Self::tokens`] of several images of one size in one forward pass
+    /// (larger matrix products: faster per image on a CPU); one `[1 + N, d]`
+    /// vector per image.
+    pub fn tokens_batch(&self, imgs: &[RgbImage]) -> Result<(Vec<Vec<f32>>, usize, usize)> {
+        let xs = imgs
+            .iter()
+            .map(|i| self.pre.apply(i).map_err(Error::from))
+            .collect::<Result<Vec<_>>>()?;
+        let Some(first) = xs.first() else {
+            return Ok((Vec::new(), 0, 0));
+        };
+        let (h, w) = (first.dims()[1], first.dims()[2]);
+        if let Some(x) = xs.iter().find(|x| x.dims() != first.dims()) {
+            return Err(Error::BadInput(format!(
+                "a batch of images must share one size after preprocessing: {:?} and {:?}",
+                first.dims(),
+                x.dims()
+            )));
+        }
+        let placed = xs
+            .iter()
+            .map(|x| Ok(self.dev.reshape(&self.dev.place(x)?, &[1, 3, h, w])?))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Tensor> = placed.iter().collect();
+        let x = self.dev.concat(&refs, 0)?;
+        let y = self.model.forward(&self.dev, &x)?;
+        let (gh, gw) = self.model.grid(h, w);
+        let all = self.dev.to_host(&y)?.to_vec_f32()?;
+        let per = all.len() / imgs.len();
+        Ok((all.chunks(per).map(<[f32]>::to_vec).collect(), gh, gw))
+    }
+
     /// `out` of one image, on the host.
     pub fn encode(&self, img: &RgbImage, out: Output) -> Result<Tensor> {
         let (t, gh, gw) = self.tokens(img)?;

@@ -115,6 +115,37 @@ fn tokens_match_onnxruntime() {
     }
 }
 
+/// A batch through [`edgeflow_dinov2::VisionEncoder::tokens_batch`] gives
+/// each image's tokens as one image alone does (the same sums per row; only
+/// the GEMM blocking may differ, so the tolerance is the parity one).
+#[test]
+fn a_batch_matches_images_one_by_one() {
+    let Some(path) = model_path() else { return };
+    let dev = cpu();
+    let enc = edgeflow_dinov2::VisionEncoder::new(
+        load(&path, &dev).expect("load"),
+        edgeflow_vision::Preprocess::square(112),
+        dev.clone(),
+    );
+    let names = ["sim_96.png", "sim_112.png", "sim_224.png"];
+    let imgs: Vec<_> = names
+        .iter()
+        .map(|n| decode::open(fixtures().join(n), &DecodeLimits::default()).expect("png"))
+        .collect();
+    let (batch, gh, gw) = enc.tokens_batch(&imgs).expect("batch");
+    assert_eq!((batch.len(), gh, gw), (3, 8, 8));
+    for (img, b) in imgs.iter().zip(&batch) {
+        let (one, _, _) = enc.tokens(img).expect("one");
+        let worst = one
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs() as f64)
+            .fold(0.0, f64::max);
+        assert!(worst < TOKEN_TOL, "batch vs one: {worst:.2e}");
+    }
+    assert!(enc.tokens_batch(&[]).expect("empty").0.is_empty());
+}
+
 /// Writes the fixture images the reference script reads. Run once, then
 /// `scripts/dinov2_reference.py fixtures`.
 #[test]

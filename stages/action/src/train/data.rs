@@ -9,7 +9,7 @@ use crate::{Error, Result};
 pub struct EpisodeFeatures {
     /// Instruction embedding `[feature_dim]`.
     pub instruction: Vec<f32>,
-    /// `(step, pooled vision tokens [vision_tokens * feature_dim])`, in
+    /// `(step, the head's vision tokens [vision_tokens * vision_width])`, in
     /// increasing step order. Not every step needs a frame: a sample at
     /// step `i` sees the newest frame at or before `i` (the camera runs
     /// slower than the control loop, as it does live).
@@ -65,7 +65,7 @@ impl Dataset {
                 "no episodes (record some with `edgeflow sim push --record DIR`)".into(),
             ));
         }
-        let vt = cfg.vision_tokens() * cfg.feature_dim;
+        let vt = cfg.vision_tokens() * cfg.vision_width();
         for (k, e) in self.episodes.iter().enumerate() {
             let bad = |m: String| Err(Error::Data(format!("episode {k}: {m}")));
             let n = e.steps(cfg);
@@ -98,7 +98,7 @@ impl Dataset {
                     "frame at step {s} has {} values, expected {} pooled tokens of {} ({vt})",
                     f.len(),
                     cfg.vision_tokens(),
-                    cfg.feature_dim
+                    cfg.vision_width()
                 ));
             }
             if e.frames.windows(2).any(|w| w[1].0 <= w[0].0) {
@@ -142,11 +142,32 @@ impl Dataset {
         }
         let (state_mean, state_std) = s.finish();
         let (action_mean, action_std) = a.finish();
+        let (vision_mean, vision_std) = if cfg.vision_norm {
+            // Over every real feature segment of every cached frame (the
+            // CLS token's zero padding left out).
+            let d = cfg.feature_dim;
+            let segs = cfg.vision_stack * cfg.vision_stack;
+            let mut v = Moments::new(d);
+            for e in &self.episodes {
+                for (_, f) in &e.frames {
+                    for (k, seg) in f.chunks(d).enumerate() {
+                        if k == 0 || k >= segs {
+                            v.add(seg);
+                        }
+                    }
+                }
+            }
+            v.finish()
+        } else {
+            (Vec::new(), Vec::new())
+        };
         Normalizer {
             state_mean,
             state_std,
             action_mean,
             action_std,
+            vision_mean,
+            vision_std,
         }
     }
 }
@@ -182,5 +203,150 @@ impl Moments {
             .map(|(q, m)| ((q / n - m * m).max(0.0).sqrt() as f32).max(MIN_STD))
             .collect();
         (mean.iter().map(|m| *m as f32).collect(), std)
+    }
+}
+
+/// Metadata key of a cached dataset's description (see [`Dataset::save`]).
+const CACHE_KEY: &str = "edgeflow.action.dataset";
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl Dataset {
+    /// Write the dataset (features included) as safetensors, `key`
+    /// describing how it was made (the encoder settings and the episodes)
+    /// in the metadata; [`Dataset::load`] gives it back only for the same
+    /// key. Written to a temporary name and renamed, so a file that exists
+    /// is whole.
+    pub fn save(&self, path: &std::path::Path, key: &str) -> Result<()> {
+        use safetensors::tensor::{Dtype, TensorView};
+        let mut bufs: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+        for (k, e) in self.episodes.iter().enumerate() {
+            let nf = e.frames.len();
+            let fw = e.frames.first().map_or(0, |f| f.1.len());
+            let steps: Vec<u8> = e
+                .frames
+                .iter()
+                .flat_map(|(s, _)| (*s as u64).to_le_bytes())
+                .collect();
+            let frames: Vec<f32> = e.frames.iter().flat_map(|f| f.1.iter().copied()).collect();
+            bufs.push((format!("{k}.frame_steps"), Dtype::U64, vec![nf], steps));
+            bufs.push((
+                format!("{k}.frames"),
+                Dtype::F32,
+                vec![nf, fw],
+                f32_bytes(&frames),
+            ));
+            for (name, v) in [
+                ("instruction", &e.instruction),
+                ("states", &e.states),
+                ("actions", &e.actions),
+            ] {
+                bufs.push((
+                    format!("{k}.{name}"),
+                    Dtype::F32,
+                    vec![v.len()],
+                    f32_bytes(v),
+                ));
+            }
+        }
+        let views = bufs
+            .iter()
+            .map(|(n, d, s, b)| {
+                TensorView::new(*d, s.clone(), b)
+                    .map(|v| (n.clone(), v))
+                    .map_err(|e| Error::Data(format!("dataset tensor {n}: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let meta = std::collections::HashMap::from([
+            (CACHE_KEY.to_string(), key.to_string()),
+            ("episodes".to_string(), self.episodes.len().to_string()),
+        ]);
+        let tmp = path.with_extension("partial");
+        safetensors::tensor::serialize_to_file(views, Some(meta), &tmp)
+            .map_err(|e| Error::Data(format!("writing {}: {e}", tmp.display())))?;
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    }
+
+    /// Read a dataset [`Dataset::save`] wrote with the same `key`; `None`
+    /// when there is no file or it was made another way.
+    pub fn load(path: &std::path::Path, key: &str) -> Result<Option<Self>> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        let bad = |m: String| Error::Data(format!("{}: {m}", path.display()));
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
+            .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+        let m = meta.metadata().clone().unwrap_or_default();
+        if m.get(CACHE_KEY).map(String::as_str) != Some(key) {
+            return Ok(None);
+        }
+        let n: usize = m
+            .get("episodes")
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| bad("metadata lacks `episodes`".into()))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
+        let get = |name: String| -> Result<(Vec<usize>, Vec<u8>)> {
+            let t = st.tensor(&name).map_err(|e| bad(format!("{name}: {e}")))?;
+            Ok((t.shape().to_vec(), t.data().to_vec()))
+        };
+        let floats = |b: Vec<u8>| -> Vec<f32> {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        let mut ds = Dataset::default();
+        for k in 0..n {
+            let (_, steps) = get(format!("{k}.frame_steps"))?;
+            let (shape, frames) = get(format!("{k}.frames"))?;
+            let fw = shape.get(1).copied().unwrap_or(0).max(1);
+            let steps: Vec<usize> = steps
+                .chunks_exact(8)
+                .map(|c| {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(c);
+                    u64::from_le_bytes(a) as usize
+                })
+                .collect();
+            let frames = floats(frames);
+            ds.episodes.push(EpisodeFeatures {
+                instruction: floats(get(format!("{k}.instruction"))?.1),
+                frames: steps
+                    .into_iter()
+                    .zip(frames.chunks(fw).map(<[f32]>::to_vec))
+                    .collect(),
+                states: floats(get(format!("{k}.states"))?.1),
+                actions: floats(get(format!("{k}.actions"))?.1),
+            });
+        }
+        Ok(Some(ds))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_dataset_reads_back_only_under_its_key() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("features.safetensors");
+        let ds = Dataset {
+            episodes: vec![EpisodeFeatures {
+                instruction: vec![0.5, -0.5],
+                frames: vec![(0, vec![1.0, 2.0, 3.0]), (3, vec![4.0, 5.0, 6.0])],
+                states: vec![0.1, 0.2, 0.3, 0.4],
+                actions: vec![0.0, 1.0],
+            }],
+        };
+        assert!(Dataset::load(&path, "k").expect("absent").is_none());
+        ds.save(&path, "k").expect("save");
+        assert_eq!(Dataset::load(&path, "k").expect("load"), Some(ds));
+        assert!(Dataset::load(&path, "other").expect("other key").is_none());
+        std::fs::write(&path, b"garbage").expect("w");
+        assert!(Dataset::load(&path, "k").is_err());
     }
 }

@@ -154,7 +154,7 @@ fn draw_batch(
 ) -> Batch {
     let (h, ad) = (cfg.horizon, cfg.action_dim);
     let mut b = Batch {
-        vision: Vec::with_capacity(batch * cfg.vision_tokens() * cfg.feature_dim),
+        vision: Vec::with_capacity(batch * cfg.vision_tokens() * cfg.vision_width()),
         text: Vec::with_capacity(batch * cfg.feature_dim),
         state: Vec::with_capacity(batch * cfg.state_dim),
         x: Vec::with_capacity(batch * h * ad),
@@ -166,7 +166,9 @@ fn draw_batch(
         let (e, i) = index[rng.below(index.len())];
         let ep = &data.episodes[e];
         let st = ep.state_at(cfg, i);
+        let at = b.vision.len();
         b.vision.extend_from_slice(ep.frame_at(i));
+        norm.vision(cfg, &mut b.vision[at..]);
         b.text.extend_from_slice(&ep.instruction);
         b.state.extend(norm.state(st));
         let a = norm.actions(st, &ep.chunk_at(cfg, i));
@@ -195,7 +197,7 @@ fn draw_batch(
 fn batch_loss(net: &TrainNet, b: Batch, batch: usize) -> Result<candle_core::Tensor> {
     let cfg = net.config();
     let (h, ad) = (cfg.horizon, cfg.action_dim);
-    let vision = net.tensor(b.vision, &[batch, cfg.vision_tokens(), cfg.feature_dim])?;
+    let vision = net.tensor(b.vision, &[batch, cfg.vision_tokens(), cfg.vision_width()])?;
     let text = net.tensor(b.text, &[batch, 1, cfg.feature_dim])?;
     let state = net.tensor(b.state, &[batch, 1, cfg.state_dim])?;
     let x = net.tensor(b.x, &[batch, h, ad])?;

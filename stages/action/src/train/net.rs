@@ -3,7 +3,7 @@
 //! checkpoint it writes loads into the runtime model.
 
 use crate::config::{Config, Normalizer};
-use crate::model::{norm_shapes, tensor_shapes};
+use crate::model::{norm_shapes, norm_values, tensor_shapes};
 use crate::rng::Rng;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var, D};
@@ -116,7 +116,7 @@ impl TrainNet {
     }
 
     /// [`crate::model::ActionHead::condition`]: pooled vision `[b,
-    /// vision_tokens, feature_dim]`, instruction `[b, 1, feature_dim]`,
+    /// vision_tokens, vision_width]`, instruction `[b, 1, feature_dim]`,
     /// normalised state `[b, 1, state_dim]`.
     pub fn condition(&self, vision: &Tensor, text: &Tensor, state: &Tensor) -> Result<Tensor> {
         let v = self.linear("vision_in", vision)?;
@@ -162,13 +162,17 @@ impl TrainNet {
             let t = v.as_tensor().to_dtype(DType::F32)?;
             named.push((name.clone(), t.dims().to_vec(), t.flatten_all()?.to_vec1()?));
         }
-        let values = [
-            &norm.state_mean,
-            &norm.state_std,
-            &norm.action_mean,
-            &norm.action_std,
-        ];
-        for ((name, dims), v) in norm_shapes(&self.cfg).into_iter().zip(values) {
+        let shapes = norm_shapes(&self.cfg);
+        let values = norm_values(norm);
+        if shapes.len() != values.len() {
+            return Err(Error::Config(format!(
+                "the normaliser has {} tensors, the config (vision_norm {}) wants {}",
+                values.len(),
+                self.cfg.vision_norm,
+                shapes.len()
+            )));
+        }
+        for ((name, dims), v) in shapes.into_iter().zip(values) {
             if v.len() != dims.iter().product::<usize>() {
                 return Err(Error::Config(format!(
                     "`{name}` has {} values, expected {dims:?}",

@@ -1,0 +1,342 @@
+//! A trained action head in closed loop against the push simulator in
+//! simulated time, in this process: no zenoh, no pipeline, no real-time
+//! clock. The frozen encoders (DINOv2, MiniLM) see exactly what the
+//! pipeline's stages see (the simulator's camera frame at the head's
+//! `image_size`, the instruction text); each chunk is sampled from noise
+//! and its first `execute` actions run open loop, then the next frame is
+//! taken. It answers "does this checkpoint solve the task" in seconds, which
+//! is what training needs (`edgeflow train policy --eval-seeds N`) and what
+//! `edgeflow eval policy` prints; `edgeflow eval vla` measures the same
+//! policy end to end through the real pipeline and its timing.
+
+use anyhow::Context;
+use edgeflow_action::policy::{Observation, Policy, RtcMode};
+use edgeflow_sim::{Expert, PushConfig, PushSim};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::time::Instant;
+
+/// How to roll out.
+#[derive(Debug, Clone)]
+pub(crate) struct RolloutOptions {
+    /// First seed.
+    pub seed: u64,
+    /// Episodes.
+    pub episodes: u64,
+    /// Actions run from each chunk before the next observation.
+    pub execute: usize,
+    /// Flow (Euler) steps per chunk.
+    pub flow_steps: usize,
+    /// Give every episode another goal's instruction.
+    pub wrong_instruction: bool,
+    /// How chunks are executed.
+    pub mode: Mode,
+    /// Injected inference delay, control periods: the chunk for an
+    /// observation taken at step k arrives at step k + delay.
+    pub delay: usize,
+}
+
+/// How chunks are executed (the controller's modes, in simulated time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Mode {
+    /// Observe, wait out the inference (the pusher holds), run `execute`
+    /// actions, observe again.
+    Sync,
+    /// Observe while the current chunk runs; when the next chunk arrives
+    /// (`delay` steps later) switch to it from its action `delay` on
+    /// (naive switching).
+    Async,
+    /// As async, with the next chunk's first `delay` actions frozen to the
+    /// ones that run meanwhile (real-time chunking, the head's trained
+    /// prefix inpainting).
+    Rtc,
+}
+
+impl Mode {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Mode::Sync => "sync",
+            Mode::Async => "async",
+            Mode::Rtc => "rtc",
+        }
+    }
+}
+
+/// Mean command jump (mm) and jerk (m/s^3) over a set of control steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub(crate) struct Smoothness {
+    pub steps: usize,
+    pub jump_mm: f64,
+    pub jerk: f64,
+}
+
+impl Smoothness {
+    fn add(&mut self, jump: f64, jerk: f64) {
+        self.steps += 1;
+        self.jump_mm += 1e3 * jump;
+        self.jerk += jerk;
+    }
+    fn mean(mut self) -> Self {
+        let n = self.steps.max(1) as f64;
+        self.jump_mm /= n;
+        self.jerk /= n;
+        self
+    }
+}
+
+/// Jump and jerk of commands `c` (one per control step, `dt` apart) at the
+/// steps in `boundaries` (the first command of each new chunk) and at every
+/// other step from the fourth on.
+pub(crate) fn smoothness(
+    c: &[[f32; 2]],
+    boundaries: &[usize],
+    dt: f64,
+) -> (Smoothness, Smoothness) {
+    let (mut at, mut off) = (Smoothness::default(), Smoothness::default());
+    let d = |a: [f32; 2], b: [f32; 2]| [(a[0] - b[0]) as f64, (a[1] - b[1]) as f64];
+    for i in 3..c.len() {
+        let j1 = d(c[i], c[i - 1]);
+        let jump = j1[0].hypot(j1[1]);
+        // Third difference of position over dt^3.
+        let jx = (c[i][0] - 3.0 * c[i - 1][0] + 3.0 * c[i - 2][0] - c[i - 3][0]) as f64;
+        let jy = (c[i][1] - 3.0 * c[i - 1][1] + 3.0 * c[i - 2][1] - c[i - 3][1]) as f64;
+        let jerk = jx.hypot(jy) / dt.powi(3);
+        if boundaries.binary_search(&i).is_ok() {
+            at.add(jump, jerk);
+        } else {
+            off.add(jump, jerk);
+        }
+    }
+    (at.mean(), off.mean())
+}
+
+/// One episode's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Outcome {
+    pub seed: u64,
+    pub variant: String,
+    pub success: bool,
+    pub expert_success: bool,
+    pub seconds: f64,
+    /// The named block's distance to the named zone at the start and at
+    /// the end, metres.
+    pub start_distance: f32,
+    pub end_distance: f32,
+    /// Command jump and jerk at chunk boundaries and elsewhere.
+    pub boundary: Smoothness,
+    pub elsewhere: Smoothness,
+}
+
+/// Outcomes of a rollout and how long it took.
+#[derive(Debug, Clone)]
+pub(crate) struct Rollout {
+    pub outcomes: Vec<Outcome>,
+    pub wall_s: f64,
+}
+
+impl Rollout {
+    /// `(policy successes, expert successes, episodes)`.
+    pub(super) fn totals(&self) -> (usize, usize, usize) {
+        let s = self.outcomes.iter().filter(|o| o.success).count();
+        let e = self.outcomes.iter().filter(|o| o.expert_success).count();
+        (s, e, self.outcomes.len())
+    }
+
+    /// Per variant: `(policy successes, episodes)`.
+    pub(super) fn per_variant(&self) -> BTreeMap<String, (usize, usize)> {
+        let mut m: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for o in &self.outcomes {
+            let e = m.entry(o.variant.clone()).or_default();
+            e.0 += o.success as usize;
+            e.1 += 1;
+        }
+        m
+    }
+
+    /// Mean simulated seconds of the solved episodes.
+    pub(super) fn task_seconds(&self) -> f64 {
+        let ok: Vec<f64> = self
+            .outcomes
+            .iter()
+            .filter(|o| o.success)
+            .map(|o| o.seconds)
+            .collect();
+        ok.iter().sum::<f64>() / ok.len().max(1) as f64
+    }
+
+    /// Jump and jerk at chunk boundaries and elsewhere, over every episode.
+    pub(super) fn smoothness(&self) -> (Smoothness, Smoothness) {
+        let merge = |f: fn(&Outcome) -> Smoothness| {
+            let mut m = Smoothness::default();
+            for o in &self.outcomes {
+                let x = f(o);
+                m.jump_mm += x.jump_mm * x.steps as f64;
+                m.jerk += x.jerk * x.steps as f64;
+                m.steps += x.steps;
+            }
+            m.mean()
+        };
+        (merge(|o| o.boundary), merge(|o| o.elsewhere))
+    }
+
+    /// One line: policy and expert success, per variant, wall time.
+    pub(super) fn summary(&self) -> String {
+        let (s, e, n) = self.totals();
+        let pv: Vec<String> = self
+            .per_variant()
+            .iter()
+            .map(|(v, (k, n))| format!("{v} {k}/{n}"))
+            .collect();
+        format!(
+            "policy {s}/{n} ({:.0} %), expert {e}/{n} on the same seeds; {}; {:.0} s",
+            100.0 * s as f64 / n.max(1) as f64,
+            pv.join(", "),
+            self.wall_s
+        )
+    }
+}
+
+/// Roll the checkpoint at `checkpoint` out over `opts.episodes` seeds from
+/// `opts.seed`; the scripted expert runs the same seeds for comparison.
+/// `each` sees every finished episode.
+pub(crate) fn rollout(
+    checkpoint: &Path,
+    opts: &RolloutOptions,
+    mut each: impl FnMut(&Outcome),
+) -> anyhow::Result<Rollout> {
+    anyhow::ensure!(opts.execute >= 1, "execute at least one action per chunk");
+    let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu)?;
+    let rtc = if opts.mode == Mode::Rtc {
+        RtcMode::Prefix
+    } else {
+        RtcMode::None
+    };
+    let mut policy = Policy::load(checkpoint, &dev, opts.flow_steps, rtc, opts.seed)
+        .with_context(|| format!("loading {}", checkpoint.display()))?;
+    let cfg = policy.config().clone();
+    anyhow::ensure!(
+        opts.execute <= cfg.horizon,
+        "execute ({}) is longer than the head's chunk ({})",
+        opts.execute,
+        cfg.horizon
+    );
+    let vision = edgeflow_dinov2::VisionEncoder::new(
+        edgeflow_dinov2::load(&edgeflow_dinov2::default_weights()?, &dev)?,
+        edgeflow_vision::Preprocess::square(cfg.image_size),
+        dev.clone(),
+    );
+    let text = edgeflow_minilm::Encoder::from_cache(&dev)?;
+    let sim_cfg = PushConfig::default();
+    let mut sim = PushSim::new(sim_cfg.clone())?;
+    let mut expert = Expert::new(&sim_cfg);
+    let mut embeddings: BTreeMap<String, Vec<f32>> = BTreeMap::new();
+    let t0 = Instant::now();
+    let mut outcomes = Vec::new();
+    for seed in opts.seed..opts.seed + opts.episodes {
+        // The expert first, on its own copy of the episode.
+        expert.run_episode(&mut sim, seed, cfg.horizon, opts.execute, |_, _| {
+            anyhow::Ok(())
+        })?;
+        let expert_success = sim.success();
+        let info = sim.reset(seed);
+        let start_distance = sim.true_state().goal_distance();
+        let instruction = if opts.wrong_instruction {
+            super::eval::wrong_instruction(&info.instruction)
+        } else {
+            info.instruction.clone()
+        };
+        let emb = match embeddings.get(&instruction) {
+            Some(e) => e.clone(),
+            None => {
+                let e = text.embed(&instruction)?;
+                embeddings.insert(instruction.clone(), e.clone());
+                e
+            }
+        };
+        let mut queue: VecDeque<[f32; 2]> = VecDeque::new();
+        let mut commands: Vec<[f32; 2]> = Vec::new();
+        let mut boundaries: Vec<usize> = Vec::new();
+        let mut hold = sim.hold_action();
+        // One control step: the next queued action, or hold the last one.
+        let mut step =
+            |sim: &mut PushSim, queue: &mut VecDeque<[f32; 2]>, commands: &mut Vec<[f32; 2]>| {
+                if let Some(a) = queue.pop_front() {
+                    hold = a;
+                }
+                commands.push(hold);
+                sim.step(hold);
+            };
+        while !sim.done() {
+            let img = sim.render();
+            let rgb = edgeflow_vision::RgbImage::from_raw(img.width, img.height, img.rgb)
+                .context("frame size")?;
+            let (tokens, _, _) = vision.tokens(&rgb)?;
+            let obs = Observation {
+                vision: tokens,
+                instruction: emb.clone(),
+                state: sim.robot_state().to_vec(),
+            };
+            let ad = cfg.action_dim;
+            let (chunk, skip) = match opts.mode {
+                Mode::Sync => {
+                    let c = policy.chunk(&obs, &[], 0, || false)?;
+                    queue.clear();
+                    for _ in 0..opts.delay {
+                        if sim.done() {
+                            break;
+                        }
+                        step(&mut sim, &mut queue, &mut commands);
+                    }
+                    (c, 0)
+                }
+                Mode::Async | Mode::Rtc => {
+                    let prefix: Vec<f32> = queue.iter().flatten().copied().collect();
+                    let c = policy.chunk(&obs, &prefix, opts.delay, || false)?;
+                    // The current chunk runs while the next is computed.
+                    for _ in 0..opts.delay {
+                        if sim.done() {
+                            break;
+                        }
+                        step(&mut sim, &mut queue, &mut commands);
+                    }
+                    (c, opts.delay.min(cfg.horizon - 1))
+                }
+            };
+            queue = chunk
+                .actions
+                .chunks(ad)
+                .skip(skip)
+                .map(|a| [a[0], a[1]])
+                .collect();
+            boundaries.push(commands.len());
+            let run = match opts.mode {
+                Mode::Sync => opts.execute,
+                _ => opts.execute.saturating_sub(opts.delay).max(1),
+            };
+            for _ in 0..run {
+                if sim.done() {
+                    break;
+                }
+                step(&mut sim, &mut queue, &mut commands);
+            }
+        }
+        let (boundary, elsewhere) = smoothness(&commands, &boundaries, 1.0 / sim_cfg.control_hz);
+        let o = Outcome {
+            seed,
+            variant: info.variant.name(),
+            success: sim.success(),
+            expert_success,
+            seconds: sim.true_state().time,
+            start_distance,
+            end_distance: sim.true_state().goal_distance(),
+            boundary,
+            elsewhere,
+        };
+        each(&o);
+        outcomes.push(o);
+    }
+    Ok(Rollout {
+        outcomes,
+        wall_s: t0.elapsed().as_secs_f64(),
+    })
+}
