@@ -6,6 +6,8 @@ use std::process::ExitCode;
 mod bench;
 mod devices;
 mod eval;
+mod eval_policy;
+mod eval_thinker;
 mod graph;
 mod inspect;
 mod models;

@@ -34,6 +34,10 @@ pub(crate) struct RolloutOptions {
     /// Injected inference delay, control periods: the chunk for an
     /// observation taken at step k arrives at step k + delay.
     pub delay: usize,
+    /// Scale of the head's starting noise.
+    pub temperature: f32,
+    /// Episode timeout, simulated seconds.
+    pub episode_seconds: f64,
 }
 
 /// How chunks are executed (the controller's modes, in simulated time).
@@ -161,7 +165,8 @@ impl Rollout {
             .filter(|o| o.success)
             .map(|o| o.seconds)
             .collect();
-        ok.iter().sum::<f64>() / ok.len().max(1) as f64
+        // (An empty f64 sum is -0.0.)
+        ok.iter().fold(0.0, |a, b| a + b) / ok.len().max(1) as f64
     }
 
     /// Jump and jerk at chunk boundaries and elsewhere, over every episode.
@@ -213,6 +218,7 @@ pub(crate) fn rollout(
     };
     let mut policy = Policy::load(checkpoint, &dev, opts.flow_steps, rtc, opts.seed)
         .with_context(|| format!("loading {}", checkpoint.display()))?;
+    policy.temperature = opts.temperature;
     let cfg = policy.config().clone();
     anyhow::ensure!(
         opts.execute <= cfg.horizon,
@@ -226,7 +232,10 @@ pub(crate) fn rollout(
         dev.clone(),
     );
     let text = edgeflow_minilm::Encoder::from_cache(&dev)?;
-    let sim_cfg = PushConfig::default();
+    let sim_cfg = PushConfig {
+        episode_seconds: opts.episode_seconds,
+        ..PushConfig::default()
+    };
     let mut sim = PushSim::new(sim_cfg.clone())?;
     let mut expert = Expert::new(&sim_cfg);
     let mut embeddings: BTreeMap<String, Vec<f32>> = BTreeMap::new();

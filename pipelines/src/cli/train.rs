@@ -123,6 +123,8 @@ pub(super) fn run(c: TrainCommand) -> anyhow::Result<ExitCode> {
             wrong_instruction: false,
             mode: super::rollout::Mode::Sync,
             delay: 0,
+            temperature: 1.0,
+            episode_seconds: 20.0,
         };
         let r = super::rollout::rollout(&a.out, &opts, |_| {})?;
         println!(

@@ -77,6 +77,11 @@ pub struct Policy {
     sampler: OdeSampler,
     /// Real-time chunking mode.
     pub rtc: RtcMode,
+    /// Scale of the starting noise (1 = the trained distribution; 0 =
+    /// start every chunk from the noise mean, a deterministic chunk per
+    /// observation that does not switch between ways of doing the task
+    /// from one chunk to the next).
+    pub temperature: f32,
     rng: Rng,
 }
 
@@ -108,6 +113,7 @@ impl Policy {
             dev: dev.clone(),
             sampler: OdeSampler::new(OdeMethod::Euler, Schedule::uniform(steps)?),
             rtc,
+            temperature: 1.0,
             rng: Rng::new(seed),
         })
     }
@@ -198,7 +204,13 @@ impl Policy {
             &place(state_n, &[1, 1, cfg.state_dim])?,
         )?;
         // x0: noise, with the frozen prefix (normalised) in place.
-        let mut x0 = self.rng.normals(h * ad);
+        let t = self.temperature;
+        let mut x0: Vec<f32> = self
+            .rng
+            .normals(h * ad)
+            .into_iter()
+            .map(|v| v * t)
+            .collect();
         let fixed = norm.actions(&obs.state, &prefix[..frozen * ad]);
         x0[..frozen * ad].copy_from_slice(&fixed);
         let mask: Vec<f32> = (0..h)

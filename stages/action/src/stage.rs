@@ -27,6 +27,7 @@ impl StageFactory for ActionHeadKind {
                 ParamInfo::new("steps", ParamType::Int, 10, "Euler steps of the flow ODE (1..=1000)"),
                 ParamInfo::new("rtc", ParamType::String, "prefix", "real-time chunking: `prefix` (freeze the executing prefix, inpaint the rest) or `none` (naive chunk switching)"),
                 ParamInfo::new("seed", ParamType::Int, 0, "seed of the sampling noise"),
+                ParamInfo::new("temperature", ParamType::Float, 1.0, "scale of the starting noise: 1 samples the trained distribution, 0 gives one deterministic chunk per observation"),
                 ParamInfo::new("delay", ParamType::Duration, 0.0, "injected inference delay: extra time before each chunk is emitted, on top of the compute (evaluation of delay robustness, e.g. 40ms = 2 periods at 50 Hz)"),
             ],
             ports: Ports {
@@ -62,7 +63,17 @@ impl StageFactory for ActionHeadKind {
         let seed: u64 = p.get_or("seed", 0)?;
         let delay = p.duration("delay")?.unwrap_or_default();
         let dev = env.open_device()?;
-        let policy = Policy::load(&path, &dev, steps, rtc, seed)?;
+        let temperature: f64 = p.get_or("temperature", 1.0)?;
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(p
+                .error(
+                    "temperature",
+                    format!("must be in 0..=2, got {temperature}"),
+                )
+                .into());
+        }
+        let mut policy = Policy::load(&path, &dev, steps, rtc, seed)?;
+        policy.temperature = temperature as f32;
         let dt = Duration::from_secs_f64(1.0 / policy.config().control_hz);
         Ok(Box::new(ActionHeadStage {
             policy,

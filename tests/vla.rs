@@ -1,0 +1,104 @@
+//! The vision-language-action tools end to end through the CLI: the
+//! expert's recording is deterministic, and `edgeflow eval policy` runs the
+//! shipped checkpoint in closed loop (DINOv2 and MiniLM from the model
+//! cache, the head from pipelines/data) in every execution mode and delay,
+//! writing its figures and plot.
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::path::Path;
+use std::process::Command;
+
+fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn edgeflow(args: &[&str]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_edgeflow"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "edgeflow {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn sim_record_writes_the_same_episodes_for_the_same_seeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for d in [&a, &b] {
+        let args = ["sim", "record", "--episodes", "2", "--seed", "7", "--out"];
+        let out = edgeflow(&[&args[..], &[d.to_str().unwrap()]].concat());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("\"summary\":true"), "{text}");
+    }
+    for ep in ["episode_000007", "episode_000008"] {
+        for f in ["actions.f32", "state.f32", "frames.u8", "meta.json"] {
+            let x = std::fs::read(a.join(ep).join(f)).unwrap();
+            let y = std::fs::read(b.join(ep).join(f)).unwrap();
+            assert!(!x.is_empty());
+            assert!(x == y, "{ep}/{f} differs between two recordings");
+        }
+    }
+    let e = Command::new(env!("CARGO_BIN_EXE_edgeflow"))
+        .args(["sim", "record", "--execute", "20", "--out"])
+        .arg(dir.path().join("c"))
+        .output()
+        .unwrap();
+    assert!(!e.status.success());
+    assert!(String::from_utf8_lossy(&e.stderr).contains("--execute"));
+}
+
+/// Needs the encoders in the model cache (`edgeflow models fetch
+/// dinov2-vits14 minilm-l6`; the README's test command fetches them).
+#[test]
+fn eval_policy_runs_every_mode_and_delay_and_writes_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json, png) = (dir.path().join("eval.json"), dir.path().join("eval.png"));
+    let out = edgeflow(&[
+        "eval",
+        "policy",
+        "--episodes",
+        "2",
+        "--modes",
+        "sync,async,rtc",
+        "--delays",
+        "0,4",
+        "--wrong-instruction",
+        "--episode-seconds",
+        "8",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6, "3 modes x 2 delays");
+    for r in runs {
+        assert_eq!(r["episodes"], 2);
+        let jump = r["boundary"]["jump_mm"].as_f64().unwrap();
+        assert!(jump.is_finite() && jump >= 0.0, "{r}");
+    }
+    // The figures name the CPU and the expert's result on the same seeds.
+    assert!(v["expert"][0].as_u64().is_some());
+    assert!(v["cpu"].as_str().is_some_and(|c| !c.is_empty()));
+    assert_eq!(v["wrong_instruction"]["episodes"], 2);
+    let png = std::fs::read(&png).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "a PNG file");
+    let side = |o: usize| u32::from_be_bytes([png[o], png[o + 1], png[o + 2], png[o + 3]]);
+    assert!(
+        side(16) >= 200 && side(20) >= 100,
+        "{} x {}",
+        side(16),
+        side(20)
+    );
+}
