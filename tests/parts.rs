@@ -165,9 +165,10 @@ fn a_finite_split_pipeline_ends_in_every_part_and_its_block_edge_loses_nothing()
     std::fs::write(&file, finite_yaml(free_port(), 400)).unwrap();
     // The consumer starts second: the producer's credit window waits for it
     // instead of publishing into the void.
-    let a = Proc::spawn(part(&file, "a", &[]));
+    let (ma, mb) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    let a = Proc::spawn(part(&file, "a", &["--metrics-out", ma.to_str().unwrap()]));
     std::thread::sleep(Duration::from_millis(300));
-    let b = Proc::spawn(part(&file, "b", &[]));
+    let b = Proc::spawn(part(&file, "b", &["--metrics-out", mb.to_str().unwrap()]));
     let (code_b, out_b) = b.finish(Duration::from_secs(60));
     let (code_a, _) = a.finish(Duration::from_secs(30));
     assert_eq!(
@@ -184,6 +185,26 @@ fn a_finite_split_pipeline_ends_in_every_part_and_its_block_edge_loses_nothing()
         got.len()
     );
     assert_eq!(got, want, "in order");
+    // Each part's metrics hold the other part's too: one run, one summary.
+    for (path, me, other, stage) in [(&ma, "a", "b", "show"), (&mb, "b", "a", "lines")] {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(v["part"], me);
+        let theirs = &v["parts"][other];
+        assert_eq!(
+            theirs["part"], other,
+            "{me} gathered {other}'s metrics: {v}"
+        );
+        let st = theirs["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == stage)
+            .unwrap_or_else(|| panic!("{other}'s stage {stage} in {me}'s metrics: {v}"));
+        if stage == "show" {
+            assert!(st["processed"].as_u64().unwrap() >= 400, "{st}");
+        }
+    }
 }
 
 #[test]

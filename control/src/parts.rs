@@ -230,6 +230,9 @@ pub struct PartPresence {
     seen: Arc<Mutex<BTreeSet<String>>>,
     acks: Arc<Mutex<Vec<RemoteAck>>>,
     cancel_subs: Vec<zenoh::pubsub::Subscriber<()>>,
+    /// Every other part's final metrics, as they arrive.
+    metrics: Arc<Mutex<BTreeMap<String, Value>>>,
+    _metrics_sub: zenoh::pubsub::Subscriber<()>,
     _watch: zenoh::pubsub::Subscriber<()>,
     _token: zenoh::liveliness::LivelinessToken,
     session: SharedSession,
@@ -313,6 +316,28 @@ impl PartPresence {
             })
             .wait()
             .map_err(|e| Error::Zenoh(format!("watching the other parts: {e}")))?;
+        // Other parts' final metrics (see `exchange_metrics`): subscribed
+        // from the start, so a part that ends first is not missed.
+        let metrics: Arc<Mutex<BTreeMap<String, Value>>> = Arc::default();
+        let (m2, prefix3, me3) = (metrics.clone(), prefix.clone(), part.to_string());
+        let metrics_sub = s
+            .session()
+            .declare_subscriber(format!("{prefix}/metrics/*"))
+            .callback(move |sample| {
+                let key = sample.key_expr().as_str();
+                let Some(p) = key.strip_prefix(&format!("{prefix3}/metrics/")) else {
+                    return;
+                };
+                if p == key_chunk(&me3) {
+                    return;
+                }
+                if let Ok(v) = serde_json::from_slice::<Value>(&sample.payload().to_bytes()) {
+                    let name = v["part"].as_str().unwrap_or(p).to_string();
+                    m2.lock().insert(name, v);
+                }
+            })
+            .wait()
+            .map_err(|e| Error::Zenoh(format!("watching the other parts' metrics: {e}")))?;
         let token = s
             .session()
             .liveliness()
@@ -325,6 +350,8 @@ impl PartPresence {
             seen,
             acks: Arc::default(),
             cancel_subs: Vec::new(),
+            metrics,
+            _metrics_sub: metrics_sub,
             _watch: watch,
             _token: token,
             session: s,
@@ -334,6 +361,40 @@ impl PartPresence {
     /// The other parts present now.
     pub fn others(&self) -> Vec<String> {
         self.seen.lock().iter().cloned().collect()
+    }
+
+    /// Gather the run's metrics across parts: publish this part's final
+    /// `mine` (a serialised `MetricsSnapshot`) and wait up to `wait` for the
+    /// final metrics of every other part still present (a part that ended
+    /// earlier published its own before it left; a part that was lost sends
+    /// none). Returns each other part's metrics by part name, with a
+    /// `part` field added.
+    pub fn exchange_metrics(&self, mine: &Value, wait: Duration) -> BTreeMap<String, Value> {
+        let mut v = mine.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("part".into(), json!(self.part));
+        }
+        let key = format!("{}/metrics/{}", self.prefix, key_chunk(&self.part));
+        if let Ok(bytes) = serde_json::to_vec(&v) {
+            if let Err(e) = self
+                .session
+                .session()
+                .put(key, bytes)
+                .congestion_control(zenoh::qos::CongestionControl::Block)
+                .wait()
+            {
+                eprintln!("edgeflow: could not publish this part's metrics: {e}");
+            }
+        }
+        let end = std::time::Instant::now() + wait;
+        loop {
+            let got = self.metrics.lock().clone();
+            let missing = self.seen.lock().iter().any(|p| !got.contains_key(p));
+            if !missing || std::time::Instant::now() >= end {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The other parts' acknowledgements of cancels started here.

@@ -28,6 +28,8 @@ pub(crate) struct Part {
     pipeline_name: String,
     hash: String,
     session: edgeflow_control::session::SessionConfig,
+    /// Every part the file names.
+    all_parts: Vec<String>,
 }
 
 impl Part {
@@ -70,7 +72,13 @@ impl Part {
             pipeline_name,
             hash: file_hash(&bytes),
             session: bridge.session(name),
+            all_parts: parts::part_names(&spec),
         })
+    }
+
+    /// This part's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     /// Declare this part (after its stages are built) and watch the others;
@@ -91,4 +99,40 @@ impl Part {
             on_mismatch,
         )?)
     }
+}
+
+/// The other parts' stage lines for the end-of-run summary, from the
+/// metrics they published (`PartPresence::exchange_metrics`); a part seen
+/// in the file that sent none (lost, or not started) is named.
+pub(crate) fn gathered_summary(
+    me: &Part,
+    gathered: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for name in &me.all_parts {
+        if *name == me.name {
+            continue;
+        }
+        let Some(v) = gathered.get(name) else {
+            let _ = writeln!(s, "part `{name}`: no metrics (it was lost or did not run)");
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "part `{name}`: {:.2} s",
+            v["wall_s"].as_f64().unwrap_or(0.0)
+        );
+        for st in v["stages"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                s,
+                "  {:<14} {:>7} msgs  p50 {:>9.1} us  p99 {:>9.1} us",
+                st["id"].as_str().unwrap_or("?"),
+                st["processed"].as_u64().unwrap_or(0),
+                st["processing"]["p50_us"].as_f64().unwrap_or(0.0),
+                st["processing"]["p99_us"].as_f64().unwrap_or(0.0),
+            );
+        }
+    }
+    s
 }

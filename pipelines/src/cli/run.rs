@@ -131,20 +131,36 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let (metrics, result) = running.finish(timeout);
     // Normal end, Ctrl-C, timeout or a stage error: the file is finalised.
     let recorded = recorder.map(|r| finish_recording(r, a.quiet));
-    if presence.is_some() {
-        // Let zenoh flush what the last stages published before the
-        // session closes with this process.
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    }
+    // Split run: publish this part's metrics and gather the others' (this
+    // also lets zenoh flush what the last stages published before the
+    // session closes with this process).
+    let gathered = match &presence {
+        Some(p) => {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            p.exchange_metrics(
+                &serde_json::to_value(&metrics)?,
+                std::time::Duration::from_secs(2),
+            )
+        }
+        None => Default::default(),
+    };
     drop(presence);
     if let Some(m) = mismatch.lock().ok().and_then(|m| m.clone()) {
         anyhow::bail!("stopped: {m}");
     }
     if let Some(path) = &a.metrics_out {
-        write_atomically(path, serde_json::to_string_pretty(&metrics)?.as_bytes())?;
+        let mut v = serde_json::to_value(&metrics)?;
+        if let (Some(o), Some(pt)) = (v.as_object_mut(), &part) {
+            o.insert("part".into(), serde_json::json!(pt.name()));
+            o.insert("parts".into(), serde_json::to_value(&gathered)?);
+        }
+        write_atomically(path, serde_json::to_string_pretty(&v)?.as_bytes())?;
     }
     if !a.quiet {
         eprint!("{}", metrics.summary());
+        if let Some(pt) = &part {
+            eprint!("{}", super::parts::gathered_summary(pt, &gathered));
+        }
     }
     if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
         eprintln!("edgeflow: interrupted");
