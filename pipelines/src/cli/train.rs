@@ -74,6 +74,10 @@ pub(crate) struct PolicyArgs {
     /// (the "copycat" failure of behaviour cloning).
     #[arg(long, default_value_t = 2)]
     pub state_dim: usize,
+    /// Fraction of training samples with no frozen prefix (the rest train
+    /// real-time chunking's inpainting of a frozen prefix).
+    #[arg(long, default_value_t = 0.5)]
+    pub unprefixed: f64,
     /// Use failed episodes too (default: successful ones only).
     #[arg(long)]
     pub include_failed: bool,
@@ -224,6 +228,7 @@ fn train_policy(
         batch: a.batch,
         lr: a.lr,
         seed: a.seed,
+        unprefixed: a.unprefixed,
         ..TrainOptions::default()
     };
     let trained = train(&data, &opts, progress)?;
@@ -383,6 +388,7 @@ mod tests {
             vision_grid: 2,
             vision_stack: 2,
             state_dim: 2,
+            unprefixed: 0.5,
             include_failed: true,
             features: Some(dir.path().join("features.safetensors")),
             eval_seeds: 0,

@@ -34,6 +34,13 @@ pub struct TrainOptions {
     pub weight_decay: f64,
     /// Seed of the weights, batches, noise and flow times.
     pub seed: u64,
+    /// Fraction of samples trained with no frozen prefix; the others freeze
+    /// `d ~ U{1..=max_prefix}` actions (real-time chunking). A frozen prefix
+    /// shows the head the motion in progress, which it can continue without
+    /// looking at the scene (the copycat shortcut); a chunk from nothing
+    /// must come from the observation, and it is what synchronous execution
+    /// and every first chunk ask for.
+    pub unprefixed: f64,
     /// Report progress every this many steps.
     pub log_every: usize,
 }
@@ -48,6 +55,7 @@ impl Default for TrainOptions {
             warmup: 100,
             weight_decay: 0.01,
             seed: 0,
+            unprefixed: 0.5,
             log_every: 50,
         }
     }
@@ -61,6 +69,12 @@ impl TrainOptions {
             return Err(Error::Config(format!(
                 "steps ({}) must be > 0 and batch ({}) in 1..=4096",
                 self.steps, self.batch
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.unprefixed) {
+            return Err(Error::Config(format!(
+                "unprefixed ({}) must be a fraction in [0, 1]",
+                self.unprefixed
             )));
         }
         if !(self.lr > 0.0 && self.lr < 1.0 && (0.0..1.0).contains(&self.weight_decay)) {
@@ -141,15 +155,16 @@ struct Batch {
 }
 
 /// Draw a batch: for each sample a uniformly drawn recorded step, its chunk
-/// of actions, a flow time `t ~ U(0, 1)`, noise, and a frozen prefix of
-/// `d ~ U{0..=max_prefix}` actions given clean (`t = 1`) and left out of
-/// the loss.
+/// of actions, a flow time `t ~ U(0, 1)`, noise, and, for a fraction
+/// `1 - unprefixed` of them, a frozen prefix of `d ~ U{1..=max_prefix}`
+/// actions given clean (`t = 1`) and left out of the loss.
 fn draw_batch(
     data: &Dataset,
     cfg: &Config,
     norm: &Normalizer,
     index: &[(usize, usize)],
     batch: usize,
+    unprefixed: f64,
     rng: &mut Rng,
 ) -> Batch {
     let (h, ad) = (cfg.horizon, cfg.action_dim);
@@ -173,7 +188,11 @@ fn draw_batch(
         b.state.extend(norm.state(st));
         let a = norm.actions(st, &ep.chunk_at(cfg, i));
         let t = rng.uniform();
-        let d = rng.below(cfg.max_prefix + 1);
+        let d = if (rng.uniform() as f64) < unprefixed || cfg.max_prefix == 0 {
+            0
+        } else {
+            1 + rng.below(cfg.max_prefix)
+        };
         for j in 0..h {
             let frozen = j < d;
             b.times.push(if frozen { 1.0 } else { t });
@@ -248,7 +267,15 @@ pub fn train(
     for step in 0..opts.steps {
         let lr = opts.lr_at(step);
         opt.set_learning_rate(lr);
-        let b = draw_batch(data, cfg, &norm, &index, opts.batch, &mut rng);
+        let b = draw_batch(
+            data,
+            cfg,
+            &norm,
+            &index,
+            opts.batch,
+            opts.unprefixed,
+            &mut rng,
+        );
         let loss = batch_loss(&net, b, opts.batch)?;
         opt.backward_step(&loss)?;
         let l = loss.to_scalar::<f32>()?;
