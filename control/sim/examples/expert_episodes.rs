@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use edgeflow_sim::record::EpisodeWriter;
+use edgeflow_sim::record::record_expert_episode;
 use edgeflow_sim::{Expert, Image, PushConfig, PushSim};
 
 struct Args {
@@ -79,35 +79,30 @@ fn main() -> Result<()> {
     let mut total_steps = 0;
     let start = Instant::now();
     for seed in args.seed..args.seed + args.episodes {
-        let mut writer: Option<EpisodeWriter> = None;
-        let mut first_frame = seed == args.seed && args.png.is_some();
-        let info =
-            expert.run_episode(&mut sim, seed, args.horizon, args.horizon, |sim, target| {
-                if writer.is_none() {
-                    if let Some(dir) = &args.record {
-                        writer = Some(EpisodeWriter::create(
-                            dir.join(format!("episode_{seed:06}")),
-                            sim.episode(),
-                            &cfg,
-                        )?);
-                    }
+        if seed == args.seed {
+            if let Some(p) = &args.png {
+                // The first episode's frame after its first chunk.
+                sim.reset(seed);
+                expert.reset();
+                for target in expert.chunk(&sim.true_state(), args.horizon) {
+                    sim.step(target);
                 }
-                if let Some(w) = writer.as_mut() {
-                    w.push(
-                        sim.true_state().time,
-                        &sim.render(),
-                        sim.robot_state(),
-                        target,
-                    )?;
-                }
-                if first_frame && sim.true_state().step == args.horizon as u64 {
-                    first_frame = false;
-                    if let Some(p) = &args.png {
-                        save_png(&sim.render(), p)?;
-                    }
-                }
+                save_png(&sim.render(), p)?;
+            }
+        }
+        let info = match &args.record {
+            Some(dir) => record_expert_episode(
+                &mut sim,
+                &mut expert,
+                seed,
+                args.horizon,
+                args.horizon,
+                &dir.join(format!("episode_{seed:06}")),
+            )?,
+            None => expert.run_episode(&mut sim, seed, args.horizon, args.horizon, |_, _| {
                 anyhow::Ok(())
-            })?;
+            })?,
+        };
         let s = sim.true_state();
         successes += sim.success() as u64;
         total_steps += s.step;
@@ -118,9 +113,6 @@ fn main() -> Result<()> {
             s.time,
             s.goal_distance()
         );
-        if let Some(w) = writer {
-            w.finish(sim.success())?;
-        }
     }
     println!(
         "success {successes}/{} ({:.1} %), {total_steps} control steps in {:.2} s wall",

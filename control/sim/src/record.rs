@@ -282,6 +282,40 @@ impl EpisodeWriter {
     }
 }
 
+/// Run one scripted-expert episode from `seed` on `sim` (plan `horizon`
+/// targets, execute `execute`, replan; see [`crate::Expert::run_episode`])
+/// and record it into the episode folder `dest`, finished (renamed into
+/// place) with its success. Returns the episode's info.
+pub fn record_expert_episode(
+    sim: &mut crate::PushSim,
+    expert: &mut crate::Expert,
+    seed: u64,
+    horizon: usize,
+    execute: usize,
+    dest: &Path,
+) -> Result<EpisodeInfo> {
+    let cfg = sim.config().clone();
+    let mut writer: Option<EpisodeWriter> = None;
+    let info = expert.run_episode(sim, seed, horizon, execute, |sim, target| {
+        if writer.is_none() {
+            writer = Some(EpisodeWriter::create(dest, sim.episode(), &cfg)?);
+        }
+        if let Some(w) = writer.as_mut() {
+            w.push(
+                sim.true_state().time,
+                &sim.render(),
+                sim.robot_state(),
+                target,
+            )?;
+        }
+        Result::Ok(())
+    })?;
+    if let Some(w) = writer {
+        w.finish(sim.success())?;
+    }
+    Ok(info)
+}
+
 impl Drop for EpisodeWriter {
     fn drop(&mut self) {
         if !self.finished && self.sinks.is_some() {

@@ -123,7 +123,6 @@ pub(super) fn run(c: SimCommand) -> anyhow::Result<ExitCode> {
 
 /// `edgeflow sim record`.
 fn record(a: &RecordArgs) -> anyhow::Result<ExitCode> {
-    use edgeflow_sim::record::EpisodeWriter;
     if a.horizon == 0 || a.execute == 0 || a.execute > a.horizon {
         anyhow::bail!(
             "--horizon ({}) and --execute ({}) must be at least 1, execute <= horizon",
@@ -139,25 +138,14 @@ fn record(a: &RecordArgs) -> anyhow::Result<ExitCode> {
     let t0 = std::time::Instant::now();
     let mut ok = 0;
     for seed in a.seed..a.seed + a.episodes {
-        let dest = a.out.join(format!("episode_{seed:06}"));
-        let mut writer: Option<EpisodeWriter> = None;
-        let info = expert.run_episode(&mut sim, seed, a.horizon, a.execute, |sim, target| {
-            if writer.is_none() {
-                writer = Some(EpisodeWriter::create(&dest, sim.episode(), &cfg)?);
-            }
-            if let Some(w) = writer.as_mut() {
-                w.push(
-                    sim.true_state().time,
-                    &sim.render(),
-                    sim.robot_state(),
-                    target,
-                )?;
-            }
-            edgeflow_sim::Result::Ok(())
-        })?;
-        if let Some(w) = writer {
-            w.finish(sim.success())?;
-        }
+        let info = edgeflow_sim::record::record_expert_episode(
+            &mut sim,
+            &mut expert,
+            seed,
+            a.horizon,
+            a.execute,
+            &a.out.join(format!("episode_{seed:06}")),
+        )?;
         ok += sim.success() as u64;
         println!(
             "{}",
