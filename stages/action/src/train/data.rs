@@ -289,11 +289,13 @@ impl Dataset {
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| bad("metadata lacks `episodes`".into()))?;
         let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
-        let get = |name: String| -> Result<(Vec<usize>, Vec<u8>)> {
+        // Views into the file's bytes: each value is decoded once, not copied
+        // first (the cache of a real run is gigabytes).
+        let get = |name: String| -> Result<(Vec<usize>, &[u8])> {
             let t = st.tensor(&name).map_err(|e| bad(format!("{name}: {e}")))?;
-            Ok((t.shape().to_vec(), t.data().to_vec()))
+            Ok((t.shape().to_vec(), t.data()))
         };
-        let floats = |b: Vec<u8>| -> Vec<f32> {
+        let floats = |b: &[u8]| -> Vec<f32> {
             b.chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect()
@@ -311,12 +313,11 @@ impl Dataset {
                     u64::from_le_bytes(a) as usize
                 })
                 .collect();
-            let frames = floats(frames);
             ds.episodes.push(EpisodeFeatures {
                 instruction: floats(get(format!("{k}.instruction"))?.1),
                 frames: steps
                     .into_iter()
-                    .zip(frames.chunks(fw).map(<[f32]>::to_vec))
+                    .zip(frames.chunks(fw * 4).map(floats))
                     .collect(),
                 states: floats(get(format!("{k}.states"))?.1),
                 actions: floats(get(format!("{k}.actions"))?.1),
