@@ -7,7 +7,9 @@
 //! - [`OnnxFile`]: initializers (and `Constant` node values) of an ONNX
 //!   model, by tensor name, and its nodes ([`OnnxNode`]: op type, inputs,
 //!   outputs), read by an in-tree protobuf wire-format reader;
-//! - [`Ct2File`]: CTranslate2 `model.bin` (used for Whisper).
+//! - [`Ct2File`]: CTranslate2 `model.bin` (used for Whisper);
+//! - [`RandomWeights`]: no file, seeded random tensors of given names and
+//!   shapes (a model's real configuration when its weights cannot be had).
 //!
 //! Every reader implements [`WeightReader`]; [`open`] picks one by content.
 //! A missing, truncated or corrupt file is an [`Error::Weights`] naming the
@@ -16,12 +18,14 @@
 mod ct2;
 mod gguf;
 mod onnx;
+mod random;
 mod safetensors_file;
 mod store;
 
 pub use ct2::Ct2File;
 pub use gguf::GgufFile;
 pub use onnx::{OnnxFile, OnnxNode};
+pub use random::RandomWeights;
 pub use safetensors_file::{write_safetensors, SafetensorsFile};
 pub use store::WeightStore;
 
