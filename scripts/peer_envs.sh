@@ -12,6 +12,9 @@
 #   vision     vision-venv/: onnxruntime and onnx for the DINOv2 ONNX
 #              (scripts/dinov2_reference_requirements.txt) for `edgeflow bench
 #              vision` and scripts/dinov2_reference.py.
+#   omni       omni-venv/: torch and transformers (scripts/omni_reference_requirements.txt)
+#              for `edgeflow bench omni` (scripts/omni_bench_peer.py) and the
+#              Omni parity scripts (scripts/omni_*_reference.py).
 #   llama.cpp  llama.cpp/llama-bench: llama.cpp built from the PyPI source
 #              package of llama-cpp-python (pinned below; it vendors
 #              llama.cpp) with -march=native (GGML_NATIVE), for `edgeflow bench
@@ -20,7 +23,7 @@
 #              is installed when missing and we are root): about 10 minutes on
 #              a 2-core machine. An interrupted build resumes.
 #
-# Usage: scripts/peer_envs.sh [piper|speech|vision|llama.cpp]...   (none: all four)
+# Usage: scripts/peer_envs.sh [piper|speech|vision|omni|llama.cpp]...   (none: all five)
 # Prints the path of each environment. Needs python3 with venv (the piper
 # and speech venvs) and network access to PyPI the first time.
 set -euo pipefail
@@ -57,6 +60,10 @@ vision() {
     venv "$PEERS/vision-venv" "$here/dinov2_reference_requirements.txt"
 }
 
+omni() {
+    venv "$PEERS/omni-venv" "$here/omni_reference_requirements.txt"
+}
+
 llama_cpp() {
     local root=$PEERS/llama.cpp
     local src=$root/llama-cpp-python-$LLAMA_CPP_PYTHON
@@ -91,15 +98,16 @@ llama_cpp() {
     echo "$root/llama-bench"
 }
 
-[ $# -gt 0 ] || set -- piper speech vision llama.cpp
+[ $# -gt 0 ] || set -- piper speech vision omni llama.cpp
 for peer in "$@"; do
     case $peer in
         piper) piper ;;
         speech) speech ;;
         vision) vision ;;
+        omni) omni ;;
         llama.cpp | llama) llama_cpp ;;
         *)
-            echo "unknown peer environment \`$peer\`: choose from piper, speech, vision, llama.cpp" >&2
+            echo "unknown peer environment \`$peer\`: choose from piper, speech, vision, omni, llama.cpp" >&2
             exit 2
             ;;
     esac
