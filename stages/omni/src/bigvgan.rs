@@ -10,8 +10,8 @@
 //! then a last activation, `conv_post` (kernel 7, no bias) and a clamp to
 //! [-1, 1]. No tanh, no weight norm.
 //!
-//! Every activation is SnakeBeta, `x + 1 / (e^beta + 1e-9) * sin^2(e^alpha
-//! * x)` (log-scale parameters), wrapped in upstream's `TorchActivation1d`:
+//! Every activation is SnakeBeta,
+//! `x + 1 / (e^beta + 1e-9) * sin^2(e^alpha x)` (log-scale parameters), wrapped in upstream's `TorchActivation1d`:
 //! 2x upsampling through a 12-tap kaiser-windowed sinc low-pass, the
 //! activation, 2x downsampling through the same filter, both with
 //! replicate padding. Upsampling runs in its polyphase form (one 7-tap
@@ -42,7 +42,9 @@
 
 use crate::{Error, Result};
 use edgeflow_nn::{Conv1d, Conv1dConfig, ConvTranspose1d, VarBuilder};
-use edgeflow_runtime::{BinaryOp, ConvCfg, ConvTransposeCfg, DType, Device, PadMode, Tensor, UnaryOp};
+use edgeflow_runtime::{
+    BinaryOp, ConvCfg, ConvTransposeCfg, DType, Device, PadMode, Tensor, UnaryOp,
+};
 use serde::Deserialize;
 
 /// The vocoder's shape: upstream `Qwen2_5OmniBigVGANConfig` (the
@@ -336,7 +338,10 @@ impl Resampling {
     fn down_needs(&self, lo: i64, hi: i64) -> (i64, i64) {
         let (left, _) = self.down_pads();
         let r = self.r as i64;
-        (lo * r - left as i64, hi * r - left as i64 + self.k as i64 - 1)
+        (
+            lo * r - left as i64,
+            hi * r - left as i64 + self.k as i64 - 1,
+        )
     }
 }
 
@@ -579,9 +584,8 @@ impl BigVgan {
         let last = cfg.channels(cfg.upsample_rates.len());
         let activation_post = AntiAliasedSnake::load(&vb.pp("activation_post"), last, &filters)?;
         let conv_post = Conv1d::load(&vb.pp("conv_post"), last, 1, 7, k7(false))?;
-        let constant = |v: f32| -> Result<Tensor> {
-            Ok(dev.place(&Tensor::from_vec(vec![v], &[1, 1, 1])?)?)
-        };
+        let constant =
+            |v: f32| -> Result<Tensor> { Ok(dev.place(&Tensor::from_vec(vec![v], &[1, 1, 1])?)?) };
         Ok(BigVgan {
             cfg: cfg.clone(),
             lo: constant(-1.0)?,
@@ -659,8 +663,14 @@ impl BigVgan {
 /// Mel frames on the left and on the right of its own frame that one
 /// output sample depends on (the most over the frame's samples), from the
 /// index arithmetic of every layer: the context a chunk needs on each side
-/// to come out exactly as in one-shot vocoding. Both 37 for
+/// to come out exactly as in one-shot vocoding. 34 on each side for
 /// Qwen2.5-Omni's configuration.
+///
+/// This is the structural bound (every tap counted). The outermost paths
+/// pass through the anti-aliasing filters' smallest taps many times, so in
+/// f32 their contribution vanishes somewhat earlier: on the small test
+/// configuration (bound 38) a change reaches 23 frames and a context of 24
+/// already gives bit-identical audio.
 pub fn receptive_field(cfg: &Config) -> (usize, usize) {
     // Back from the samples of one frame far from either end, through the
     // layers in reverse, to the mel frames they read (inclusive ranges).
