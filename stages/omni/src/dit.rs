@@ -151,9 +151,10 @@ impl Config {
     pub fn from_json(text: &str) -> std::result::Result<Config, String> {
         let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let v = match (v.get("token2wav_config"), v.get("dit_config")) {
-            (Some(t), _) => t.get("dit_config").cloned().ok_or_else(|| {
-                "token2wav_config has no dit_config".to_string()
-            })?,
+            (Some(t), _) => t
+                .get("dit_config")
+                .cloned()
+                .ok_or_else(|| "token2wav_config has no dit_config".to_string())?,
             (None, Some(d)) => d.clone(),
             (None, None) => v,
         };
@@ -590,8 +591,9 @@ impl Dit {
                 masks.push((key, dev.place(&m)?));
             }
         }
-        let rope = RotaryEmbedding::new(self.cfg.head_dim, frames, 10_000.0, RopeLayout::Interleaved)?
-            .at(dev, 0, frames)?;
+        let rope =
+            RotaryEmbedding::new(self.cfg.head_dim, frames, 10_000.0, RopeLayout::Interleaved)?
+                .at(dev, 0, frames)?;
         Ok(Conditioning {
             rest,
             frames,
@@ -828,7 +830,9 @@ impl Dit {
         } else {
             x.clone()
         };
-        let mut h = self.proj_in.forward(dev, &dev.concat(&[&xb, &c.rest], 2)?)?;
+        let mut h = self
+            .proj_in
+            .forward(dev, &dev.concat(&[&xb, &c.rest], 2)?)?;
         // Time embedding [1, hidden]; every row of the batch has the same t.
         let tf = dev.place(&Self::time_features(t)?)?;
         let temb = self.time0.forward(dev, &tf)?;

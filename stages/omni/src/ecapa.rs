@@ -346,14 +346,7 @@ impl Ecapa {
                 scale: cfg.enc_res2net_scale,
                 tdnn2: SameConv::load(&b.pp("tdnn2.conv"), c, c, 1, 1, true)?,
                 se1: SameConv::load(&b.pp("se_block.conv1"), c, cfg.enc_se_channels, 1, 1, true)?,
-                se2: SameConv::load(
-                    &b.pp("se_block.conv2"),
-                    cfg.enc_se_channels,
-                    c,
-                    1,
-                    1,
-                    false,
-                )?,
+                se2: SameConv::load(&b.pp("se_block.conv2"), cfg.enc_se_channels, c, 1, 1, false)?,
             });
         }
         let last = ch[n - 1];
@@ -408,7 +401,11 @@ impl Ecapa {
     /// `mel[b, frames, mel_dim] -> [b, enc_dim]`.
     pub fn forward(&self, dev: &Device, mel: &Tensor) -> Result<Tensor> {
         self.check_input(mel)?;
+        // Channel-major; the reshape makes the transposed view contiguous
+        // (the CPU backend's reflect padding reads rows by index, which
+        // needs a contiguous input).
         let x = dev.transpose(mel, 1, 2)?;
+        let x = dev.reshape(&x, x.dims())?;
         let mut h = self.first.forward(dev, &x)?;
         let mut outs = Vec::with_capacity(self.blocks.len());
         for b in &self.blocks {
