@@ -18,8 +18,8 @@
 
 use crate::{Error, Result};
 use edgeflow_nn::{
-    stack_rows, Attention, Embedding, KvCache, Linear, Masking, Projections, RmsNorm, RopeLayout,
-    RotaryEmbedding, VarBuilder,
+    stack_rows, Decoder, DecoderConfig, DecoderNames, Embedding, Linear, QkvBias, RmsNorm,
+    RopeLayout, RotaryEmbedding, VarBuilder, WeightFormat,
 };
 use edgeflow_runtime::weights::{GgufFile, WeightReader};
 use edgeflow_runtime::{DType, Device, Tensor};
@@ -84,6 +84,27 @@ pub struct Config {
 }
 
 impl Config {
+    /// The shape of the block stack (shared with other decoders in
+    /// [`edgeflow_nn::Decoder`]): quantized weights kept quantized unless
+    /// `dequantize`, Q/K/V biases used when the file has them.
+    pub fn decoder_config(&self) -> DecoderConfig {
+        DecoderConfig {
+            n_layer: self.n_layer,
+            d_model: self.d_model,
+            n_head: self.n_head,
+            n_kv_head: self.n_kv_head,
+            head_dim: self.head_dim,
+            ffn: self.ffn,
+            rms_eps: self.rms_eps,
+            format: if self.dequantize {
+                WeightFormat::DequantizeQuantized
+            } else {
+                WeightFormat::Stored
+            },
+            qkv_bias: QkvBias::IfPresent,
+        }
+    }
+
     /// Read the hyper-parameters of a llama GGUF.
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let path = g.path();
@@ -156,59 +177,14 @@ impl Config {
     }
 }
 
-#[derive(Debug)]
-struct Block {
-    attn_norm: RmsNorm,
-    /// Q, K and V projections stacked by output rows: one GEMV per token.
-    attn: Attention,
-    ffn_norm: RmsNorm,
-    /// Gate and up projections.
-    gate_up: GateUp,
-    down: Linear,
-    cache: KvCache,
-}
-
-/// The MLP's gate and up projections: stacked by output rows (one GEMV
-/// per token) when their weights share a format, else two linears (mixed
-/// quantizations such as Q4_K_M keep each matrix in its own format).
-#[derive(Debug)]
-enum GateUp {
-    Fused(Linear),
-    Separate { gate: Linear, up: Linear },
-}
-
-impl GateUp {
-    fn size_bytes(&self) -> usize {
-        match self {
-            GateUp::Fused(l) => l.size_bytes(),
-            GateUp::Separate { gate, up } => gate.size_bytes() + up.size_bytes(),
-        }
-    }
-
-    /// `silu(gate(x)) * up(x)`.
-    fn forward(&self, dev: &Device, x: &Tensor, ffn: usize) -> Result<Tensor> {
-        let (g, u) = match self {
-            GateUp::Fused(l) => {
-                let gu = l.forward(dev, x)?;
-                let last = gu.rank() - 1;
-                (
-                    dev.narrow(&gu, last, 0, ffn)?,
-                    dev.narrow(&gu, last, ffn, ffn)?,
-                )
-            }
-            GateUp::Separate { gate, up } => (gate.forward(dev, x)?, up.forward(dev, x)?),
-        };
-        Ok(dev.mul(&dev.silu(&g)?, &u)?)
-    }
-}
-
 /// The decoder (Llama or Qwen2, see [`Arch`]) with its KV cache.
 #[derive(Debug)]
 pub struct Llama {
     cfg: Config,
     dev: Device,
     embed: Embedding,
-    blocks: Vec<Block>,
+    /// The blocks (`blk.N.*`), with their KV caches.
+    decoder: Decoder,
     norm: RmsNorm,
     lm_head: Linear,
     rope: RotaryEmbedding,
@@ -248,75 +224,18 @@ impl Llama {
             weight_bytes += t.size_bytes();
             Ok(vb.place_or_host(&t))
         };
-        // Whether the tensors `names` under `p` share one storage format
-        // (then they stack without converting any of them).
-        let same_format = |p: &VarBuilder, names: &[&str]| -> Result<bool> {
-            let mut dts = Vec::with_capacity(names.len());
-            for name in names {
-                dts.push(p.pp(name).host_unchecked("weight")?.dtype());
-            }
-            Ok(cfg.dequantize || dts.windows(2).all(|w| w[0] == w[1]))
-        };
-        // Biases `<name>.bias` under `p`, stacked; None when absent.
-        let biases = |p: &VarBuilder, names: &[&str]| -> Result<Option<Vec<Tensor>>> {
-            if !names.iter().all(|n| p.contains(&format!("{n}.bias"))) {
-                return Ok(None);
-            }
-            let mut v = Vec::with_capacity(names.len());
-            for name in names {
-                v.push(p.pp(name).host_unchecked("bias")?);
-            }
-            Ok(Some(v))
-        };
-        let (h, hk, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
+        let hd = cfg.head_dim;
         let embed = load_stacked(vb, &["token_embd"])?;
-        let mut blocks = Vec::with_capacity(cfg.n_layer);
-        for i in 0..cfg.n_layer {
-            let b = vb.pp("blk").pp(i);
-            const QKV: [&str; 3] = ["attn_q", "attn_k", "attn_v"];
-            let qkv_bias = biases(&b, &QKV)?;
-            let proj = if same_format(&b, &QKV)? {
-                let bias = match &qkv_bias {
-                    Some(v) => Some(vb.place_or_host(&stack_rows(&host, v)?)),
-                    None => None,
-                };
-                Projections::Fused(Linear::new(load_stacked(&b, &QKV)?, bias))
-            } else {
-                let mut lin = Vec::with_capacity(3);
-                for (i, name) in QKV.iter().enumerate() {
-                    let bias = qkv_bias.as_ref().map(|v| vb.place_or_host(&v[i]));
-                    lin.push(Linear::new(load_stacked(&b, &[name])?, bias));
-                }
-                let (Some(v), Some(k), Some(q)) = (lin.pop(), lin.pop(), lin.pop()) else {
-                    return Err(Error::BadInput("three projections expected".into()));
-                };
-                Projections::Separate { q, k, v }
-            };
-            let wo = Linear::new(load_stacked(&b, &["attn_output"])?, None);
-            const GATE_UP: [&str; 2] = ["ffn_gate", "ffn_up"];
-            let gate_up = if same_format(&b, &GATE_UP)? {
-                GateUp::Fused(Linear::new(load_stacked(&b, &GATE_UP)?, None))
-            } else {
-                GateUp::Separate {
-                    gate: Linear::new(load_stacked(&b, &["ffn_gate"])?, None),
-                    up: Linear::new(load_stacked(&b, &["ffn_up"])?, None),
-                }
-            };
-            blocks.push(Block {
-                attn_norm: RmsNorm::new(load_stacked(&b, &["attn_norm"])?, cfg.rms_eps),
-                attn: Attention::new(proj, wo, h, hk, hd)?,
-                ffn_norm: RmsNorm::new(load_stacked(&b, &["ffn_norm"])?, cfg.rms_eps),
-                gate_up,
-                down: Linear::new(load_stacked(&b, &["ffn_down"])?, None),
-                cache: KvCache::new(),
-            });
-        }
+        // The blocks: Q/K/V and gate/up stacked when their formats match,
+        // Q/K/V biases when the file has them (qwen2).
+        let decoder = Decoder::load(&vb.pp("blk"), &cfg.decoder_config(), &DecoderNames::GGUF)?;
         let norm = RmsNorm::new(load_stacked(vb, &["output_norm"])?, cfg.rms_eps);
         let lm_head = if vb.contains("output.weight") {
             load_stacked(vb, &["output"])?
         } else {
             embed.clone()
         };
+        let weight_bytes = weight_bytes + decoder.weight_bytes();
         // See the module docs: interleaved pairs for llama, halves for qwen2.
         let rope = RotaryEmbedding::new(
             hd,
@@ -328,7 +247,7 @@ impl Llama {
             cfg: cfg.clone(),
             dev,
             embed: Embedding::new(embed),
-            blocks,
+            decoder,
             norm,
             lm_head: Linear::new(lm_head, None),
             rope,
@@ -360,18 +279,9 @@ impl Llama {
     /// Bytes of weights read to decode one token: every block and the
     /// output projection (the embedding lookup reads one row).
     pub fn weight_bytes_per_token(&self) -> usize {
-        let blocks: usize = self
-            .blocks
-            .iter()
-            .map(|b| {
-                b.attn_norm.weight().size_bytes()
-                    + b.attn.size_bytes()
-                    + b.ffn_norm.weight().size_bytes()
-                    + b.gate_up.size_bytes()
-                    + b.down.size_bytes()
-            })
-            .sum();
-        blocks + self.norm.weight().size_bytes() + self.lm_head.size_bytes()
+        self.decoder.weight_bytes_per_token()
+            + self.norm.weight().size_bytes()
+            + self.lm_head.size_bytes()
     }
 
     /// Keep the first `len` cached tokens (a conversation rolled back to a
@@ -380,18 +290,14 @@ impl Llama {
         if len >= self.pos {
             return Ok(());
         }
-        for b in &mut self.blocks {
-            b.cache.truncate(&self.dev, len)?;
-        }
+        self.decoder.truncate(&self.dev, len)?;
         self.pos = len;
         Ok(())
     }
 
     /// Forget the KV cache (new conversation or cancelled turn).
     pub fn reset(&mut self) {
-        for b in &mut self.blocks {
-            b.cache.reset();
-        }
+        self.decoder.reset();
         self.pos = 0;
     }
 
@@ -425,22 +331,10 @@ impl Llama {
         let dev = &self.dev;
         let c = &self.cfg;
         let ids = Tensor::from_i64(tokens.iter().map(|&t| i64::from(t)).collect(), &[s])?;
-        let mut x = self.embed.forward(dev, &ids)?;
-        x = dev.reshape(&x, &[1, s, c.d_model])?;
+        let x = self.embed.forward(dev, &ids)?;
+        let x = dev.reshape(&x, &[1, s, c.d_model])?;
         let rope = self.rope.at(dev, self.pos, s)?;
-        for b in &mut self.blocks {
-            let n = b.attn_norm.forward(dev, &x)?;
-            // All s rows at once: on the CPU, quantized weights take the
-            // backend's int8-activation kernel, whose rows equal the one-row
-            // (decode) result bit for bit.
-            let a = b
-                .attn
-                .forward(dev, &n, Some(&rope), Some(&mut b.cache), Masking::Causal)?;
-            x = dev.add(&x, &a)?;
-            let n = b.ffn_norm.forward(dev, &x)?;
-            let h = b.gate_up.forward(dev, &n, c.ffn)?;
-            x = dev.add(&x, &b.down.forward(dev, &h)?)?;
-        }
+        let x = self.decoder.forward(dev, &x, &rope)?;
         let last = dev.narrow(&x, 1, s - 1, 1)?;
         let last = self.norm.forward(dev, &last)?;
         let logits = self.lm_head.forward(dev, &last)?;

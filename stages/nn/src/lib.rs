@@ -14,6 +14,9 @@
 //! - [`RotaryEmbedding`] in both layouts ([`RopeLayout`]);
 //! - [`Attention`]: multi-head / grouped-query attention over the
 //!   runtime's fused attention op and its [`KvCache`];
+//! - [`Decoder`]: the Llama / Qwen2 decoder layer stack (RMSNorm, GQA with
+//!   RoPE, optional Q/K/V biases and a KV cache, SiLU-gated MLP) under
+//!   llama.cpp's GGUF names or Hugging Face's ([`DecoderNames`]);
 //! - [`Conv1d`], [`Pointwise`], [`ConvTranspose1d`], weight-norm folding
 //!   ([`fold_weight_norm`]);
 //! - [`HifiGanGenerator`]: the HiFi-GAN generator (VITS's decoder and the
@@ -27,6 +30,7 @@
 
 mod attention;
 mod conv;
+mod decoder;
 mod error;
 mod hifigan;
 mod linear;
@@ -39,6 +43,7 @@ pub use attention::{attend, merge_heads, split_heads, Attention, Masking, Projec
 pub use conv::{
     fold_weight_norm, load_conv_weight, Conv1d, Conv1dConfig, ConvTranspose1d, Pointwise,
 };
+pub use decoder::{Decoder, DecoderConfig, DecoderLayer, DecoderNames, QkvBias, WeightFormat};
 pub use edgeflow_runtime::{ConvCfg, ConvTransposeCfg, KvCache};
 pub use error::{Error, Result};
 pub use hifigan::{HifiGanConfig, HifiGanGenerator};
