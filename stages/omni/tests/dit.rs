@@ -361,4 +361,14 @@ fn windowed_sampling_covers_the_full_sample() {
         .dit
         .sample_window(&spk, &codes, &noise, 8..8, 1, 1, &opts, || false)
         .is_err());
+    // The seeded noise is a row-major stream: a longer draw starts with the
+    // shorter one, so an utterance's noise can be drawn once, up front.
+    let short = f.host(&f.dit.noise(5, 7).expect("noise"));
+    let long = f.host(&f.dit.noise(9, 7).expect("noise"));
+    assert_eq!(short[..], long[..short.len()]);
+    let seeded = f
+        .dit
+        .sample_seeded(&spk, &codes[..4], 7, &opts, || false)
+        .expect("seeded");
+    assert_eq!(seeded.dims(), &[1, mel, 8]);
 }
