@@ -349,3 +349,32 @@ fn bad_inputs_are_errors() {
     assert!(e.to_string().contains(&format!("[{n}, frames]")), "{e}");
     assert!(MelStream::new(n, 0, 2, 2).is_err());
 }
+
+/// Qwen2.5-Omni's configuration on seeded random weights: shapes and
+/// timing only (a few seconds on two cores; `--ignored` to run).
+#[test]
+#[ignore]
+fn qwen_configuration_runs() {
+    let dev = cpu();
+    let cfg = Config::default();
+    let w = edgeflow_runtime::weights::RandomWeights::new("random:bigvgan", weight_shapes(&cfg), 1)
+        .expect("random");
+    eprintln!("{} parameters", w.elements());
+    let vb = VarBuilder::from_reader(w, &dev);
+    let t0 = std::time::Instant::now();
+    let m = BigVgan::load(&vb, &cfg).expect("load");
+    eprintln!("load {:?}", t0.elapsed());
+    let frames = 20;
+    let mel: Vec<f32> = (0..80 * frames)
+        .map(|i| -5.0 + (i as f32 * 0.37).sin())
+        .collect();
+    let t0 = std::time::Instant::now();
+    let y = vocode(&m, &mel, frames);
+    eprintln!(
+        "{frames} frames -> {} samples in {:?}",
+        y.len(),
+        t0.elapsed()
+    );
+    assert_eq!(y.len(), frames * 240);
+    assert!(y.iter().all(|x| x.is_finite() && x.abs() <= 1.0));
+}
