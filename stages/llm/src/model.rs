@@ -15,6 +15,11 @@
 //!   (NEOX);
 //! - Qwen2 has biases on the Q, K and V projections (`attn_q.bias`, ...);
 //! - the metadata keys are prefixed by the architecture (`qwen2.block_count`).
+//!
+//! The blocks are [`edgeflow_nn::Decoder`] under [`DecoderNames::GGUF`]
+//! (the same layer stack runs Qwen2.5-Omni's talker from Hugging Face
+//! names); this file adds the embedding, the final norm, the output head
+//! and the GGUF metadata.
 
 use crate::{Error, Result};
 use edgeflow_nn::{

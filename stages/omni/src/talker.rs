@@ -564,6 +564,11 @@ impl Talker {
     /// or `params.max_new_tokens`, calling `on_code` with each as it comes
     /// and `cancel` before each: a `true` ends the run with
     /// [`Error::Cancelled`] (`steps` = codes produced).
+    ///
+    /// Upstream passes `talker_result[:, prompt_len:-1]` to token2wav,
+    /// dropping the last code whether or not it is a stop token; here only
+    /// a stop token is left out (a run ended by `max_new_tokens` keeps its
+    /// last code).
     pub fn generate(
         &mut self,
         input: &TalkerInput,
