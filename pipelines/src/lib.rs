@@ -29,6 +29,7 @@ pub fn registry() -> Registry {
     edgeflow_minilm::register(&mut r);
     edgeflow_action::register(&mut r);
     edgeflow_vocoder::register(&mut r);
+    edgeflow_omni::register(&mut r);
     r
 }
 
