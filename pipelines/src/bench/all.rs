@@ -8,6 +8,7 @@
 use super::audio::AudioArgs;
 use super::control::ControlArgs;
 use super::dataflow::DataflowArgs;
+use super::omni::OmniArgs;
 use super::ops::OpsArgs;
 use super::speech::SpeechArgs;
 use super::thinker::ThinkerArgs;
@@ -21,8 +22,8 @@ use std::time::Instant;
 
 /// The benches `bench all` runs, in order (ops first: its bandwidth probe
 /// goes in the machine section).
-pub(crate) const NAMES: [&str; 8] = [
-    "ops", "dataflow", "audio", "speech", "tts", "thinker", "control", "vision",
+pub(crate) const NAMES: [&str; 9] = [
+    "ops", "dataflow", "audio", "speech", "tts", "thinker", "control", "vision", "omni",
 ];
 
 /// Options of `edgeflow bench all`.
@@ -40,7 +41,7 @@ pub(crate) struct AllArgs {
     #[arg(long)]
     pub quick: bool,
     /// Run only these benches (comma-separated: ops, dataflow, audio,
-    /// speech, tts, thinker, control).
+    /// speech, tts, thinker, control, vision, omni).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
@@ -63,6 +64,7 @@ pub(crate) fn benches(quick: bool) -> Vec<Box<dyn Bench>> {
             Box::new(ThinkerArgs::default()),
             Box::new(ControlArgs::default()),
             Box::new(VisionArgs::default()),
+            Box::new(OmniArgs::default()),
         ];
     }
     vec![
@@ -97,6 +99,11 @@ pub(crate) fn benches(quick: bool) -> Vec<Box<dyn Bench>> {
         Box::new(VisionArgs {
             sizes: vec![112],
             runs: 3,
+        }),
+        Box::new(OmniArgs {
+            codes: 24,
+            runs: 1,
+            ..OmniArgs::default()
         }),
     ]
 }

@@ -11,6 +11,7 @@
 //! | `speech` | Silero VAD and Whisper tiny.en | onnxruntime and faster-whisper (peer venv) |
 //! | `thinker` | SmolLM2-135M prefill and decode | llama.cpp's `llama-bench` on the same GGUF (peer build) |
 //! | `vision` | the DINOv2 ViT-S/14 encoder | onnxruntime on the same ONNX (peer venv) |
+//! | `omni` | token2wav (DiT + BigVGAN) at the real configuration, HiFi-GAN universal | transformers / PyTorch on the CPU (peer venv) |
 //!
 //! Every bench returns one [`BenchReport`]: rows of label, our value, unit,
 //! the baseline's value, the ratio and a note; [`BenchReport::render_text`]
@@ -39,6 +40,7 @@ pub(crate) mod all;
 pub(crate) mod audio;
 pub(crate) mod control;
 pub(crate) mod dataflow;
+pub(crate) mod omni;
 pub(crate) mod ops;
 mod report;
 pub(crate) mod speech;
@@ -111,6 +113,8 @@ pub(crate) enum Peer {
     LlamaCpp,
     /// onnxruntime for the DINOv2 ONNX (`bench vision`).
     Vision,
+    /// transformers and torch on the CPU (`bench omni`).
+    Omni,
 }
 
 impl Peer {
@@ -121,6 +125,7 @@ impl Peer {
             Peer::Speech => "speech",
             Peer::LlamaCpp => "llama.cpp",
             Peer::Vision => "vision",
+            Peer::Omni => "omni",
         }
     }
 
@@ -137,6 +142,7 @@ impl Peer {
             Peer::Speech => peers_dir().join("speech-venv/bin/python"),
             Peer::LlamaCpp => peers_dir().join("llama.cpp/llama-bench"),
             Peer::Vision => peers_dir().join("vision-venv/bin/python"),
+            Peer::Omni => peers_dir().join("omni-venv/bin/python"),
         }
     }
 
@@ -153,6 +159,7 @@ impl Peer {
             Peer::Speech => "the faster-whisper / onnxruntime venv",
             Peer::LlamaCpp => "the llama.cpp build",
             Peer::Vision => "the onnxruntime venv for DINOv2",
+            Peer::Omni => "the torch / transformers venv",
         };
         MissingPeer {
             what: what.into(),

@@ -37,6 +37,12 @@ pub(crate) enum BenchCommand {
     /// raw zenoh API, and the controller's wake-up jitter and missed periods
     /// at 100 Hz vs a bare sleep loop, idle and beside a compute load.
     Control(bench::control::ControlArgs),
+    /// Omni speech synthesis: Qwen2.5-Omni's token2wav (DiT sampler and
+    /// BigVGAN) at its real configuration with random weights, time to
+    /// first audio of a streamed start, and HiFi-GAN universal (real
+    /// weights), vs PyTorch on the CPU with the same threads (the peer runs
+    /// from the venv of `scripts/peer_envs.sh omni`).
+    Omni(bench::omni::OmniArgs),
     /// Every bench above; with --markdown, also write BENCHMARKS.md (the
     /// machine, the date and commit, every table with its command).
     All(bench::all::AllArgs),
@@ -54,6 +60,7 @@ pub(super) fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Thinker(a) => a.run()?,
         BenchCommand::Vision(a) => a.run()?,
         BenchCommand::Control(a) => a.run()?,
+        BenchCommand::Omni(a) => a.run()?,
     };
     print!("{}", report.render_text());
     // `bench tts` exists to compare with onnxruntime: without the peer it
