@@ -6,10 +6,15 @@
 //!
 //! - [`model`]: the decoder ([`Llama`], for both architectures) with its KV
 //!   cache; quantized weights (K-quants included) stay quantized;
+//!   [`Llama::forward_states`] also returns each token's last hidden state
+//!   (after the final norm) plus its embedding, and [`Llama::embed_tokens`]
+//!   the input embeddings: what Qwen2.5-Omni's talker takes from its thinker;
 //! - [`tokenizer`]: byte-level BPE and the chat template from the GGUF
 //!   metadata, streaming detokenization on UTF-8 boundaries;
 //! - [`sampling`]: greedy / temperature / top-k / top-p / repetition penalty;
-//! - [`stage`]: the `thinker` stage kind;
+//! - [`stage`]: the `thinker` stage kind; with `emit_states` it also emits,
+//!   per turn before the Flush, the prompt's and the reply's states on its
+//!   `states` port for the `talker` stage of `edgeflow-omni`;
 //! - [`cards`]: the model cards ([`cards()`]) the model registry fetches
 //!   (SmolLM2-135M, Qwen2.5-Coder 0.5B and 1.5B Instruct);
 //! - [`eval`]: 20 factual questions, to compare the models' answers.

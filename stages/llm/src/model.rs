@@ -313,10 +313,53 @@ impl Llama {
         // kernels' thread pool (Device::batch), not waking this thread for
         // each of its ~400 ops.
         let dev = self.dev.clone();
-        dev.batch(|| self.forward_ops(tokens))
+        let (logits, _) = dev.batch(|| self.forward_ops(tokens, false))?;
+        Ok(logits)
     }
 
-    fn forward_ops(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+    /// [`Llama::forward`] (the same logits bit for bit, the same KV cache
+    /// update) that also returns, for each of the `s` tokens, the row
+    /// `norm(h) + embed(token)`: the last decoder layer's output after the
+    /// final RMSNorm (Hugging Face's `hidden_states[-1]`) plus the token's
+    /// input embedding. Host f32, `[1, s, d_model]`: what Qwen2.5-Omni's
+    /// talker takes from its thinker (`edgeflow_omni`'s `TalkerInput`).
+    ///
+    /// A row depends on the tokens before it only through the KV cache, so
+    /// a prefill's rows match those of feeding the same tokens one at a
+    /// time (see the `states` test for how closely).
+    pub fn forward_states(&mut self, tokens: &[u32]) -> Result<(Vec<f32>, Tensor)> {
+        let dev = self.dev.clone();
+        let (logits, states) = dev.batch(|| self.forward_ops(tokens, true))?;
+        let states =
+            states.ok_or_else(|| Error::BadInput("forward_states computed no states".into()))?;
+        Ok((logits, states))
+    }
+
+    /// The input embeddings of `ids` (rows of `token_embd`), host f32
+    /// `[1, n, d_model]`; the KV cache is untouched.
+    pub fn embed_tokens(&self, ids: &[u32]) -> Result<Tensor> {
+        let n = ids.len();
+        if n == 0 {
+            return Err(Error::BadInput("embed_tokens of zero tokens".into()));
+        }
+        self.check_ids(ids)?;
+        let dev = &self.dev;
+        let ids = Tensor::from_i64(ids.iter().map(|&t| i64::from(t)).collect(), &[n])?;
+        let x = self.embed.forward(dev, &ids)?;
+        host_rows(dev, &x, n, self.cfg.d_model)
+    }
+
+    fn check_ids(&self, tokens: &[u32]) -> Result<()> {
+        match tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            Some(&t) => Err(Error::BadInput(format!(
+                "token id {t} is outside the vocabulary of {}",
+                self.cfg.vocab
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn forward_ops(&mut self, tokens: &[u32], states: bool) -> Result<(Vec<f32>, Option<Tensor>)> {
         let s = tokens.len();
         if s == 0 {
             return Err(Error::BadInput("forward of zero tokens".into()));
@@ -327,24 +370,34 @@ impl Llama {
                 self.pos, self.cfg.context_length
             )));
         }
-        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
-            return Err(Error::BadInput(format!(
-                "token id {t} is outside the vocabulary of {}",
-                self.cfg.vocab
-            )));
-        }
+        self.check_ids(tokens)?;
         let dev = &self.dev;
         let c = &self.cfg;
         let ids = Tensor::from_i64(tokens.iter().map(|&t| i64::from(t)).collect(), &[s])?;
-        let x = self.embed.forward(dev, &ids)?;
-        let x = dev.reshape(&x, &[1, s, c.d_model])?;
+        let emb = self.embed.forward(dev, &ids)?;
+        let emb = dev.reshape(&emb, &[1, s, c.d_model])?;
         let rope = self.rope.at(dev, self.pos, s)?;
-        let x = self.decoder.forward(dev, &x, &rope)?;
+        let x = self.decoder.forward(dev, &emb, &rope)?;
+        // The logits take exactly the path they take without states (the
+        // last row normed on its own), so they are the same bit for bit.
         let last = dev.narrow(&x, 1, s - 1, 1)?;
         let last = self.norm.forward(dev, &last)?;
         let logits = self.lm_head.forward(dev, &last)?;
         let logits = dev.to_host(&logits)?.to_vec_f32()?;
+        let states = if states {
+            let h = self.norm.forward(dev, &x)?;
+            let rows = dev.add(&h, &emb)?;
+            Some(host_rows(dev, &rows, s, c.d_model)?)
+        } else {
+            None
+        };
         self.pos += s;
-        Ok(logits)
+        Ok((logits, states))
     }
+}
+
+/// `t` (n x d values) as a plain host f32 tensor `[1, n, d]`.
+fn host_rows(dev: &Device, t: &Tensor, n: usize, d: usize) -> Result<Tensor> {
+    let v = dev.to_host(t)?.to_vec_f32()?;
+    Ok(Tensor::from_vec(v, &[1, n, d])?)
 }

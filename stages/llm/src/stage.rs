@@ -10,6 +10,31 @@
 //! epoch stops the decode loop at the next token, and `reset` drops that
 //! turn from the conversation (its tokens leave the cache at the next
 //! turn, which shares only the earlier prefix).
+//!
+//! With `emit_states: true` the stage also hands Qwen2.5-Omni's codec
+//! talker (the `talker` stage of `edgeflow-omni`, see its `TalkerInput`)
+//! what it needs: per turn, after the answer and before the `done` Flush,
+//! two tensors on the `states` port (host f32, rows of width `d_model`; a
+//! "state row" is `norm(h) + embed(token)`, see [`Llama::forward_states`]):
+//!
+//! 1. `[1, n_prompt + 3, d_model]`: the state rows of this turn's prompt
+//!    (the chat-templated tokens after the part the previous completed
+//!    turn's tokens already cover; the whole prompt, system prompt and
+//!    template included, when the conversation has no earlier turn), then
+//!    the input embeddings of `tts_text_bos`, `tts_text_eos` and
+//!    `tts_text_pad` (the talker's `text_bos`, `text_eos`, `text_pad`);
+//! 2. `[1, n_reply, d_model]`: the state rows of the reply tokens as they
+//!    were fed back to the model, i.e. every generated token but the last
+//!    (the end-of-turn token, or the answer's last token when `max_tokens`
+//!    or the context ended it) — upstream's `thinker_reply_part`. When no
+//!    generated token was fed back (the answer ended at its first token)
+//!    there is no state to give; the one row is then the input embedding
+//!    of that first generated token alone (no hidden-state part), so the
+//!    talker still gets the one reply row it needs.
+//!
+//! The state rows of cached tokens are kept (host memory, `d_model` f32 a
+//! token) so a prompt's rows are not recomputed; none of this runs without
+//! `emit_states`. An empty turn emits only the Flush.
 
 use crate::cards::{GGUF_FILE, SMOLLM2};
 use crate::model::{Config, Llama};
@@ -20,13 +45,23 @@ use edgeflow_graph::{
     BuildEnv, Epoch, Event, Input, ParamInfo, ParamType, Params, Payload, PortSpec, PortType,
     Ports, Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult,
 };
-use edgeflow_runtime::Device;
+use edgeflow_runtime::{Device, Tensor};
 use std::time::Instant;
 
 /// Output port index of the text pieces.
 pub const OUT_TEXT: usize = 0;
 /// Output port index of the end-of-turn [`Event::Flush`].
 pub const OUT_DONE: usize = 1;
+/// Output port index of the talker's states (with `emit_states`; see the
+/// module docs).
+pub const OUT_STATES: usize = 2;
+
+/// Qwen2.5-Omni's `tts_text_start_token_id` (default of `tts_text_bos`).
+pub const TTS_TEXT_BOS: u32 = 151_860;
+/// Qwen2.5-Omni's `tts_text_end_token_id` (default of `tts_text_eos`).
+pub const TTS_TEXT_EOS: u32 = 151_861;
+/// Qwen2.5-Omni's `tts_text_pad_token_id` (default of `tts_text_pad`).
+pub const TTS_TEXT_PAD: u32 = 151_859;
 
 /// Factory of the `thinker` kind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -50,6 +85,14 @@ fn ports() -> Ports {
                 PortType::Control,
                 "Event::Flush when a turn's answer is complete",
             ),
+            PortSpec::optional(
+                "states",
+                PortType::Tensor,
+                "with emit_states, per turn before the Flush, for the talker stage of \
+                 edgeflow-omni: [1, n_prompt + 3, d_model] (this turn's prompt rows \
+                 norm(last hidden) + embedding, then the embeddings of tts_text_bos / eos / pad), \
+                 then [1, n_reply, d_model] (the rows of the reply tokens fed back)",
+            ),
         ],
     }
 }
@@ -61,7 +104,8 @@ impl StageFactory for ThinkerKind {
             doc: "LLM thinker: a llama or qwen2 GGUF model (default SmolLM2-135M-Instruct; \
                   Qwen2.5-Coder 0.5B / 1.5B Instruct by card name) \
                   answers each text turn with the model's chat template, streaming text pieces; \
-                  stops within one token of a cancel.",
+                  stops within one token of a cancel. With emit_states, also hands \
+                  Qwen2.5-Omni's talker (edgeflow-omni) the thinker's states on `states`.",
             params: vec![
                 ParamInfo::optional(
                     "model",
@@ -80,6 +124,10 @@ impl StageFactory for ThinkerKind {
                 ParamInfo::new("system", ParamType::String, "", "system prompt (empty: the chat template's default)"),
                 ParamInfo::new("history", ParamType::Bool, true, "keep the conversation across turns (false: every turn starts fresh)"),
                 ParamInfo::new("dequantize", ParamType::Bool, false, "expand quantized weights to f32 at load (the transformers reference's arithmetic; about 5x the memory)"),
+                ParamInfo::new("emit_states", ParamType::Bool, false, "emit the talker's states on `states` each turn (two tensors before the Flush; costs one host row of d_model f32 per cached token)"),
+                ParamInfo::new("tts_text_bos", ParamType::Int, i64::from(TTS_TEXT_BOS), "with emit_states: token whose embedding opens the talker's text (Qwen2.5-Omni's tts_text_start_token_id); must be in the vocabulary"),
+                ParamInfo::new("tts_text_eos", ParamType::Int, i64::from(TTS_TEXT_EOS), "with emit_states: token whose embedding ends the talker's text (tts_text_end_token_id); must be in the vocabulary"),
+                ParamInfo::new("tts_text_pad", ParamType::Int, i64::from(TTS_TEXT_PAD), "with emit_states: token whose embedding pads the talker's text (tts_text_pad_token_id); must be in the vocabulary"),
             ],
             ports: ports(),
             source: false,
@@ -108,7 +156,16 @@ pub struct ThinkerConfig {
     pub history: bool,
     /// Expand quantized weights to f32 at load (see [`Config::dequantize`]).
     pub dequantize: bool,
+    /// Emit the talker's states on [`OUT_STATES`] (see the module docs).
+    pub emit_states: bool,
+    /// With `emit_states`: the tokens whose embeddings follow the prompt's
+    /// rows (`tts_text_bos`, `tts_text_eos`, `tts_text_pad`); each must be
+    /// in the model's vocabulary.
+    pub tts_text: [u32; 3],
 }
+
+/// The parameter names of [`ThinkerConfig::tts_text`], in order.
+const TTS_TEXT_PARAMS: [&str; 3] = ["tts_text_bos", "tts_text_eos", "tts_text_pad"];
 
 impl ThinkerConfig {
     /// Defaults with the cached SmolLM2 (errors when it is not cached).
@@ -120,6 +177,8 @@ impl ThinkerConfig {
             system: String::new(),
             history: true,
             dequantize: false,
+            emit_states: false,
+            tts_text: [TTS_TEXT_BOS, TTS_TEXT_EOS, TTS_TEXT_PAD],
         })
     }
 
@@ -161,6 +220,13 @@ impl ThinkerConfig {
         sampling
             .validate()
             .map_err(|e| StageError::from(p.error("sampling", e.to_string())))?;
+        let mut tts_text = [TTS_TEXT_BOS, TTS_TEXT_EOS, TTS_TEXT_PAD];
+        for (slot, name) in tts_text.iter_mut().zip(TTS_TEXT_PARAMS) {
+            let v: i64 = p.get_or(name, i64::from(*slot))?;
+            *slot = u32::try_from(v).map_err(|_| {
+                StageError::from(p.error(name, "must be a token id (0 to 2^32 - 1)"))
+            })?;
+        }
         Ok(ThinkerConfig {
             model,
             max_tokens: max_tokens as usize,
@@ -168,6 +234,8 @@ impl ThinkerConfig {
             system: p.get_or("system", String::new())?,
             history: p.get_or("history", true)?,
             dequantize: p.get_or("dequantize", false)?,
+            emit_states: p.get_or("emit_states", false)?,
+            tts_text,
         })
     }
 }
@@ -183,6 +251,12 @@ pub struct Thinker {
     messages: Vec<(Epoch, ChatMessage)>,
     /// Tokens whose keys/values are in the model's KV cache.
     cached: Vec<u32>,
+    /// With `emit_states`: the state row of each cached token
+    /// (`cached.len() * d_model` values).
+    states: Vec<f32>,
+    /// With `emit_states`: the tokens of the conversation after the last
+    /// completed turn (its prompt and the reply tokens fed back).
+    earlier: Vec<u32>,
 }
 
 impl Thinker {
@@ -194,6 +268,19 @@ impl Thinker {
             ..Config::from_gguf(&gguf)?
         };
         let tok = TextTokenizer::from_gguf(&gguf)?;
+        if cfg.emit_states {
+            for (&id, name) in cfg.tts_text.iter().zip(TTS_TEXT_PARAMS) {
+                if id as usize >= model_cfg.vocab {
+                    return Err(Error::BadInput(format!(
+                        "`{name}` is {id}, outside the vocabulary of {} tokens of {}: with \
+                         emit_states, set `{name}` to a token id of this model (the defaults are \
+                         Qwen2.5-Omni's)",
+                        model_cfg.vocab,
+                        cfg.model.display()
+                    )));
+                }
+            }
+        }
         let model = Llama::load(&VarBuilder::from_reader(gguf, dev), &model_cfg)?;
         let sampler = Sampler::new(cfg.sampling)?;
         Ok(Thinker {
@@ -203,6 +290,8 @@ impl Thinker {
             sampler,
             messages: Vec::new(),
             cached: Vec::new(),
+            states: Vec::new(),
+            earlier: Vec::new(),
         })
     }
 
@@ -247,15 +336,18 @@ impl Thinker {
         }
         self.messages.push((epoch, ChatMessage::new("user", text)));
         let ids = self.prompt()?;
+        let want_states = self.cfg.emit_states;
+        let d = self.model.config().d_model;
         let t0 = Instant::now();
         // Keep the cached prefix the prompt shares; at least the last
         // prompt token is run again (its logits start the answer).
         let shared = common_prefix(&self.cached, &ids).min(ids.len() - 1);
         self.model.truncate(shared)?;
         self.cached.truncate(shared);
+        self.states.truncate(shared * d);
         let new = &ids[self.cached.len()..];
         let n_new = new.len();
-        let mut logits = self.model.forward(new)?;
+        let mut logits = self.feed(new)?;
         self.cached = ids.clone();
         let prefill_s = t0.elapsed().as_secs_f64();
         ctx.record("prefill_tok_s", n_new as f64 / prefill_s.max(1e-9));
@@ -266,9 +358,11 @@ impl Thinker {
         let mut first = true;
         let t1 = Instant::now();
         let mut decoded = 0usize;
+        let mut first_id = None;
         for _ in 0..self.cfg.max_tokens {
             ctx.check()?;
             let id = self.sampler.sample(&mut logits, &self.cached)?;
+            first_id.get_or_insert(id);
             if first {
                 ctx.record("time_to_first_token_ms", t0.elapsed().as_secs_f64() * 1e3);
                 first = false;
@@ -286,7 +380,7 @@ impl Thinker {
             {
                 break;
             }
-            logits = self.model.forward(&[id])?;
+            logits = self.feed(&[id])?;
             self.cached.push(id);
             decoded += 1;
         }
@@ -305,7 +399,60 @@ impl Thinker {
             epoch,
             ChatMessage::new("assistant", &self.tok.decode(&answer)),
         ));
+        if want_states {
+            let (prompt, reply) = self.talker_states(&ids, first_id)?;
+            ctx.emit(OUT_STATES, Payload::Tensor(prompt))?;
+            ctx.emit(OUT_STATES, Payload::Tensor(reply))?;
+            self.earlier = self.cached.clone();
+        }
         ctx.emit(OUT_DONE, Payload::event(Event::Flush))
+    }
+
+    /// Run `tokens` after the cache; with `emit_states`, keep their state
+    /// rows in step with the cache.
+    fn feed(&mut self, tokens: &[u32]) -> Result<Vec<f32>, Error> {
+        if !self.cfg.emit_states {
+            return self.model.forward(tokens);
+        }
+        let (logits, rows) = self.model.forward_states(tokens)?;
+        self.states.extend_from_slice(&rows.to_vec_f32()?);
+        Ok(logits)
+    }
+
+    /// The two tensors of the `states` port for the turn whose prompt was
+    /// `ids` (see the module docs); the reply's rows are those of the
+    /// tokens cached after the prompt. `first_id` is the first generated
+    /// token.
+    fn talker_states(&self, ids: &[u32], first_id: Option<u32>) -> Result<(Tensor, Tensor), Error> {
+        let d = self.model.config().d_model;
+        let n = ids.len();
+        if self.states.len() != self.cached.len() * d || self.cached.get(..n) != Some(ids) {
+            return Err(Error::BadInput(format!(
+                "thinker states out of step: {} rows for {} cached tokens",
+                self.states.len() / d.max(1),
+                self.cached.len()
+            )));
+        }
+        // Rows the previous completed turn already covered are left out;
+        // with no earlier turn in the conversation, the whole prompt.
+        let from = if self.messages.len() > 2 {
+            common_prefix(&self.earlier, ids).min(n.saturating_sub(1))
+        } else {
+            0
+        };
+        let mut prompt = self.states[from * d..n * d].to_vec();
+        prompt.extend(self.model.embed_tokens(&self.cfg.tts_text)?.to_vec_f32()?);
+        let prompt = Tensor::from_vec(prompt, &[1, n - from + 3, d])?;
+        let fed = self.cached.len() - n;
+        let reply = if fed > 0 {
+            Tensor::from_slice(&self.states[n * d..], &[1, fed, d])?
+        } else {
+            let id = first_id.ok_or_else(|| {
+                Error::BadInput("a turn ended before its first token was sampled".into())
+            })?;
+            self.model.embed_tokens(&[id])?
+        };
+        Ok((prompt, reply))
     }
 }
 
@@ -333,7 +480,8 @@ impl Thinker {
             return Ok(());
         }
         self.model.reset();
-        self.model.forward(&ids)?;
+        self.states.clear();
+        self.feed(&ids)?;
         self.cached = ids;
         Ok(())
     }

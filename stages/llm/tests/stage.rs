@@ -152,3 +152,125 @@ fn the_turn_after_a_cancel_answers_as_a_fresh_pipeline() {
     running.stop();
     let _ = running.wait(Some(Duration::from_secs(30)));
 }
+
+/// Records the payload kind of every message the thinker sends on its
+/// `states` and `done` edges, in send order (on the thinker's thread).
+#[derive(Default)]
+struct Order(std::sync::Mutex<Vec<(String, Vec<usize>)>>);
+
+impl edgeflow_graph::EdgeTap for Order {
+    fn on_message(&self, _edge: usize, msg: &Message, _at: edgeflow_graph::Timestamp) {
+        let entry = match &msg.payload {
+            Payload::Tensor(t) => ("tensor".to_string(), t.dims().to_vec()),
+            Payload::Event(_) => ("flush".to_string(), Vec::new()),
+            _ => return,
+        };
+        self.0.lock().unwrap().push(entry);
+    }
+}
+
+fn states_pipeline(max_tokens: usize, extra: &str) -> Result<Pipeline, edgeflow_graph::Error> {
+    let mut r = Registry::builtin();
+    r.set_device_opener(edgeflow_backends::open);
+    edgeflow_llm::register(&mut r);
+    let yaml = format!(
+        r#"
+name: thinker-states
+stages:
+  - {{ id: in, kind: host_in, params: {{ type: text }} }}
+  - {{ id: thinker, kind: thinker, device: cpu, params: {{ max_tokens: {max_tokens}, emit_states: true{extra} }} }}
+  - {{ id: out, kind: host_out, params: {{ type: text }} }}
+  - {{ id: states, kind: host_out, params: {{ type: tensor }} }}
+  - {{ id: done, kind: host_out, params: {{ type: control }} }}
+edges:
+  - {{ from: in.out, to: thinker.in }}
+  - {{ from: thinker.out, to: out.in, capacity: 1024 }}
+  - {{ from: thinker.states, to: states.in, capacity: 16 }}
+  - {{ from: thinker.done, to: done.in }}
+"#
+    );
+    Pipeline::from_yaml(&yaml, &r)
+}
+
+/// One turn with `emit_states` (token ids inside SmolLM2's vocabulary):
+/// the prompt tensor (whole prompt + 3 rows), the reply tensor (the fed
+/// back tokens), then the Flush, in that order.
+#[test]
+fn emit_states_sends_prompt_and_reply_states_before_the_flush() {
+    if skip() {
+        return;
+    }
+    let order = std::sync::Arc::new(Order::default());
+    let p = states_pipeline(6, ", tts_text_bos: 1, tts_text_eos: 2, tts_text_pad: 0").unwrap();
+    let mut running = p.start_with_tap(order.clone()).unwrap();
+    running
+        .push("in", Payload::text("What is the capital of France?"))
+        .unwrap();
+    let done = pull(&running, "done", Duration::from_secs(300)).expect("a Flush");
+    assert_eq!(done.payload.as_event(), Some(&Event::Flush));
+    let mut pieces = 0;
+    while pull(&running, "out", Duration::from_millis(200)).is_some() {
+        pieces += 1;
+    }
+    let log = order.0.lock().unwrap().clone();
+    eprintln!("states / done in send order: {log:?}; {pieces} text pieces");
+    let kinds: Vec<&str> = log.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["tensor", "tensor", "flush"]);
+    let (prompt, reply) = (&log[0].1, &log[1].1);
+    let d = 576; // SmolLM2-135M's d_model
+                 // The first turn's whole chat-templated prompt (system prompt included,
+                 // though the warm-up prefilled it) plus the three text-token rows.
+    assert_eq!(prompt.len(), 3);
+    assert_eq!((prompt[0], prompt[2]), (1, d));
+    assert!(prompt[1] > 3 + 10, "prompt rows {prompt:?}");
+    // 6 tokens at most: the reply rows are the tokens fed back (5 when
+    // max_tokens ended it, fewer when an end-of-turn token did).
+    assert_eq!((reply[0], reply[2]), (1, d));
+    assert!((1..=5).contains(&reply[1]), "reply rows {reply:?}");
+    for _ in 0..2 {
+        let m = pull(&running, "states", Duration::from_secs(5)).expect("a states tensor");
+        assert!(matches!(m.payload, Payload::Tensor(_)));
+    }
+    running.close_input("in").unwrap();
+    running.wait(Some(Duration::from_secs(30))).unwrap();
+}
+
+/// With `max_tokens: 1` no generated token is fed back: the reply tensor
+/// is the one input-embedding row of the first generated token.
+#[test]
+fn a_reply_of_one_token_gives_its_embedding_row() {
+    if skip() {
+        return;
+    }
+    let order = std::sync::Arc::new(Order::default());
+    let p = states_pipeline(1, ", tts_text_bos: 1, tts_text_eos: 2, tts_text_pad: 0").unwrap();
+    let mut running = p.start_with_tap(order.clone()).unwrap();
+    running.push("in", Payload::text("Say hi.")).unwrap();
+    pull(&running, "done", Duration::from_secs(300)).expect("a Flush");
+    let log = order.0.lock().unwrap().clone();
+    let kinds: Vec<&str> = log.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["tensor", "tensor", "flush"]);
+    assert_eq!(log[1].1, [1, 1, 576]);
+    running.close_input("in").unwrap();
+    running.wait(Some(Duration::from_secs(30))).unwrap();
+}
+
+/// Qwen2.5-Omni's default ids do not fit SmolLM2's vocabulary: the build
+/// fails and names the parameter.
+#[test]
+fn emit_states_with_ids_outside_the_vocabulary_fails_at_build() {
+    if skip() {
+        return;
+    }
+    let err = match states_pipeline(4, "") {
+        Err(e) => e.to_string(),
+        Ok(p) => match p.start() {
+            Err(e) => e.to_string(),
+            Ok(r) => {
+                r.stop();
+                panic!("a thinker with emit_states and id 151860 started on SmolLM2");
+            }
+        },
+    };
+    assert!(err.contains("tts_text_bos"), "{err}");
+}
