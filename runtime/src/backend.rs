@@ -93,4 +93,24 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn run_batch(&self, f: &mut (dyn FnMut() + Send)) {
         f()
     }
+    /// For a backend that computes in reduced precision and measures what
+    /// that costs (the NPU simulator's int8 against its f32 shadow): the
+    /// error of every op it has run so far. `None` for backends that
+    /// compute in f32 or do not measure.
+    fn precision_error(&self) -> Option<PrecisionError> {
+        None
+    }
+}
+
+/// What reduced precision cost on a backend ([`Backend::precision_error`]),
+/// every op run so far taken together, each against its f32 value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrecisionError {
+    /// Output elements compared.
+    pub elements: u64,
+    /// Signal-to-quantization-noise ratio in dB (higher is better; int8 is
+    /// typically 30-45 dB per op).
+    pub sqnr_db: f64,
+    /// Largest error as a fraction of the output's range.
+    pub max_err_over_range: f64,
 }

@@ -278,6 +278,12 @@ impl Device {
         &self.stats
     }
 
+    /// What reduced precision has cost on the placed backend so far (the
+    /// NPU simulator's int8 error); `None` where it computes in f32.
+    pub fn precision_error(&self) -> Option<crate::PrecisionError> {
+        self.backend().precision_error()
+    }
+
     fn count_transfer(&self, t: &Tensor, up: bool) {
         let c = if up {
             &self.stats.uploads

@@ -35,7 +35,7 @@ pub mod rng;
 mod tensor;
 pub mod weights;
 
-pub use backend::{Backend, DeviceKind};
+pub use backend::{Backend, DeviceKind, PrecisionError};
 pub use device::{
     render_op_profile, Device, DeviceSpec, DeviceStats, DeviceStatsSnapshot, OpProfileRow,
 };

@@ -486,6 +486,16 @@ impl Backend for SimNpu {
         &self.name
     }
 
+    fn precision_error(&self) -> Option<edgeflow_runtime::PrecisionError> {
+        let r = self.error_report();
+        let o = &r.overall_local;
+        (r.shadow && o.elements > 0).then_some(edgeflow_runtime::PrecisionError {
+            elements: o.elements,
+            sqnr_db: o.sqnr_db,
+            max_err_over_range: o.max_err_over_range,
+        })
+    }
+
     fn kind(&self) -> DeviceKind {
         DeviceKind::Npu
     }

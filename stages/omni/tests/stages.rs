@@ -14,6 +14,12 @@ use std::time::{Duration, Instant};
 const E: usize = 64;
 
 fn pipeline(max_codes: usize, steps: usize) -> Pipeline {
+    placed(max_codes, steps, ["cpu", "cpu", "cpu"])
+}
+
+/// The pipeline with the talker, DiT and vocoder on `devices`.
+fn placed(max_codes: usize, steps: usize, devices: [&str; 3]) -> Pipeline {
+    let [dt, dd, dv] = devices;
     let mut r = Registry::builtin();
     r.set_device_opener(edgeflow_backends::open);
     edgeflow_omni::register(&mut r);
@@ -22,18 +28,16 @@ fn pipeline(max_codes: usize, steps: usize) -> Pipeline {
 name: omni-test
 stages:
   - {{ id: in, kind: host_in, params: {{ type: tensor }} }}
-  - {{ id: talker, kind: talker, device: cpu, params: {{ embedding_size: {E}, greedy: true, max_codes: {max_codes} }} }}
-  - {{ id: dit, kind: dit, device: cpu, params: {{ steps: {steps}, first_chunk_codes: 6, chunk_codes: 12, left_codes: 12, right_codes: 6 }} }}
-  - {{ id: voc, kind: bigvgan, device: cpu, params: {{ chunk_frames: 24, left_frames: 8, right_frames: 8 }} }}
-  - {{ id: codes, kind: host_out, params: {{ type: tokens }} }}
+  - {{ id: talker, kind: talker, device: {dt}, params: {{ embedding_size: {E}, greedy: true, max_codes: {max_codes} }} }}
+  - {{ id: dit, kind: dit, device: {dd}, params: {{ steps: {steps}, first_chunk_codes: 6, chunk_codes: 12, left_codes: 12, right_codes: 6 }} }}
+  - {{ id: voc, kind: bigvgan, device: {dv}, params: {{ chunk_frames: 24, left_frames: 8, right_frames: 8 }} }}
+  - {{ id: codes, kind: host_out, params: {{ type: any }} }}
   - {{ id: out, kind: host_out, params: {{ type: audio }} }}
 edges:
   - {{ from: in.out, to: talker.in }}
   - {{ from: talker.out, to: dit.in, capacity: 64 }}
   - {{ from: talker.out, to: codes.in, capacity: 4096 }}
-  - {{ from: talker.done, to: dit.flush }}
   - {{ from: dit.out, to: voc.in, capacity: 8 }}
-  - {{ from: dit.done, to: voc.flush }}
   - {{ from: voc.out, to: out.in, capacity: 4096 }}
 "#
     );
@@ -67,13 +71,15 @@ fn states_to_audio_streamed_in_chunks() {
     let mut audio = Vec::new();
     let mut chunks = 0;
     let mut codes = Vec::new();
+    let mut flushes = 0;
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         while let Some(m) = pull(&running, "codes", Duration::from_millis(1)) {
-            let Payload::Tokens(t) = &m.payload else {
-                panic!("codes: {m:?}")
-            };
-            codes.extend_from_slice(t);
+            match &m.payload {
+                Payload::Tokens(t) => codes.extend_from_slice(t),
+                Payload::Event(_) => flushes += 1,
+                other => panic!("codes: {other:?}"),
+            }
         }
         match running.pull("out", Duration::from_millis(200)) {
             Ok(Some(m)) => {
@@ -99,6 +105,7 @@ fn states_to_audio_streamed_in_chunks() {
         codes.len()
     );
     assert!(codes.iter().all(|&c| c <= 8192));
+    assert_eq!(flushes, 1, "one Flush after the turn's codes");
     // Every code is 2 mel frames of 240 samples: the streamed chunks join
     // to exactly the utterance's length.
     assert_eq!(audio.len(), codes.len() * 2 * 240, "{chunks} chunks");
@@ -140,6 +147,45 @@ fn a_cancel_mid_utterance_is_acknowledged_by_all_three() {
     assert_eq!(m.epoch, next);
     running.stop();
     let _ = running.wait(Some(Duration::from_secs(60)));
+}
+
+/// Run one turn to its end; the metrics summary.
+fn run_turn(mut running: Running) -> String {
+    push_turn(&running, 3);
+    running.close_input("in").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        while pull(&running, "codes", Duration::from_millis(1)).is_some() {}
+        match running.pull("out", Duration::from_millis(200)) {
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(edgeflow_graph::Error::Timeout(_)) => {
+                assert!(Instant::now() < deadline, "no end of stream");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    running
+        .wait(Some(Duration::from_secs(60)))
+        .unwrap()
+        .summary()
+}
+
+/// The three stages on three devices: the DiT on the GPU backend (wgpu),
+/// the vocoder on the int8 NPU simulator, which reports its int8 error
+/// against f32; the ops a device lacks fall back to the CPU, counted.
+#[test]
+fn placed_on_cpu_gpu_and_npu() {
+    let summary = run_turn(placed(8, 2, ["cpu", "gpu", "npu"]).start().unwrap());
+    eprintln!("{summary}");
+    assert!(
+        summary.contains("int8_sqnr_db"),
+        "no int8 error in:\n{summary}"
+    );
+    assert!(
+        summary.contains("fallback"),
+        "no fallback count in:\n{summary}"
+    );
 }
 
 #[test]

@@ -57,7 +57,7 @@ impl StageFactory for BigVganKind {
     fn info(&self) -> StageInfo {
         StageInfo {
             kind: "bigvgan",
-            doc: "Qwen2.5-Omni's BigVGAN vocoder on the edgeflow runtime (device: cpu, gpu or npu): log-mel frames in (tensors [80, frames] from `dit`), 24 kHz mono audio out, vocoded in chunks with left / right context as frames arrive; the rest at end of stream or on a flush event. Without model_dir it runs random weights (says so at start). Records time_to_first_audio_ms, rtf and audio_s.",
+            doc: "Qwen2.5-Omni's BigVGAN vocoder on the edgeflow runtime (device: cpu, gpu or npu): log-mel frames in (tensors [80, frames] from `dit`), 24 kHz mono audio out, vocoded in chunks with left / right context as frames arrive; the rest on a Flush event or at end of stream. Without model_dir it runs random weights (says so at start). Records time_to_first_audio_ms, rtf and audio_s.",
             params: vec![
                 ParamInfo::new("model", ParamType::String, "random-small", "random-small (a small random configuration) or random-real (the real configuration, random weights): no Qwen2.5-Omni weights are shipped"),
                 ParamInfo::optional("model_dir", ParamType::InputPath, "a Qwen2.5-Omni checkpoint folder (config.json, *.safetensors): runs the real vocoder"),
@@ -66,10 +66,11 @@ impl StageFactory for BigVganKind {
                 ParamInfo::optional("right_frames", ParamType::Int, "frames of context after a chunk, each a 10 ms wait (default: the receptive field; MNN uses 8)"),
             ],
             ports: Ports {
-                inputs: vec![
-                    PortSpec::new("in", PortType::Tensor, "log-mel frames [80, frames] (or [1, 80, frames])"),
-                    PortSpec::optional("flush", PortType::Control, "a Flush event ends the utterance: its last frames are vocoded"),
-                ],
+                inputs: vec![PortSpec::new(
+                    "in",
+                    PortType::Any,
+                    "log-mel frames [80, frames] (or [1, 80, frames]), then Event::Flush at the end of the utterance (the DiT's output): its last frames are vocoded",
+                )],
                 outputs: vec![PortSpec::new(
                     "out",
                     PortType::Audio {
@@ -167,6 +168,7 @@ impl BigVganStage {
             let audio_s = self.samples as f64 / f64::from(SAMPLE_RATE);
             ctx.record("rtf", self.compute.as_secs_f64() / audio_s);
             ctx.record("audio_s", audio_s);
+            super::record_precision(ctx, self.model.device());
             self.compute = Duration::ZERO;
             self.samples = 0;
         }

@@ -18,9 +18,6 @@ use edgeflow_runtime::{Device, Tensor};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Output port index of the end-of-utterance flush.
-const OUT_DONE: usize = 1;
-
 /// Seconds of audio per mel frame (BigVGAN's 240 samples at 24 kHz).
 const FRAME_S: f64 = 0.01;
 
@@ -99,7 +96,7 @@ impl StageFactory for DitKind {
     fn info(&self) -> StageInfo {
         StageInfo {
             kind: "dit",
-            doc: "Qwen2.5-Omni's token2wav DiT on the edgeflow runtime (device: cpu, gpu or npu): codec tokens in (from `talker`), log-mel frames out (tensors [80, frames], 10 ms each), integrating the flow-matching ODE chunk by chunk with left / right context as tokens arrive, cancellable between ODE steps; the rest at end of stream or on a flush event. Without model_dir it runs random weights (says so at start). Records time_to_first_mel_ms, rtf, mel_s and ode_steps.",
+            doc: "Qwen2.5-Omni's token2wav DiT on the edgeflow runtime (device: cpu, gpu or npu): codec tokens in (from `talker`), log-mel frames out (tensors [80, frames], 10 ms each), integrating the flow-matching ODE chunk by chunk with left / right context as tokens arrive, cancellable between ODE steps; the rest on a Flush event (sent on after the last frames) or at end of stream. Without model_dir it runs random weights (says so at start). Records time_to_first_mel_ms, rtf, mel_s and ode_steps.",
             params: vec![
                 ParamInfo::new("model", ParamType::String, "random-small", "random-small (a small random configuration) or random-real (the real configuration, random weights): no Qwen2.5-Omni weights are shipped"),
                 ParamInfo::optional("model_dir", ParamType::InputPath, "a Qwen2.5-Omni checkpoint folder (config.json, *.safetensors): runs the real DiT"),
@@ -115,14 +112,18 @@ impl StageFactory for DitKind {
                 ParamInfo::new("seed", ParamType::Int, 0, "seed of the ODE's initial noise (and of the random speaker)"),
             ],
             ports: Ports {
-                inputs: vec![
-                    PortSpec::new("in", PortType::Tokens, "codec tokens (ids 0..=8192 for Qwen2.5-Omni; talker special tokens removed)"),
-                    PortSpec::optional("flush", PortType::Control, "a Flush event ends the utterance: its last codes are synthesised"),
-                ],
-                outputs: vec![
-                    PortSpec::new("out", PortType::Tensor, "log-mel frames [80, frames]"),
-                    PortSpec::optional("done", PortType::Control, "Event::Flush after an utterance's last frames (for bigvgan's flush)"),
-                ],
+                // Data and end of utterance share a port each way, so a
+                // Flush cannot overtake the last codes or frames.
+                inputs: vec![PortSpec::new(
+                    "in",
+                    PortType::Any,
+                    "codec tokens (ids 0..=8192 for Qwen2.5-Omni; talker special tokens removed), then Event::Flush at the end of the utterance (the talker's output)",
+                )],
+                outputs: vec![PortSpec::new(
+                    "out",
+                    PortType::Any,
+                    "log-mel frames [80, frames], then Event::Flush after the utterance's last frames (what `bigvgan` takes)",
+                )],
             },
             source: false,
         }
@@ -288,6 +289,7 @@ impl DitStage {
                 ctx.record("rtf", self.compute.as_secs_f64() / mel_s);
                 ctx.record("mel_s", mel_s);
             }
+            super::record_precision(ctx, self.model.device());
             self.clear();
         }
         ctx.check()
@@ -329,7 +331,7 @@ impl Stage for DitStage {
             }
             Payload::Event(e) if matches!(**e, Event::Flush) => {
                 self.run(ctx, true)?;
-                ctx.emit(OUT_DONE, Payload::event(Event::Flush))
+                ctx.emit(0, Payload::event(Event::Flush))
             }
             Payload::Event(_) => Ok(()),
             other => Err(StageError::msg(format!(

@@ -1,8 +1,9 @@
 //! The `talker` stage kind: Qwen2.5-Omni's codec talker. The thinker's
 //! hidden states in (the `states` port of the `thinker` stage: per turn one
 //! tensor for the prompt, then one for the reply), codec tokens out, one
-//! message per token as it is sampled, then a flush; cancellable before
-//! every token.
+//! message per token as it is sampled, then an `Event::Flush` on the same
+//! port (so it cannot overtake the last codes); cancellable before every
+//! token.
 //!
 //! Inputs, per turn, as `edgeflow-llm`'s thinker emits them:
 //! 1. `[1, n_prompt + 3, E]`: for each prompt token its last hidden state
@@ -22,9 +23,6 @@ use edgeflow_graph::{
 use edgeflow_runtime::{Device, Tensor};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Output port index of the end-of-utterance flush.
-const OUT_DONE: usize = 1;
 
 /// The small random configuration (`model: random-small`): the real codec
 /// vocabulary and special tokens on a 2-layer, 256-wide decoder fed by a
@@ -86,10 +84,13 @@ impl StageFactory for TalkerKind {
                     PortType::Tensor,
                     "the thinker's states: [1, n_prompt + 3, E] then [1, n_reply, E] per turn",
                 )],
-                outputs: vec![
-                    PortSpec::new("out", PortType::Tokens, "codec tokens, one per message"),
-                    PortSpec::optional("done", PortType::Control, "Event::Flush after a turn's last code"),
-                ],
+                // One port for the codes and the end of the turn, so the
+                // flush cannot overtake the last codes.
+                outputs: vec![PortSpec::new(
+                    "out",
+                    PortType::Any,
+                    "codec tokens, one per message, then Event::Flush after a turn's last code (what `dit` takes)",
+                )],
             },
             source: false,
         }
@@ -190,7 +191,8 @@ impl TalkerStage {
         if sent > 0 {
             ctx.record("codes_per_s", sent as f64 / secs);
         }
-        ctx.emit(OUT_DONE, Payload::event(Event::Flush))
+        super::record_precision(ctx, self.model.device());
+        ctx.emit(0, Payload::event(Event::Flush))
     }
 }
 
