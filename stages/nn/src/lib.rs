@@ -21,8 +21,8 @@
 //!   ([`fold_weight_norm`]);
 //! - [`HifiGanGenerator`]: the HiFi-GAN generator (VITS's decoder and the
 //!   HiFi-GAN vocoders);
-//! - [`ode`]: a flow-matching ODE sampler (Euler, midpoint, RK4), cancellable
-//!   between steps.
+//! - [`ode`]: a flow-matching ODE sampler (Euler, midpoint, RK4 classic and
+//!   3/8 rule), cancellable between steps.
 //!
 //! A model file has a `Config`, a `load(vb: &VarBuilder, cfg: &Config)`
 //! whose tensor names mirror the checkpoint, and `forward` (or `step` and
