@@ -179,7 +179,11 @@ pub enum Op {
         slope: f64,
     },
     /// Snake activation (BigVGAN): `x + sin(alpha x)^2 / alpha`.
-    /// Inputs: x[b, c, t], `alpha[c]`.
+    /// Inputs: x[b, c, t], `alpha[c]`, optionally `gain[c]`, which makes
+    /// it `x + gain * sin(alpha x)^2` (SnakeBeta with its log-scale
+    /// parameters exponentiated: `alpha = e^alpha'`, `gain = 1 / (e^beta'
+    /// + 1e-9)`); backends without the three-input form get it composed
+    /// ([`crate::Device::snake_beta`]).
     Snake,
     /// Element-wise binary with broadcasting. Inputs: a, b.
     Binary(BinaryOp),

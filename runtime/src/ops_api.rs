@@ -427,6 +427,32 @@ impl Device {
         self.run(Op::Snake, &[x, alpha])
     }
 
+    /// `x + gain * sin^2(freq x)` for x[b, c, t] and per-channel `freq`,
+    /// `gain` (`[c]`, or any shape of `c` values broadcasting as `[1, c,
+    /// 1]`): SnakeBeta. One three-input [`Op::Snake`] where the placed
+    /// backend has it, else composed (multiply, sin, square, multiply, add:
+    /// the same result up to rounding).
+    pub fn snake_beta(&self, x: &Tensor, freq: &Tensor, gain: &Tensor) -> Result<Tensor> {
+        let inputs = [x, freq, gain];
+        if self.runs_natively(&Op::Snake, &inputs) {
+            return self.run(Op::Snake, &inputs);
+        }
+        let c = match x.dims() {
+            &[_, c, _] => c,
+            d => {
+                return Err(crate::Error::bad_input(
+                    "snake",
+                    format!("x must be [batch, channels, time], got {d:?}"),
+                ))
+            }
+        };
+        let f = self.reshape(freq, &[1, c, 1])?;
+        let g = self.reshape(gain, &[1, c, 1])?;
+        let s = self.unary(crate::UnaryOp::Sin, &self.mul(x, &f)?)?;
+        let s = self.unary(crate::UnaryOp::Sqr, &s)?;
+        self.add(x, &self.mul(&s, &g)?)
+    }
+
     /// Element-wise binary function with broadcasting.
     pub fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         self.run(Op::Binary(op), &[a, b])

@@ -49,6 +49,69 @@ fn map_chunks(x: &[f32], f: impl Fn(&[f32], &mut [f32]) + Sync) -> Vec<f32> {
     y
 }
 
+/// The snake activation of `x[b, c, t]` (f32) with per-channel `freq[c]`
+/// and `gain[c]`: `x + gain * sin^2(freq x)`, or `x + sin^2(freq x) /
+/// freq` without `gain` ([`crate::cpu::math::snake_row`]: one pass, where
+/// candle's composition took four). Rows are split over rayon's pool in
+/// tasks of at least [`CHUNK`] values. None unless all are f32.
+pub(crate) fn snake(
+    x: &candle_core::Tensor,
+    freq: &candle_core::Tensor,
+    gain: Option<&candle_core::Tensor>,
+) -> edgeflow_runtime::Result<Option<candle_core::Tensor>> {
+    use candle_core::DType;
+    use std::mem::MaybeUninit;
+    let f32s = |t: &candle_core::Tensor| -> edgeflow_runtime::Result<Option<Vec<f32>>> {
+        if t.dtype() != DType::F32 {
+            return Ok(None);
+        }
+        Ok(Some(t.flatten_all()?.to_vec1::<f32>()?))
+    };
+    let Some(freq) = f32s(freq)? else {
+        return Ok(None);
+    };
+    let gain = match gain {
+        Some(g) => match f32s(g)? {
+            Some(g) => Some(g),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let (_, c, t) = x.dims3()?;
+    if freq.len() != c || gain.as_ref().is_some_and(|g| g.len() != c) || t == 0 {
+        return Ok(None);
+    }
+    let x = super::tensors::dense(x)?;
+    let y = super::tensors::with_f32_slice(&x, |xs| {
+        let n = xs.len();
+        let mut y: Vec<f32> = Vec::with_capacity(n);
+        let dst = &mut y.spare_capacity_mut()[..n];
+        let rows = |(i, d): (usize, &mut [MaybeUninit<f32>]), per: usize| {
+            for (r, dr) in d.chunks_mut(t).enumerate() {
+                let row = i * per + r;
+                let ch = row % c;
+                let src = &xs[row * t..][..t];
+                super::math::snake_row(src, dr, freq[ch], gain.as_ref().map(|g| g[ch]));
+            }
+        };
+        let per = CHUNK.div_ceil(t).max(1);
+        if n > CHUNK {
+            dst.par_chunks_mut(per * t)
+                .enumerate()
+                .for_each(|p| rows(p, per));
+        } else {
+            rows((0, dst), per);
+        }
+        // SAFETY: every row of `dst` was written by `snake_row`.
+        unsafe { y.set_len(n) };
+        y
+    })?;
+    Ok(match y {
+        Some(y) => Some(candle_core::Tensor::from_vec(y, x.shape(), x.device())?),
+        None => None,
+    })
+}
+
 fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

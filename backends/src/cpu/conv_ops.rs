@@ -171,12 +171,15 @@ pub(crate) fn conv_transpose1d_direct(
     }))
 }
 
-/// Stride-1 f32 depthwise `conv1d` (`groups == c_in == c_out`) on
-/// [`conv::depthwise`]; None for other shapes (candle runs those).
+/// f32 depthwise `conv1d` (`groups == c_in == c_out`, any stride; one
+/// channel with `groups == 1` is one too) on [`conv::depthwise`]; None
+/// for other shapes (candle runs those).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn conv1d_depthwise(
     x: &CTensor,
     w: &CTensor,
     bias: Option<&Tensor>,
+    stride: usize,
     padding: usize,
     dilation: usize,
     groups: usize,
@@ -196,13 +199,16 @@ pub(crate) fn conv1d_depthwise(
         padding,
         dilation,
     };
-    let Some(t_out) = shape.t_out() else {
+    let Some(t_out) = shape.t_out().filter(|_| stride > 0) else {
         return Ok(None);
     };
+    let t_out = (t_out - 1) / stride + 1;
     let b = f32_values(bias, "conv1d")?;
     let (x, w) = (dense(x)?, w.contiguous()?);
     let y = with_f32_slice(&x, |xs| {
-        with_f32_slice(&w, |ws| conv::depthwise(shape, xs, ws, b.as_deref()))
+        with_f32_slice(&w, |ws| {
+            conv::depthwise(shape, stride, xs, ws, b.as_deref())
+        })
     })?
     .transpose()?
     .flatten()

@@ -74,6 +74,60 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp_clamped(-x))
 }
 
+/// Above this `|x|` [`sin_sq`]'s range reduction loses precision: libm
+/// takes those values ([`snake_row`]).
+const SIN_SQ_MAX: f32 = 8192.0;
+
+/// `sin(x)^2` for `|x| <= 8192`, within ~2e-7 absolute: `x = n pi + r`
+/// (Cody-Waite, pi in three parts: `n * PI_A` is exact for `|n| < 2^16`),
+/// `|r| <= pi / 2`, `sin(x)^2 = sin(r)^2` with `sin r` the odd Taylor
+/// series through `r^13` (truncation below 7e-10). No calls, no branches:
+/// loops over it vectorize. Larger `|x|` give a value in [0, 1], not
+/// `sin^2`; NaN stays NaN.
+#[inline(always)]
+pub(crate) fn sin_sq(x: f32) -> f32 {
+    const INV_PI: f32 = std::f32::consts::FRAC_1_PI;
+    const PI_A: f32 = 3.140_625;
+    const PI_B: f32 = 9.675_026e-4;
+    const PI_C: f32 = 1.509_958e-7;
+    const ROUND: f32 = 12_582_912.0;
+    let n = (x * INV_PI + ROUND) - ROUND;
+    let r = ((x - n * PI_A) - n * PI_B) - n * PI_C;
+    let r2 = r * r;
+    let p = 1.0 / 6_227_020_800.0;
+    let p = p * r2 - 1.0 / 39_916_800.0;
+    let p = p * r2 + 1.0 / 362_880.0;
+    let p = p * r2 - 1.0 / 5_040.0;
+    let p = p * r2 + 1.0 / 120.0;
+    let p = p * r2 - 1.0 / 6.0;
+    let sin = r + r * (r2 * p);
+    sin * sin
+}
+
+/// One channel's row of the snake activation, `dst[i] = x + gain *
+/// sin^2(freq x)` of `x = src[i]` (BigVGAN's SnakeBeta with its
+/// parameters exponentiated), or with `gain: None` the original Snake's `x
+/// + sin^2(freq x) / freq`. Vectorized ([`map`], [`sin_sq`]); the rare
+/// `|freq x|` beyond [`sin_sq`]'s range are redone with libm's `sin`.
+pub(crate) fn snake_row(src: &[f32], dst: &mut [MaybeUninit<f32>], freq: f32, gain: Option<f32>) {
+    let exact = |v: f32| {
+        let s = (freq * v).sin();
+        match gain {
+            Some(g) => v + g * (s * s),
+            None => v + (s * s) / freq,
+        }
+    };
+    match gain {
+        Some(g) => map(src, dst, move |v| v + g * sin_sq(freq * v)),
+        None => map(src, dst, move |v| v + sin_sq(freq * v) / freq),
+    }
+    for (d, &v) in dst.iter_mut().zip(src) {
+        if (freq * v).abs() > SIN_SQ_MAX {
+            d.write(exact(v));
+        }
+    }
+}
+
 /// `dst[i] = f(src[i])` (`dst` no longer than `src`), compiled for the
 /// widest vectors this machine has (`f` is inlined into each variant).
 pub(crate) fn map<F: Fn(f32) -> f32 + Copy>(src: &[f32], dst: &mut [MaybeUninit<f32>], f: F) {
@@ -212,6 +266,56 @@ mod tests {
         assert_eq!(tanh(-0.0).to_bits(), (-0.0f32).to_bits());
         assert_eq!(tanh(50.0), 1.0);
         assert_eq!(tanh(-50.0), -1.0);
+    }
+
+    #[test]
+    fn sin_sq_matches_f64() {
+        let xs = inputs();
+        let mut got = vec![MaybeUninit::new(0f32); xs.len()];
+        let mut plain = vec![MaybeUninit::new(0f32); xs.len()];
+        map(&xs, &mut got, sin_sq);
+        map_portable(&xs, &mut plain, sin_sq);
+        for (i, &x) in xs.iter().enumerate() {
+            if x.abs() > SIN_SQ_MAX {
+                continue;
+            }
+            // SAFETY: both were fully written above.
+            let (g, p) = unsafe { (got[i].assume_init(), plain[i].assume_init()) };
+            assert_eq!(g.to_bits(), p.to_bits(), "sin_sq({x}): paths differ");
+            let w = f64::from(x).sin().powi(2);
+            let err = (f64::from(g) - w).abs();
+            // The f32 input's rounding times the slope (|d sin^2| <= 1) is
+            // not in the error: x is taken as exact.
+            assert!(err <= 3e-7, "sin_sq({x}) = {g}, want {w} (error {err})");
+        }
+        assert!(sin_sq(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn snake_row_matches_f64_and_takes_large_arguments() {
+        let xs: Vec<f32> = (-4000..4000)
+            .map(|i| i as f32 * 0.0137)
+            .chain([1e5, -3e6, 0.0])
+            .collect();
+        for (freq, gain) in [(1.7f32, Some(0.4f32)), (0.3, None), (900.0, Some(2.0))] {
+            let mut out = vec![MaybeUninit::new(0f32); xs.len()];
+            snake_row(&xs, &mut out, freq, gain);
+            for (i, &x) in xs.iter().enumerate() {
+                // SAFETY: written above.
+                let g = f64::from(unsafe { out[i].assume_init() });
+                let (xf, f) = (f64::from(x), f64::from(freq));
+                let s = (f64::from(freq * x)).sin().powi(2);
+                let w = match gain {
+                    Some(a) => xf + f64::from(a) * s,
+                    None => xf + s / f,
+                };
+                let err = (g - w).abs();
+                assert!(
+                    err <= 1e-6 * w.abs().max(1.0) * gain.map_or(1.0 / f, f64::from).max(1.0),
+                    "snake({x}, {freq}, {gain:?}) = {g}, want {w}"
+                );
+            }
+        }
     }
 
     #[test]

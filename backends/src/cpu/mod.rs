@@ -120,11 +120,12 @@ impl CpuBackend {
                         return wrap(y);
                     }
                 }
-                if *stride == 1 && *groups > 1 {
+                if *stride > 1 || *groups > 1 {
                     if let Some(y) = conv1d_depthwise(
                         &x,
                         &w,
                         inputs.get(2).copied(),
+                        *stride,
                         *padding,
                         *dilation,
                         *groups,
@@ -302,19 +303,31 @@ impl CpuBackend {
                 wrap(x.maximum(&(&x * *slope)?)?)
             }
             Op::Snake => {
-                arity(op, inputs, 2, 2)?;
+                arity(op, inputs, 2, 3)?;
                 let x = p(0)?;
                 let a = p(1)?.to_dtype(x.dtype())?;
+                let g = match inputs.get(2) {
+                    Some(_) => Some(p(2)?.to_dtype(x.dtype())?),
+                    None => None,
+                };
                 let (_, c, _) = x.dims3()?;
-                if a.elem_count() != c {
-                    return Err(Error::bad_input(
-                        name,
-                        format!("alpha has {} values for {c} channels", a.elem_count()),
-                    ));
+                for (what, t) in [("alpha", Some(&a)), ("gain", g.as_ref())] {
+                    if let Some(t) = t.filter(|t| t.elem_count() != c) {
+                        return Err(Error::bad_input(
+                            name,
+                            format!("{what} has {} values for {c} channels", t.elem_count()),
+                        ));
+                    }
+                }
+                if let Some(y) = act::snake(&x, &a, g.as_ref())? {
+                    return wrap(y);
                 }
                 let a = a.reshape((1, c, 1))?;
                 let s = x.broadcast_mul(&a)?.sin()?.sqr()?;
-                wrap((&x + s.broadcast_div(&a)?)?)
+                wrap(match g {
+                    Some(g) => (&x + s.broadcast_mul(&g.reshape((1, c, 1))?)?)?,
+                    None => (&x + s.broadcast_div(&a)?)?,
+                })
             }
             Op::Binary(b) => {
                 arity(op, inputs, 2, 2)?;

@@ -156,6 +156,10 @@ pub(crate) fn cases() -> Vec<Case> {
         (7, 5, 33, 3, 1, 1, 1, 1),
         (6, 9, 129, 5, 2, 2, 2, 3),
         (4, 4, 17, 7, 1, 3, 1, 4),
+        // Depthwise with a stride: a decimating filter, one channel and
+        // several (the CPU backend's depthwise kernel).
+        (1, 1, 40, 12, 2, 0, 1, 1),
+        (5, 5, 33, 4, 3, 2, 2, 5),
     ] {
         let x = randn(&[2, cin, l], next());
         let w = scaled(&[cout, cin / groups, k], next(), 0.3);
@@ -415,6 +419,22 @@ pub(crate) fn cases() -> Vec<Case> {
         o
     };
     cs.push(case("snake", Op::Snake, vec![x, al], want));
+    // With a gain per channel (SnakeBeta), and arguments past a few periods.
+    let (x, al, g) = (
+        scaled(&[2, 7, 33], next(), 4.0),
+        positive(&[7], next()),
+        positive(&[7], next()),
+    );
+    let want = {
+        let (xa, aa, ga) = (a(&x), a(&al), a(&g));
+        let mut o = xa.clone();
+        for (i, v) in o.v.iter_mut().enumerate() {
+            let c = (i / 33) % 7;
+            *v += ga.v[c] * (aa.v[c] * *v).sin().powi(2);
+        }
+        o
+    };
+    cs.push(case("snake with gain", Op::Snake, vec![x, al, g], want));
 
     // binary: every op, same shape and broadcast shapes.
     for op in [

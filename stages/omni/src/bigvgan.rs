@@ -42,9 +42,7 @@
 
 use crate::{Error, Result};
 use edgeflow_nn::{Conv1d, Conv1dConfig, ConvTranspose1d, VarBuilder};
-use edgeflow_runtime::{
-    BinaryOp, ConvCfg, ConvTransposeCfg, DType, Device, PadMode, Tensor, UnaryOp,
-};
+use edgeflow_runtime::{BinaryOp, ConvCfg, ConvTransposeCfg, DType, Device, PadMode, Tensor};
 use serde::Deserialize;
 
 /// The vocoder's shape: upstream `Qwen2_5OmniBigVGANConfig` (the
@@ -424,11 +422,7 @@ impl AntiAliasedSnake {
         )?;
         // SnakeBeta: h + gain * sin^2(freq * h).
         let h = dev.reshape(&h, &[b, c, t * r])?;
-        let s = dev.mul(&h, &self.freq)?;
-        let s = dev.unary(UnaryOp::Sin, &s)?;
-        let s = dev.unary(UnaryOp::Sqr, &s)?;
-        let s = dev.mul(&s, &self.gain)?;
-        let h = dev.add(&h, &s)?;
+        let h = dev.snake_beta(&h, &self.freq, &self.gain)?;
         let h = dev.reshape(&h, &[b * c, 1, t * r])?;
         let (dl, dr) = Resampling::ACT.down_pads();
         let h = dev.pad(&h, 2, dl, dr, PadMode::Replicate)?;

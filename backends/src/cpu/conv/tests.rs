@@ -295,11 +295,14 @@ fn pads_span_by_span_on_long_inputs() {
 
 #[test]
 fn depthwise_matches_f64_reference() {
-    for &(batch, c, t_in, k, padding, dilation) in &[
-        (1, 192, 193, 3, 1, 1),
-        (2, 5, 17, 3, 3, 3),
-        (1, 4, 9, 5, 0, 1),
-        (1, 3, 4, 3, 9, 9),
+    for &(batch, c, t_in, k, padding, dilation, stride) in &[
+        (1, 192, 193, 3, 1, 1, 1),
+        (2, 5, 17, 3, 3, 3, 1),
+        (1, 4, 9, 5, 0, 1, 1),
+        (1, 3, 4, 3, 9, 9, 1),
+        (5, 1, 31, 12, 0, 1, 2),
+        (2, 3, 20, 4, 2, 2, 3),
+        (1, 2, 6, 3, 4, 1, 2),
     ] {
         let s = Conv1dShape {
             batch,
@@ -313,13 +316,18 @@ fn depthwise_matches_f64_reference() {
         let x = data(batch * c * t_in, 4);
         let w = data(c * k, 5);
         let b = data(c, 6);
-        let got = depthwise(s, &x, &w, Some(&b)).expect("valid shape");
+        let got = depthwise(s, stride, &x, &w, Some(&b)).expect("valid shape");
         // The grouped reference: a full conv whose weights are zero off the diagonal.
         let mut full = vec![0f32; c * c * k];
         for o in 0..c {
             full[(o * c + o) * k..][..k].copy_from_slice(&w[o * k..][..k]);
         }
-        let want = reference(s, &x, &full, Some(&b));
+        // Stride s keeps every s-th output of the stride-1 convolution.
+        let full_out = s.t_out().expect("valid shape");
+        let want: Vec<f64> = reference(s, &x, &full, Some(&b))
+            .chunks(full_out)
+            .flat_map(|row| row.iter().copied().step_by(stride))
+            .collect();
         assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!(
@@ -337,7 +345,7 @@ fn depthwise_matches_f64_reference() {
         padding: 1,
         dilation: 1,
     };
-    assert!(depthwise(bad, &[0.0; 8], &[0.0; 6], None).is_none());
+    assert!(depthwise(bad, 1, &[0.0; 8], &[0.0; 6], None).is_none());
 }
 
 #[test]
