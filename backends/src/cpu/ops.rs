@@ -19,6 +19,7 @@ pub(crate) fn unary_own(u: UnaryOp, x: &CTensor) -> Result<Option<CTensor>> {
             | UnaryOp::Neg
             | UnaryOp::Relu
             | UnaryOp::GeluErf
+            | UnaryOp::Gelu
     ) {
         return Ok(None);
     }
@@ -32,6 +33,7 @@ pub(crate) fn unary_own(u: UnaryOp, x: &CTensor) -> Result<Option<CTensor>> {
         // Vectorized, within 1e-6 relative of libm's (crate::cpu::math).
         UnaryOp::Tanh => ew::map_vec(x, crate::cpu::math::tanh),
         UnaryOp::Sigmoid => ew::map_vec(x, crate::cpu::math::sigmoid),
+        UnaryOp::Gelu => ew::map_vec(x, crate::cpu::math::gelu_tanh),
         UnaryOp::Exp => ew::map(x, f32::exp),
         UnaryOp::Neg => ew::map(x, |v| -v),
         _ => Ok(None),

@@ -354,8 +354,6 @@ pub struct Dit {
     blocks: Vec<Block>,
     norm_out: Linear,
     proj_out: Linear,
-    /// `[hidden]` ones: the affine-free layer norms' gamma.
-    ones: Tensor,
 }
 
 /// Width of the sinusoidal time features.
@@ -444,7 +442,6 @@ impl Dit {
             blocks,
             norm_out: lin("norm_out.linear", h, 2 * h)?,
             proj_out: lin("proj_out", h, cfg.mel_dim)?,
-            ones: vb.place(&Tensor::from_vec(vec![1.0; h], &[h])?)?,
         })
     }
 
@@ -787,12 +784,15 @@ impl Dit {
             .collect()
     }
 
-    /// `layer_norm(x) * (1 + scale) + shift`, the norm without affine.
+    /// `layer_norm(x) * (1 + scale) + shift`, the norm without affine:
+    /// one layer norm whose affine is the modulation (scale and shift are
+    /// the same for every row: one time per batch).
     fn modulate(&self, x: &Tensor, shift: &Tensor, scale: &Tensor) -> Result<Tensor> {
         let dev = &self.dev;
-        let n = dev.layer_norm(x, &self.ones, None, 1e-6)?;
-        let s1 = dev.affine(scale, 1.0, 1.0)?;
-        Ok(dev.add(&dev.mul(&n, &s1)?, shift)?)
+        let h = self.cfg.hidden_size;
+        let s1 = dev.reshape(&dev.affine(scale, 1.0, 1.0)?, &[h])?;
+        let shift = dev.reshape(shift, &[h])?;
+        Ok(dev.layer_norm(x, &s1, Some(&shift), 1e-6)?)
     }
 
     fn attention(&self, b: &Block, c: &Conditioning, x: &Tensor) -> Result<Tensor> {
