@@ -6,10 +6,13 @@
 //! and restarted mid-run.
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
+use common::{edgeflow, repo, Hosts, Proc};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::channel;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -22,112 +25,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-fn repo() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
-
-fn edgeflow() -> &'static str {
-    env!("CARGO_BIN_EXE_edgeflow")
-}
-
-/// A process whose stderr lines arrive with the time they were read.
-struct Proc {
-    child: Child,
-    lines: Receiver<(Instant, String)>,
-    seen: Vec<(Instant, String)>,
-    /// Drains stdout as it comes (a full pipe would stall the process).
-    stdout: Option<std::thread::JoinHandle<String>>,
-}
-
-impl Proc {
-    fn spawn(mut cmd: Command) -> Proc {
-        let mut child = cmd
-            .current_dir(repo())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start a process");
-        let mut out = child.stdout.take().unwrap();
-        let stdout = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            s
-        });
-        let err = child.stderr.take().unwrap();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("  | {l}");
-                if tx.send((Instant::now(), l)).is_err() {
-                    break;
-                }
-            }
-        });
-        Proc {
-            child,
-            lines: rx,
-            seen: Vec::new(),
-            stdout: Some(stdout),
-        }
-    }
-
-    /// Wait up to `timeout` for a stderr line containing `needle`; its time.
-    fn wait_line(&mut self, needle: &str, timeout: Duration) -> Option<Instant> {
-        self.wait_line_after(needle, None, timeout)
-    }
-
-    /// The same, counting only lines read at or after `since`.
-    fn wait_line_after(
-        &mut self,
-        needle: &str,
-        since: Option<Instant>,
-        timeout: Duration,
-    ) -> Option<Instant> {
-        let fresh = |t: &Instant| since.is_none_or(|s| *t >= s);
-        if let Some((t, _)) = self
-            .seen
-            .iter()
-            .find(|(t, l)| fresh(t) && l.contains(needle))
-        {
-            return Some(*t);
-        }
-        let end = Instant::now() + timeout;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            let (t, l) = self.lines.recv_timeout(left).ok()?;
-            let hit = fresh(&t) && l.contains(needle);
-            self.seen.push((t, l));
-            if hit {
-                return Some(t);
-            }
-        }
-    }
-
-    /// Wait for the exit; (status code, stdout).
-    fn finish(mut self, timeout: Duration) -> (Option<i32>, String) {
-        let reader = self.stdout.take().unwrap();
-        let end = Instant::now() + timeout;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return (st.code(), reader.join().unwrap());
-            }
-            if Instant::now() > end {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("a part did not exit within {timeout:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn part(file: &Path, name: &str, extra: &[&str]) -> Command {
@@ -233,61 +130,6 @@ fn a_part_started_from_another_file_is_refused_naming_both_hashes() {
 
 // ------------------------------------------------------- two network hosts
 
-/// Two network namespaces joined by a veth pair: the project's own test
-/// hosts, `10.231.<n>.1` and `10.231.<n>.2`. Removed on drop.
-struct Hosts {
-    a: String,
-    b: String,
-    ip_a: String,
-    ip_b: String,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run `ip`");
-    assert!(
-        out.status.success(),
-        "`ip {}` failed: {} (these tests need root and network namespaces, as CI has)",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Hosts {
-    fn new() -> Hosts {
-        let n = std::process::id() % 250 + 1;
-        let (a, b) = (format!("efa{n}"), format!("efb{n}"));
-        let (va, vb) = (format!("vefa{n}"), format!("vefb{n}"));
-        let _ = Command::new("ip").args(["netns", "del", &a]).output();
-        let _ = Command::new("ip").args(["netns", "del", &b]).output();
-        ip(&["netns", "add", &a]);
-        ip(&["netns", "add", &b]);
-        ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]);
-        ip(&["link", "set", &va, "netns", &a]);
-        ip(&["link", "set", &vb, "netns", &b]);
-        let (ip_a, ip_b) = (format!("10.231.{n}.1"), format!("10.231.{n}.2"));
-        ip(&["-n", &a, "addr", "add", &format!("{ip_a}/24"), "dev", &va]);
-        ip(&["-n", &b, "addr", "add", &format!("{ip_b}/24"), "dev", &vb]);
-        for (ns, dev) in [(&a, &va), (&b, &vb)] {
-            ip(&["-n", ns, "link", "set", dev, "up"]);
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-        }
-        Hosts { a, b, ip_a, ip_b }
-    }
-
-    fn cmd(&self, ns: &str, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns, edgeflow()]).args(args);
-        c
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.a]).output();
-        let _ = Command::new("ip").args(["netns", "del", &self.b]).output();
-    }
-}
-
 /// robot-split.yaml with the robot part on host A and the brain on host B.
 fn split_file(dir: &Path, h: &Hosts) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("pipelines/robot-split.yaml")).unwrap();
@@ -312,7 +154,7 @@ fn split_file(dir: &Path, h: &Hosts) -> PathBuf {
 #[test]
 fn robot_loop_split_across_two_hosts_survives_losing_the_policy_part() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let hosts = Hosts::new();
+    let hosts = Hosts::new("ef", 231);
     let dir = tempfile::tempdir().unwrap();
     let file = split_file(dir.path(), &hosts);
     let f = file.to_str().unwrap();

@@ -17,7 +17,8 @@ use std::path::Path;
 pub(crate) enum OnPartLost {
     /// Keep running; its edges resume when it comes back.
     Wait,
-    /// End the streams that came from it, so this part stops cleanly.
+    /// End the streams that came from it; a part still running 2 s later
+    /// is stopped (exit status 1, naming the part that is gone).
     Stop,
 }
 

@@ -31,7 +31,11 @@ pub(crate) struct RunArgs {
     /// zenoh. Without it the whole pipeline runs in this process.
     #[arg(long, value_name = "NAME")]
     pub part: Option<String>,
-    /// With --part: what to do when a part this one receives from is gone.
+    /// With --part: what to do when a part this one receives from is gone:
+    /// `wait` for it (its edges resume when it comes back), or `stop`: the
+    /// streams from it end, and a part still running 2 s later (a live
+    /// source such as a microphone keeps it going) is stopped, exit status
+    /// 1 naming the lost part.
     #[arg(long, value_enum, default_value = "wait")]
     pub on_part_lost: super::parts::OnPartLost,
     /// Record every message of every edge into this MCAP file.
@@ -128,7 +132,48 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         flag.store(true, std::sync::atomic::Ordering::SeqCst);
         stop.stop();
     });
-    let (metrics, result) = running.finish(timeout);
+    // `--on-part-lost stop`: the streams from a lost part end, which ends a
+    // part fed only by them; one that a live source keeps running (a
+    // microphone, a timer) is stopped if it has not ended within
+    // STOP_GRACE, and exits with status 1 naming the lost part.
+    const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+    let lost: std::sync::Mutex<Option<String>> = Default::default();
+    let finished = std::sync::atomic::AtomicBool::new(false);
+    let (metrics, result) = std::thread::scope(|sc| {
+        if let (Some(p), super::parts::OnPartLost::Stop) = (&presence, a.on_part_lost) {
+            let stop = running.stop_handle();
+            let (lost, finished) = (&lost, &finished);
+            let ended = || finished.load(std::sync::atomic::Ordering::SeqCst);
+            sc.spawn(move || {
+                let mut before = p.others();
+                while !ended() {
+                    let now = p.others();
+                    if let Some(gone) = before.iter().find(|b| !now.contains(b)) {
+                        let t = std::time::Instant::now();
+                        while !ended() && t.elapsed() < STOP_GRACE {
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                        }
+                        if ended() {
+                            return;
+                        }
+                        eprintln!(
+                            "edgeflow: part `{gone}` is gone: stopping this part (--on-part-lost stop)"
+                        );
+                        if let Ok(mut l) = lost.lock() {
+                            *l = Some(gone.clone());
+                        }
+                        stop.stop();
+                        return;
+                    }
+                    before = now;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            });
+        }
+        let r = running.finish(timeout);
+        finished.store(true, std::sync::atomic::Ordering::SeqCst);
+        r
+    });
     // Normal end, Ctrl-C, timeout or a stage error: the file is finalised.
     let recorded = recorder.map(|r| finish_recording(r, a.quiet));
     // Split run: publish this part's metrics and gather the others' (this
@@ -161,6 +206,9 @@ pub(super) fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         if let Some(pt) = &part {
             eprint!("{}", super::parts::gathered_summary(pt, &gathered));
         }
+    }
+    if let Some(gone) = lost.lock().ok().and_then(|l| l.clone()) {
+        anyhow::bail!("stopped: part `{gone}` is gone (--on-part-lost stop)");
     }
     if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
         eprintln!("edgeflow: interrupted");

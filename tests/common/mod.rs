@@ -1,0 +1,216 @@
+//! Helpers shared by the tests that run parts of a pipeline as processes:
+//! a process whose output lines arrive with the time they were read, and
+//! two test hosts (network namespaces joined by a veth pair).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test uses some
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+pub(crate) fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+pub(crate) fn edgeflow() -> &'static str {
+    env!("CARGO_BIN_EXE_edgeflow")
+}
+
+/// Lines of one stream, with the time each was read.
+struct Lines {
+    rx: Receiver<(Instant, String)>,
+    seen: Vec<(Instant, String)>,
+}
+
+impl Lines {
+    fn read(stream: impl std::io::Read + Send + 'static, echo: &'static str) -> Lines {
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stream).lines().map_while(Result::ok) {
+                if !echo.is_empty() {
+                    eprintln!("  {echo} {l}");
+                }
+                if tx.send((Instant::now(), l)).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Take what has arrived so far.
+    fn gather(&mut self) {
+        while let Ok(x) = self.rx.try_recv() {
+            self.seen.push(x);
+        }
+    }
+
+    fn wait_after(
+        &mut self,
+        needle: &str,
+        since: Option<Instant>,
+        timeout: Duration,
+    ) -> Option<Instant> {
+        let fresh = |t: &Instant| since.is_none_or(|s| *t >= s);
+        if let Some((t, _)) = self
+            .seen
+            .iter()
+            .find(|(t, l)| fresh(t) && l.contains(needle))
+        {
+            return Some(*t);
+        }
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let (t, l) = self.rx.recv_timeout(left).ok()?;
+            let hit = fresh(&t) && l.contains(needle);
+            self.seen.push((t, l));
+            if hit {
+                return Some(t);
+            }
+        }
+    }
+}
+
+/// A process whose stderr and stdout lines arrive with the time they were
+/// read (both drained as they come: a full pipe would stall the process).
+pub(crate) struct Proc {
+    pub(crate) child: Child,
+    err: Lines,
+    out: Lines,
+}
+
+impl Proc {
+    pub(crate) fn spawn(mut cmd: Command) -> Proc {
+        let mut child = cmd
+            .current_dir(repo())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a process");
+        let out = Lines::read(child.stdout.take().unwrap(), "");
+        let err = Lines::read(child.stderr.take().unwrap(), "|");
+        Proc { child, err, out }
+    }
+
+    /// Wait up to `timeout` for a stderr line containing `needle`; its time.
+    pub(crate) fn wait_line(&mut self, needle: &str, timeout: Duration) -> Option<Instant> {
+        self.err.wait_after(needle, None, timeout)
+    }
+
+    /// The same, counting only lines read at or after `since`.
+    pub(crate) fn wait_line_after(
+        &mut self,
+        needle: &str,
+        since: Option<Instant>,
+        timeout: Duration,
+    ) -> Option<Instant> {
+        self.err.wait_after(needle, since, timeout)
+    }
+
+    /// The stdout lines read at or after `since`, so far.
+    pub(crate) fn out_lines_after(&mut self, since: Instant) -> Vec<(Instant, String)> {
+        self.out.gather();
+        self.out
+            .seen
+            .iter()
+            .filter(|(t, _)| *t >= since)
+            .cloned()
+            .collect()
+    }
+
+    /// Wait for the exit; (status code, stdout).
+    pub(crate) fn finish(mut self, timeout: Duration) -> (Option<i32>, String) {
+        let end = Instant::now() + timeout;
+        let code = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st.code();
+            }
+            if Instant::now() > end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("a part did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // The reader sees end of file once the process has exited.
+        let mut text = String::new();
+        while let Ok((t, l)) = self.out.rx.recv_timeout(Duration::from_secs(5)) {
+            self.out.seen.push((t, l));
+        }
+        for (_, l) in &self.out.seen {
+            text.push_str(l);
+            text.push('\n');
+        }
+        (code, text)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Two network namespaces joined by a veth pair: the project's own test
+/// hosts, `10.<net>.<n>.1` and `10.<net>.<n>.2`, named `<prefix>a<n>` and
+/// `<prefix>b<n>` (each test file its own prefix and net, so they never
+/// collide). Removed on drop.
+pub(crate) struct Hosts {
+    pub(crate) a: String,
+    pub(crate) b: String,
+    pub(crate) ip_a: String,
+    pub(crate) ip_b: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run `ip`");
+    assert!(
+        out.status.success(),
+        "`ip {}` failed: {} (these tests need root and network namespaces, as CI has)",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Hosts {
+    pub(crate) fn new(prefix: &str, net: u8) -> Hosts {
+        let n = std::process::id() % 250 + 1;
+        let (a, b) = (format!("{prefix}a{n}"), format!("{prefix}b{n}"));
+        let (va, vb) = (format!("v{prefix}a{n}"), format!("v{prefix}b{n}"));
+        let _ = Command::new("ip").args(["netns", "del", &a]).output();
+        let _ = Command::new("ip").args(["netns", "del", &b]).output();
+        ip(&["netns", "add", &a]);
+        ip(&["netns", "add", &b]);
+        ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]);
+        ip(&["link", "set", &va, "netns", &a]);
+        ip(&["link", "set", &vb, "netns", &b]);
+        let (ip_a, ip_b) = (format!("10.{net}.{n}.1"), format!("10.{net}.{n}.2"));
+        ip(&["-n", &a, "addr", "add", &format!("{ip_a}/24"), "dev", &va]);
+        ip(&["-n", &b, "addr", "add", &format!("{ip_b}/24"), "dev", &vb]);
+        for (ns, dev) in [(&a, &va), (&b, &vb)] {
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        Hosts { a, b, ip_a, ip_b }
+    }
+
+    /// `edgeflow ARGS` on host `ns`.
+    pub(crate) fn cmd(&self, ns: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns, edgeflow()]).args(args);
+        c
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.a]).output();
+        let _ = Command::new("ip").args(["netns", "del", &self.b]).output();
+    }
+}
