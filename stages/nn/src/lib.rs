@@ -21,6 +21,8 @@
 //!   ([`fold_weight_norm`]);
 //! - [`HifiGanGenerator`]: the HiFi-GAN generator (VITS's decoder and the
 //!   HiFi-GAN vocoders);
+//! - [`MelStream`]: a spectrogram vocoded as it arrives, chunk by chunk
+//!   with context, by any [`MelVocoder`];
 //! - [`ode`]: a flow-matching ODE sampler (Euler, midpoint, RK4 classic and
 //!   3/8 rule), cancellable between steps.
 //!
@@ -34,6 +36,7 @@ mod decoder;
 mod error;
 mod hifigan;
 mod linear;
+mod mel_stream;
 mod norm;
 pub mod ode;
 mod rope;
@@ -48,6 +51,7 @@ pub use edgeflow_runtime::{ConvCfg, ConvTransposeCfg, KvCache};
 pub use error::{Error, Result};
 pub use hifigan::{HifiGanConfig, HifiGanGenerator};
 pub use linear::{stack_rows, Embedding, Linear};
+pub use mel_stream::{MelStream, MelVocoder};
 pub use norm::{LayerNorm, RmsNorm};
 pub use ode::{OdeMethod, OdeSampler, Schedule};
 pub use rope::{RopeAt, RopeLayout, RotaryEmbedding};

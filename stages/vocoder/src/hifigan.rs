@@ -13,6 +13,7 @@
 
 use crate::{Error, Result};
 use edgeflow_nn::{HifiGanConfig, HifiGanGenerator, VarBuilder};
+pub use edgeflow_nn::{MelStream, MelVocoder};
 use edgeflow_runtime::{Device, Tensor};
 use serde::Deserialize;
 use std::path::Path;
@@ -209,164 +210,25 @@ impl HifiGan {
     fn forward_ops(&self, mel: &Tensor) -> Result<Tensor> {
         Ok(self.generator.forward(&self.dev, mel)?)
     }
-
-    /// Vocode `mel` frames `[from, to)` of a `[1, num_mels, len]` window
-    /// whose first frame is frame `mel_start` of the stream, with up to
-    /// `context` frames of the window on each side; returns the samples.
-    fn window(
-        &self,
-        mel: &Tensor,
-        mel_start: usize,
-        from: usize,
-        to: usize,
-        context: usize,
-    ) -> Result<Vec<f32>> {
-        let dev = &self.dev;
-        let len = mel.dims()[2];
-        let lo = from.saturating_sub(context).max(mel_start);
-        let hi = (to + context).min(mel_start + len);
-        let w = dev.narrow(&dev.place(mel)?, 2, lo - mel_start, hi - lo)?;
-        let audio = self.forward(&w)?;
-        let hop = self.cfg.hop_length();
-        let audio = dev.narrow(&audio, 2, (from - lo) * hop, (to - from) * hop)?;
-        Ok(dev.to_host(&audio)?.to_vec_f32()?)
-    }
 }
 
-/// Vocodes a mel spectrogram that arrives in pieces: [`MelStream::push`]
-/// takes frames and returns the audio of every whole chunk that has its
-/// right context, [`MelStream::finish`] the rest. With `context` at least
-/// [`HifiGan::receptive_radius`] the joined audio equals [`HifiGan::forward`]
-/// of the whole spectrogram (up to float rounding); smaller contexts trade
-/// exactness at chunk edges for less recomputation.
-#[derive(Debug, Clone)]
-pub struct MelStream {
-    n_mels: usize,
-    chunk: usize,
-    context: usize,
-    /// Buffered frames, time-major (`frame * n_mels + bin`), from `base`.
-    frames: Vec<f32>,
-    base: usize,
-    /// Frames vocoded so far.
-    done: usize,
-}
+impl MelVocoder for HifiGan {
+    type Error = Error;
 
-impl MelStream {
-    /// A stream for `num_mels`-bin frames, vocoded `chunk` frames at a time
-    /// with `context` frames on each side.
-    pub fn new(num_mels: usize, chunk: usize, context: usize) -> Result<Self> {
-        if chunk == 0 || num_mels == 0 {
-            return Err(Error::BadInput(
-                "a mel stream needs at least one frame per chunk and one mel bin".into(),
-            ));
-        }
-        Ok(MelStream {
-            n_mels: num_mels,
-            chunk,
-            context,
-            frames: Vec::new(),
-            base: 0,
-            done: 0,
-        })
+    fn mel_bins(&self) -> usize {
+        self.cfg.num_mels
     }
 
-    /// Frames received so far.
-    pub fn received(&self) -> usize {
-        self.base + self.frames.len() / self.n_mels
+    fn samples_per_frame(&self) -> usize {
+        self.cfg.hop_length()
     }
 
-    /// Frames vocoded so far.
-    pub fn vocoded(&self) -> usize {
-        self.done
+    fn device(&self) -> &Device {
+        &self.dev
     }
 
-    /// Forget everything (a new utterance, or a cancel).
-    pub fn reset(&mut self) {
-        self.frames.clear();
-        self.base = 0;
-        self.done = 0;
-    }
-
-    /// Add `mel` (`[num_mels, t]` or `[1, num_mels, t]`, channel-major) and
-    /// vocode every chunk whose right context has arrived; `sink` gets each
-    /// chunk's samples and returns `false` to stop (a cancel).
-    pub fn push(
-        &mut self,
-        model: &HifiGan,
-        mel: &Tensor,
-        sink: &mut dyn FnMut(Vec<f32>) -> Result<bool>,
-    ) -> Result<()> {
-        let d = mel.dims().to_vec();
-        let t = match d.as_slice() {
-            [c, t] | [1, c, t] if *c == self.n_mels => *t,
-            _ => {
-                return Err(Error::BadInput(format!(
-                    "the vocoder takes mel frames [{n}, frames] or [1, {n}, frames], got {d:?}",
-                    n = self.n_mels
-                )))
-            }
-        };
-        let v = model.device().to_host(mel)?.to_vec_f32()?;
-        let start = self.frames.len();
-        self.frames.resize(start + t * self.n_mels, 0.0);
-        for c in 0..self.n_mels {
-            for (j, &x) in v[c * t..(c + 1) * t].iter().enumerate() {
-                self.frames[start + j * self.n_mels + c] = x;
-            }
-        }
-        while self.done + self.chunk + self.context <= self.received() {
-            let to = self.done + self.chunk;
-            if !self.vocode(model, to, sink)? {
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    /// Vocode the frames left (the end of the spectrogram: no right
-    /// context beyond it), then start over.
-    pub fn finish(
-        &mut self,
-        model: &HifiGan,
-        sink: &mut dyn FnMut(Vec<f32>) -> Result<bool>,
-    ) -> Result<()> {
-        let end = self.received();
-        while self.done < end {
-            let to = (self.done + self.chunk).min(end);
-            if !self.vocode(model, to, sink)? {
-                break;
-            }
-        }
-        self.reset();
-        Ok(())
-    }
-
-    /// Vocode `[done, to)` from the buffered frames; drop frames no later
-    /// chunk needs.
-    fn vocode(
-        &mut self,
-        model: &HifiGan,
-        to: usize,
-        sink: &mut dyn FnMut(Vec<f32>) -> Result<bool>,
-    ) -> Result<bool> {
-        let from = self.done;
-        let lo = from.saturating_sub(self.context).max(self.base);
-        let hi = (to + self.context).min(self.received());
-        let n = self.n_mels;
-        let len = hi - lo;
-        let mut cm = vec![0f32; n * len];
-        for j in 0..len {
-            let f = &self.frames[(lo - self.base + j) * n..(lo - self.base + j + 1) * n];
-            for (c, &x) in f.iter().enumerate() {
-                cm[c * len + j] = x;
-            }
-        }
-        let window = Tensor::from_vec(cm, &[1, n, len])?;
-        let audio = model.window(&window, lo, from, to, self.context)?;
-        self.done = to;
-        let keep_from = self.done.saturating_sub(self.context).max(self.base);
-        self.frames.drain(..(keep_from - self.base) * n);
-        self.base = keep_from;
-        sink(audio)
+    fn vocode(&self, mel: &Tensor) -> Result<Vec<f32>> {
+        let audio = self.forward(mel)?;
+        Ok(self.dev.to_host(&audio)?.to_vec_f32()?)
     }
 }

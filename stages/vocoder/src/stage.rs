@@ -97,7 +97,7 @@ impl StageFactory for VocoderKind {
         }
         let dev = env.open_device()?;
         let model = HifiGan::from_dir(&dir, &dev)?;
-        let stream = MelStream::new(cfg.num_mels, chunk, context)?;
+        let stream = MelStream::new(cfg.num_mels, chunk, context, context)?;
         Ok(Box::new(VocoderStage {
             rate: cfg.sampling_rate,
             model,

@@ -100,7 +100,7 @@ fn streamed_vocoding_equals_one_shot() {
     let radius = HifiGan::receptive_radius(voc.config());
     assert_eq!(radius, 15);
     // Frames arrive 7 at a time; chunks of 10 with the full context.
-    let mut s = MelStream::new(80, 10, radius).expect("stream");
+    let mut s = MelStream::new(80, 10, radius, radius).expect("stream");
     let mut joined = Vec::new();
     let mut sink = |c: Vec<f32>| {
         joined.extend(c);
