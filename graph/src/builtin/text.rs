@@ -273,6 +273,7 @@ impl StageFactory for SentenceChunkerKind {
         Ok(Box::new(SentenceChunker {
             split: SentenceSplitter::new(min_chars, max_chars, first_clause_chars),
             epoch: None,
+            flushed: false,
         }))
     }
 }
@@ -491,9 +492,17 @@ impl SentenceSplitter {
 }
 
 /// The `sentence_chunker` stage: a [`SentenceSplitter`] per turn.
+///
+/// The end-of-answer Flush comes on its own edge, so it can overtake the
+/// answer's last pieces (the stage reads its inputs in turn, and across
+/// parts they are separate zenoh keys). Text of a turn that arrives after
+/// that turn's Flush is therefore emitted at once: the turn has ended, no
+/// more of its sentence is coming.
 pub(crate) struct SentenceChunker {
     split: SentenceSplitter,
     epoch: Option<Epoch>,
+    /// This turn's Flush has arrived.
+    flushed: bool,
 }
 
 impl Stage for SentenceChunker {
@@ -501,15 +510,24 @@ impl Stage for SentenceChunker {
         if self.epoch.is_some_and(|e| e != input.msg.epoch) {
             // A new turn: what was buffered belongs to an ended turn.
             self.split.clear();
+            self.flushed = false;
         }
         self.epoch = Some(input.msg.epoch);
         let mut emit = |s: &str| ctx.emit(0, Payload::text(s));
         match (&input.msg.payload, input.port) {
             (Payload::Text(t), _) => {
                 self.split.push(t);
-                self.split.drain(&mut emit)
+                if self.flushed {
+                    // A piece that the turn's Flush overtook.
+                    self.split.flush(&mut emit)
+                } else {
+                    self.split.drain(&mut emit)
+                }
             }
-            (Payload::Event(e), _) if matches!(**e, Event::Flush) => self.split.flush(&mut emit),
+            (Payload::Event(e), _) if matches!(**e, Event::Flush) => {
+                self.flushed = true;
+                self.split.flush(&mut emit)
+            }
             _ => Ok(()),
         }
     }
@@ -517,6 +535,7 @@ impl Stage for SentenceChunker {
     fn reset(&mut self, epoch: Epoch, _ctx: &mut StageCtx) -> StageResult {
         if self.epoch == Some(epoch) {
             self.split.clear();
+            self.flushed = false;
         }
         Ok(())
     }
@@ -737,5 +756,47 @@ mod tests {
         }
         assert_eq!(got, n);
         running.wait(Some(Duration::from_secs(10))).unwrap();
+    }
+
+    /// The answer's Flush overtakes its last pieces (separate edges): the
+    /// late pieces are still spoken, at once, not held for the next turn.
+    #[test]
+    fn pieces_after_their_turns_flush_are_emitted_at_once() {
+        let r = Registry::builtin();
+        let yaml = "stages:\n  - { id: text, kind: host_in, params: { type: text } }\n  - { id: done, kind: host_in, params: { type: control } }\n  - { id: s, kind: sentence_chunker }\n  - { id: out, kind: host_out, params: { type: text } }\nedges:\n  - { from: text.out, to: s.in }\n  - { from: done.out, to: s.flush }\n  - { from: s.out, to: out.in }\n";
+        let running = Pipeline::from_yaml(yaml, &r).unwrap().start().unwrap();
+        running
+            .push("text", Payload::text("The capital of France"))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        running.push("done", Payload::event(Event::Flush)).unwrap();
+        let first = running
+            .pull("out", Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.payload.as_text(), Some("The capital of France"));
+        // The overtaken tail of the same turn: out at once, no second Flush.
+        running.push("text", Payload::text(" is Paris.")).unwrap();
+        let tail = running
+            .pull("out", Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        assert_eq!(tail.payload.as_text(), Some("is Paris."));
+        // The next turn is chunked as usual again.
+        running.new_epoch();
+        running
+            .push("text", Payload::text("Rome is the capital of Italy. And"))
+            .unwrap();
+        let s = running
+            .pull("out", Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.payload.as_text(), Some("Rome is the capital of Italy."));
+        assert!(running
+            .pull("out", Duration::from_millis(200))
+            .unwrap_or(None)
+            .is_none());
+        running.stop();
+        let _ = running.wait(Some(Duration::from_secs(10)));
     }
 }
