@@ -12,7 +12,11 @@
 //! the block's scores go into a per-thread buffer (`rows x t`, cache-sized)
 //! through a GEMM that reads `q`, `k` and `v` in place with their strides,
 //! the softmax runs in that buffer (vectorized `exp`), and a second GEMM
-//! writes the block's output rows. Grouped-query heads, an end-aligned
+//! writes the block's output rows. Causal attention (a decoder's prefill
+//! and steps) and blocks of a few rows run direct loops instead, one query
+//! row at a time: a row's result then does not depend on how many rows
+//! came with it, so a prefill equals the same tokens fed one at a time bit
+//! for bit. Grouped-query heads, an end-aligned
 //! causal mask and an additive mask (broadcast over any of its leading
 //! dims) are supported; anything else (another dtype) returns `None` and
 //! the caller takes the unfused path.
@@ -73,9 +77,15 @@ pub(crate) fn attention(
             with_view(v, |vv| {
                 let mut run = |mv: Option<View<'_>>| {
                     let unit = |x: &View<'_>| x.dims[3] == 1 || x.stride[3] == 1;
-                    if s <= SMALL_ROWS && unit(&qv) && unit(&kv) && unit(&vv) {
+                    if (s <= SMALL_ROWS || causal) && unit(&qv) && unit(&kv) && unit(&vv) {
                         // Decoder steps: a few query rows per head; direct
                         // loops beat two GEMM calls with their packing.
+                        // Causal attention (a decoder's prefill) takes them
+                        // for any number of rows: each query row is computed
+                        // on its own, in the same order as a one-row step,
+                        // so a prefill's rows equal decode's bit for bit
+                        // (the GEMMs below sum in an order that depends on
+                        // the block's shape).
                         let shape = Shape {
                             h,
                             rep,
@@ -86,24 +96,33 @@ pub(crate) fn attention(
                             scale: scale as f32,
                             causal,
                         };
-                        out.par_chunks_mut(s * dv).enumerate().for_each(|(bh, ob)| {
-                            SCORES.with(|buf| {
-                                let mut buf = buf.borrow_mut();
-                                if buf.len() < t {
-                                    buf.resize(t, 0.0);
-                                }
-                                small_head(
-                                    &shape,
-                                    bh,
-                                    &qv,
-                                    &kv,
-                                    &vv,
-                                    mv.as_ref(),
-                                    ob,
-                                    &mut buf[..t],
-                                );
+                        // Tasks of (head, block of ROWS query rows).
+                        out.par_chunks_mut(s * dv)
+                            .enumerate()
+                            .flat_map(|(bh, o)| {
+                                o.par_chunks_mut(ROWS * dv)
+                                    .enumerate()
+                                    .map(move |(blk, ob)| (bh, blk * ROWS, ob))
                             })
-                        });
+                            .for_each(|(bh, r0, ob)| {
+                                SCORES.with(|buf| {
+                                    let mut buf = buf.borrow_mut();
+                                    if buf.len() < t {
+                                        buf.resize(t, 0.0);
+                                    }
+                                    small_head(
+                                        &shape,
+                                        bh,
+                                        r0,
+                                        &qv,
+                                        &kv,
+                                        &vv,
+                                        mv.as_ref(),
+                                        ob,
+                                        &mut buf[..t],
+                                    );
+                                })
+                            });
                         return;
                     }
                     let blocks = s.div_ceil(ROWS);
@@ -248,13 +267,16 @@ struct Shape {
     causal: bool,
 }
 
-/// Attention of head `bh` (`batch * h + head`) for a few query rows, with
-/// unit last-dim strides: scores by dot products, softmax, weighted sum of
-/// value rows into `ob` (`s x dv`). `sc` holds `t` scores.
+/// Attention of head `bh` (`batch * h + head`) for query rows `r0..` (as
+/// many as `ob` holds), with unit last-dim strides: per row, scores by dot
+/// products, softmax, weighted sum of value rows into `ob` (`rows x dv`).
+/// `sc` holds `t` scores. A row's result depends only on its query, the
+/// keys and values it sees and the mask, not on the other rows.
 #[allow(clippy::too_many_arguments)]
 fn small_head(
     sh: &Shape,
     bh: usize,
+    r0: usize,
     qv: &View<'_>,
     kv: &View<'_>,
     vv: &View<'_>,
@@ -266,10 +288,10 @@ fn small_head(
     {
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            return unsafe { small_head_avx2(sh, bh, qv, kv, vv, mv, ob, sc) };
+            return unsafe { small_head_avx2(sh, bh, r0, qv, kv, vv, mv, ob, sc) };
         }
     }
-    small_head_portable(sh, bh, qv, kv, vv, mv, ob, sc)
+    small_head_portable(sh, bh, r0, qv, kv, vv, mv, ob, sc)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -278,6 +300,7 @@ fn small_head(
 fn small_head_avx2(
     sh: &Shape,
     bh: usize,
+    r0: usize,
     qv: &View<'_>,
     kv: &View<'_>,
     vv: &View<'_>,
@@ -285,7 +308,7 @@ fn small_head_avx2(
     ob: &mut [f32],
     sc: &mut [f32],
 ) {
-    small_head_portable(sh, bh, qv, kv, vv, mv, ob, sc)
+    small_head_portable(sh, bh, r0, qv, kv, vv, mv, ob, sc)
 }
 
 #[inline(always)]
@@ -293,6 +316,7 @@ fn small_head_avx2(
 fn small_head_portable(
     sh: &Shape,
     bh: usize,
+    r0: usize,
     qv: &View<'_>,
     kv: &View<'_>,
     vv: &View<'_>,
@@ -303,7 +327,8 @@ fn small_head_portable(
     let (bi, hi) = (bh / sh.h, bh % sh.h);
     let hki = hi / sh.rep;
     let (t, d, dv) = (sh.t, sh.d, sh.dv);
-    for i in 0..sh.s {
+    for (r, o) in ob.chunks_exact_mut(dv).enumerate() {
+        let i = r0 + r;
         let q = &qv.data[qv.at(bi, hi, i, 0)..][..d];
         let visible = if sh.causal {
             (i + t - sh.s + 1).min(t)
@@ -321,7 +346,6 @@ fn small_head_portable(
             }
         }
         softmax_row(row);
-        let o = &mut ob[i * dv..(i + 1) * dv];
         o.fill(0.0);
         for (j, &p) in row.iter().enumerate() {
             let v = &vv.data[vv.at(bi, hki, j, 0)..][..dv];

@@ -77,7 +77,10 @@ pub(crate) fn unary(u: UnaryOp, x: &CTensor) -> Result<CTensor> {
             Some(y) => CTensor::from_vec(y, x.shape(), &cdev())?,
             None => x.gelu_erf()?,
         },
-        UnaryOp::Silu => match with_f32_slice(x, act::silu)?.flatten() {
+        // A view (the gate half of a fused gate/up product) is made dense
+        // first, so every layout takes the same vector code: a prefill's
+        // rows equal decode's bit for bit.
+        UnaryOp::Silu => match with_f32_slice(&dense(x)?, act::silu)?.flatten() {
             Some(y) => CTensor::from_vec(y, x.shape(), &cdev())?,
             None => x.silu()?,
         },

@@ -237,7 +237,9 @@ impl DecoderLayer {
         let n = self.attn_norm.forward(dev, x)?;
         // All s rows at once: on the CPU, quantized weights take the
         // backend's int8-activation kernel, whose rows equal the one-row
-        // (decode) result bit for bit.
+        // (decode) result bit for bit, and causal attention and the
+        // element-wise ops compute each row on its own, so a prefill gives
+        // what the same tokens fed one at a time give, bit for bit.
         let a = self
             .attn
             .forward(dev, &n, Some(rope), Some(&mut self.cache), Masking::Causal)?;
