@@ -41,6 +41,7 @@ mod pack_cache;
 mod placed;
 mod plain;
 mod pool;
+mod sgemm;
 mod spinners;
 mod team;
 mod tensors;

@@ -86,8 +86,64 @@ pub(crate) fn cases() -> Vec<Case> {
             want,
         ));
     }
-    // quantized linear: reference on the dequantized weights.
+    // Prefill-shaped f32 products (the CPU backend's packed GEMM from 5
+    // rows): sizes off its 14-row panels and 32-lane blocks, k over one
+    // 256-step slice, one valid lane in the last block, bias, and
+    // transposed (non-contiguous) operands.
     let host = open(DeviceSpec::Cpu).unwrap();
+    for &(m, k, n) in &[(5, 17, 16), (45, 300, 37), (70, 513, 33), (33, 64, 100)] {
+        let (x, y) = (randn(&[m, k], next()), scaled(&[k, n], next(), 0.2));
+        let want = r_matmul(&a(&x), &a(&y));
+        cs.push(case(
+            format!("matmul prefill {m}x{k}x{n}"),
+            Op::MatMul,
+            vec![x, y],
+            want,
+        ));
+    }
+    for &(rows, k, n) in &[(7, 33, 129), (97, 260, 45), (257, 96, 17), (200, 64, 30)] {
+        let (x, w, b) = (
+            randn(&[rows, k], next()),
+            scaled(&[n, k], next(), 0.2),
+            randn(&[n], next()),
+        );
+        let want = r_linear(&a(&x), &a(&w), Some(&a(&b)));
+        cs.push(case(
+            format!("linear prefill {rows}x{k}->{n} +bias"),
+            Op::Linear,
+            vec![x.clone(), w.clone(), b],
+            want,
+        ));
+        let want = r_linear(&a(&x), &a(&w), None);
+        cs.push(case(
+            format!("linear prefill {rows}x{k}->{n}"),
+            Op::Linear,
+            vec![x, w],
+            want,
+        ));
+    }
+    // matmul of transposed views: a^T [k, m]^T, b^T [n, k]^T, both.
+    let (m, k, n) = (37, 290, 41);
+    let (xt, yt) = (randn(&[k, m], next()), scaled(&[n, k], next(), 0.2));
+    let (xv, yv) = (
+        host.transpose(&xt, 0, 1).unwrap(),
+        host.transpose(&yt, 0, 1).unwrap(),
+    );
+    let (xc, yc) = (randn(&[m, k], next()), scaled(&[k, n], next(), 0.2));
+    for (label, x, y) in [
+        ("a transposed", &xv, &yc),
+        ("b transposed", &xc, &yv),
+        ("both transposed", &xv, &yv),
+    ] {
+        let want = r_matmul(&a(x), &a(y));
+        cs.push(case(
+            format!("matmul prefill {m}x{k}x{n}, {label}"),
+            Op::MatMul,
+            vec![x.clone(), y.clone()],
+            want,
+        ));
+    }
+    // quantized linear: reference on the dequantized weights.
     for (dt, tol) in [
         (DType::Q8_0, 1e-2),
         (DType::Q4_1, 3e-2),
