@@ -15,7 +15,7 @@
 //! - [`stage`]: the `thinker` stage kind; with `emit_states` it also emits,
 //!   per turn before the Flush, the prompt's and the reply's states on its
 //!   `states` port for the `talker` stage of `edgeflow-omni`;
-//! - [`cards`]: the model cards ([`cards()`]) the model registry fetches
+//! - [`cards`](mod@cards): the model cards ([`cards()`]) the model registry fetches
 //!   (SmolLM2-135M, Qwen2.5-Coder 0.5B and 1.5B Instruct);
 //! - [`eval`]: 20 factual questions, to compare the models' answers.
 //!

@@ -470,7 +470,7 @@ impl Thinker {
         Ok(a[..common_prefix(&a, &b)].to_vec())
     }
 
-    /// Prefill [`Thinker::fixed_prefix`] into an empty cache.
+    /// Prefill the fixed prefix (`Thinker::fixed_prefix`) into an empty cache.
     pub fn warm_up(&mut self) -> Result<(), Error> {
         if !self.cached.is_empty() || !self.messages.is_empty() {
             return Ok(());

@@ -2,7 +2,7 @@
 //! transformers): a diffusion transformer trained by flow matching that
 //! turns the talker's codec tokens into a mel spectrogram, conditioned on a
 //! speaker (a conditioning vector and a reference mel that the
-//! [`ecapa`](crate::ecapa) speaker encoder summarises).
+//! [`ecapa`](mod@crate::ecapa) speaker encoder summarises).
 //!
 //! One velocity evaluation ([`Dit::model_output`]) is:
 //!
