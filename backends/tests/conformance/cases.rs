@@ -178,6 +178,35 @@ pub(crate) fn cases() -> Vec<Case> {
         c.tol = tol;
         cs.push(c);
     }
+    // Q5_0 and K-quant linear (kept quantized, int8 activations per block
+    // of 32 / super-block of 256): 13 rows (an eight-row group of the
+    // prefill kernel and a tail) and one row (decode).
+    for (dt, tol) in [
+        (DType::Q5_0, 3e-2),
+        (DType::Q4K, 3e-2),
+        (DType::Q5K, 3e-2),
+        (DType::Q6K, 2e-2),
+    ] {
+        let w = scaled(&[37, 512], next(), 0.2);
+        let wq = host.cast(&w, dt).unwrap();
+        assert_eq!(wq.dtype(), dt);
+        let deq = host.cast(&wq, DType::F32).unwrap();
+        let b = randn(&[37], next());
+        for (name, x) in [
+            ("13x512->37", randn(&[13, 512], next())),
+            ("decode 1x512->37", randn(&[1, 1, 512], next())),
+        ] {
+            let want = r_linear(&a(&x), &a(&deq), Some(&a(&b)));
+            let mut c = case(
+                format!("linear {dt} {name}"),
+                Op::Linear,
+                vec![x, wq.clone(), b.clone()],
+                want,
+            );
+            c.tol = tol;
+            cs.push(c);
+        }
+    }
     // f16 / bf16 inputs.
     for (dt, tol) in [(DType::F16, 1e-2), (DType::BF16, 4e-2)] {
         let x = host.cast(&randn(&[7, 33], next()), dt).unwrap();

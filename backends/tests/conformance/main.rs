@@ -16,7 +16,8 @@
 //! - f16: 1e-2, bf16: 4e-2 (10 and 7 mantissa bits, compounded over a sum).
 //! - Q8_0 / Q4_1 / Q4_0 linear vs the dequantized weights: 1e-2 / 3e-2 / 3e-2
 //!   (the CPU backend's kernels quantize the activations to 8 bits per
-//!   block of 32, as llama.cpp does).
+//!   block of 32, as llama.cpp does); Q5_0 / Q4_K / Q5_K 3e-2 and Q6_K 2e-2
+//!   (int8 activations per block of 32 or super-block of 256).
 //! - NPU simulator (int8): error relative to the reference's range
 //!   (max - min) below [`NPU_RANGE_TOL`]: about 13 int8 steps, the bound for
 //!   a few chained requantizations. The measured errors are printed.

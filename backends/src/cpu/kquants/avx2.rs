@@ -183,3 +183,136 @@ pub(super) unsafe fn grouped(c: &[u8], sc: &[i16], x: &[i8], block: usize, out: 
         *o = hsum_i32(acc);
     }
 }
+
+/// The eight i32 sums of `a[0..8]`, lane `r` holding `Σ a[r]` (exact).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn sums8(a: &[__m256i; 8]) -> __m256i {
+    let t0 = _mm256_hadd_epi32(a[0], a[1]);
+    let t1 = _mm256_hadd_epi32(a[2], a[3]);
+    let t2 = _mm256_hadd_epi32(a[4], a[5]);
+    let t3 = _mm256_hadd_epi32(a[6], a[7]);
+    let u0 = _mm256_hadd_epi32(t0, t1);
+    let u1 = _mm256_hadd_epi32(t2, t3);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(u0, u1),
+        _mm256_permute2x128_si256::<0x31>(u0, u1),
+    )
+}
+
+macro_rules! rows8_kernel {
+    ($name:ident, $features:literal, $vnni:literal) => {
+        /// One unpacked weight row against the eight activation rows of `g`
+        /// (prefill): `out[lane]` is what [`super::dot`] gives for that row, bit
+        /// for bit. Per block, the integer parts of the eight rows come from one
+        /// load of each 32 weight codes (`maddubs` / `madd` with the group scales,
+        /// exact i32 sums), then the f32 steps of the module docs run with one
+        /// lane per row: the same operations in the same order as the scalar
+        /// code, so the same bits.
+        ///
+        /// `vpdpbusd` replaces `maddubs` / `madd` for Q5_0 in the VNNI build.
+        ///
+        /// # Safety
+        /// The function's features must be available; `u` holds one row of `xq.k` values in `fmt`,
+        /// `xq` at least `g.r0 + g.rows` rows and `g` was made from `xq` for `fmt`.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $name(
+            fmt: super::KFormat,
+            u: &super::Unpacked,
+            xq: &super::Acts,
+            g: &super::Rows8,
+            out: &mut [f32; 8],
+        ) {
+            let k = xq.k;
+            let block = fmt.block();
+            let nb = k / block;
+            let ng = fmt.groups();
+            let per = block / 32;
+            debug_assert!(u.codes.len() == k && u.scales.len() == k / 16 && u.d.len() == nb);
+            debug_assert!(
+                u.mins.len() == nb * ng && g.dx.len() == nb * 8 && g.gs.len() == nb * ng * 8
+            );
+            let xs: [*const u8; 8] =
+                std::array::from_fn(|l| xq.codes(g.r0 + l.min(g.rows - 1)).as_ptr() as *const u8);
+            let c = u.codes.as_ptr();
+            let minmax = matches!(fmt, super::KFormat::Q4K | super::KFormat::Q5K);
+            // Q5_0's codes have no group scales: `vpdpbusd` sums them directly
+            // (the same exact integers as `maddubs` / `madd`).
+            let unscaled = $vnni && fmt == super::KFormat::Q5_0;
+            let mut acc = _mm256_setzero_ps();
+            for b in 0..nb {
+                let mut a = [_mm256_setzero_si256(); 8];
+                for i in b * per..(b + 1) * per {
+                    // SAFETY: 32 * i + 32 <= k: the codes of the row and of every
+                    // activation row (k each); `scales` has k / 16 entries.
+                    let (wv, s0, s1) = unsafe {
+                        (
+                            load(c.add(32 * i)),
+                            *u.scales.get_unchecked(2 * i),
+                            *u.scales.get_unchecked(2 * i + 1),
+                        )
+                    };
+                    if unscaled {
+                        for (ar, xp) in a.iter_mut().zip(&xs) {
+                            // SAFETY: as above; `unscaled` implies the VNNI
+                            // features this function is built with.
+                            *ar = unsafe { _mm256_dpbusd_epi32(*ar, wv, load(xp.add(32 * i))) };
+                        }
+                        continue;
+                    }
+                    let sv = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                    for (ar, xp) in a.iter_mut().zip(&xs) {
+                        // SAFETY: as above.
+                        let xv = unsafe { load(xp.add(32 * i)) };
+                        *ar = _mm256_add_epi32(
+                            *ar,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv),
+                        );
+                    }
+                }
+                let isum = sums8(&a);
+                // Σ_j mins_j · code sums_j, one lane per row (exact).
+                let mut gsum = _mm256_setzero_si256();
+                for j in 0..ng {
+                    // SAFETY: (b * ng + j) * 8 + 8 <= g.gs.len(); the mins have
+                    // nb * ng entries.
+                    let (gv, mj) = unsafe {
+                        (
+                            _mm256_loadu_si256(
+                                g.gs.as_ptr().add((b * ng + j) * 8) as *const __m256i
+                            ),
+                            *u.mins.get_unchecked(b * ng + j),
+                        )
+                    };
+                    gsum = _mm256_add_epi32(gsum, _mm256_mullo_epi32(gv, _mm256_set1_epi32(mj)));
+                }
+                // SAFETY: b * 8 + 8 <= g.dx.len(); d and dmin have nb entries.
+                let (dx, d, dmin) = unsafe {
+                    (
+                        _mm256_loadu_ps(g.dx.as_ptr().add(b * 8)),
+                        *u.d.get_unchecked(b),
+                        *u.dmin.get_unchecked(b),
+                    )
+                };
+                let ddx = _mm256_mul_ps(_mm256_set1_ps(d), dx);
+                let v = if minmax {
+                    _mm256_sub_ps(
+                        _mm256_mul_ps(ddx, _mm256_cvtepi32_ps(isum)),
+                        _mm256_mul_ps(
+                            _mm256_mul_ps(_mm256_set1_ps(dmin), dx),
+                            _mm256_cvtepi32_ps(gsum),
+                        ),
+                    )
+                } else {
+                    _mm256_mul_ps(ddx, _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, gsum)))
+                };
+                acc = _mm256_add_ps(acc, v);
+            }
+            // SAFETY: `out` has 8 floats.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+        }
+    };
+}
+
+rows8_kernel!(rows8, "avx2", false);
+rows8_kernel!(rows8_vnni, "avx2,avx512vnni,avx512vl", true);

@@ -20,9 +20,18 @@
 //! - Q6_K: `acc += (d_w * d_x) * (Σ sc·(q·x) - 32 Σ sc·bsum)`.
 //!
 //! The AVX2 kernels ([`avx2`]) compute the same integers (with `maddubs` /
-//! `madd`; the operands cannot saturate i16) and leave the f32 steps to the
+//! `madd`; the operands cannot saturate i16; `vpdpbusd` for Q5_0's
+//! unscaled codes where AVX-512 VNNI is) and leave the f32 steps to the
 //! same scalar code, so every instruction set gives the same bits, and a
 //! prefill row equals the one-row (decode) result bit for bit.
+//!
+//! Prefill (several rows) unpacks each weight row once to one byte per code
+//! and an i16 scale per group of 16, then on AVX2 runs it against eight
+//! activation rows at a time ([`Rows8`], `avx2::rows8`): each 32 weight
+//! codes are loaded once for the eight rows, the eight block sums are
+//! reduced together, and the f32 steps above run with one lane per row
+//! (the same operations in the same order as the scalar code: the same
+//! bits).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -77,6 +86,17 @@ impl KFormat {
             KFormat::Q4K => 144,
             KFormat::Q5K => 176,
             KFormat::Q6K => 210,
+        }
+    }
+
+    /// Activation code sums per block that [`Rows8`] keeps: Q5_0 the
+    /// block's, Q4_K / Q5_K one per sub-block of 32, Q6_K one per group of
+    /// 16.
+    fn groups(self) -> usize {
+        match self {
+            KFormat::Q5_0 => 1,
+            KFormat::Q4K | KFormat::Q5K => 8,
+            KFormat::Q6K => 16,
         }
     }
 
@@ -146,6 +166,45 @@ impl Acts {
     fn sums(&self, r: usize) -> &[i32] {
         let ng = self.k / self.group;
         &self.sums[r * ng..(r + 1) * ng]
+    }
+}
+
+/// Eight activation rows of [`Acts`] laid out for the AVX2 prefill kernel,
+/// one lane per row: each block's scale, and its code sums per group of
+/// [`KFormat::groups`] (rows past the end repeat the last row; their lanes
+/// are dropped).
+pub(crate) struct Rows8 {
+    /// First row.
+    r0: usize,
+    /// Rows that are real (1 to 8).
+    rows: usize,
+    /// `[block][lane]` scales.
+    dx: Vec<f32>,
+    /// `[block][group][lane]` code sums.
+    gs: Vec<i32>,
+}
+
+impl Rows8 {
+    fn new(fmt: KFormat, xq: &Acts, m: usize, r0: usize) -> Self {
+        let nb = xq.k / xq.block;
+        let g = fmt.groups();
+        // Code sums (of 16) per group.
+        let per = xq.block / g / xq.group;
+        let rows = (m - r0).min(8);
+        let mut dx = vec![0f32; nb * 8];
+        let mut gs = vec![0i32; nb * g * 8];
+        for lane in 0..8 {
+            let r = r0 + lane.min(rows - 1);
+            let (sc, sums) = (xq.scales(r), xq.sums(r));
+            for b in 0..nb {
+                dx[b * 8 + lane] = sc[b];
+                for j in 0..g {
+                    let at = (b * g + j) * per;
+                    gs[(b * g + j) * 8 + lane] = sums[at..at + per].iter().sum();
+                }
+            }
+        }
+        Rows8 { r0, rows, dx, gs }
     }
 }
 
@@ -302,6 +361,12 @@ struct Unpacked {
     scales: Vec<i16>,
     /// [`block_d`] of each block.
     d: Vec<f32>,
+    /// Q4_K / Q5_K: each block's f16 `dmin`, as f32 (others: 0).
+    dmin: Vec<f32>,
+    /// Per block, the [`Rows8`] group multipliers of the integer
+    /// correction (see [`KFormat::groups`]): Q5_0 16 (the offset), Q4_K /
+    /// Q5_K the eight sub-block minima, Q6_K 32 times the sixteen scales.
+    mins: Vec<i32>,
     /// Integer parts of each block against one activation row (scratch).
     isums: Vec<i32>,
 }
@@ -368,10 +433,24 @@ impl Unpacked {
             .map(|blk| block_d(fmt, blk))
             .collect::<Vec<_>>();
         let isums = vec![0; d.len()];
+        let mut dmin = vec![0f32; d.len()];
+        let mut mins = Vec::with_capacity(d.len() * fmt.groups());
+        for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
+            match fmt {
+                KFormat::Q5_0 => mins.push(16),
+                KFormat::Q4K | KFormat::Q5K => {
+                    dmin[b] = f16_at(&blk[2..]);
+                    mins.extend((0..8).map(|j| scale_min_k4(j, &blk[4..16]).1));
+                }
+                KFormat::Q6K => mins.extend(blk[192..208].iter().map(|&v| 32 * i32::from(v as i8))),
+            }
+        }
         Unpacked {
             codes,
             scales,
             d,
+            dmin,
+            mins,
             isums,
         }
     }
@@ -459,6 +538,19 @@ fn int_q6k(blk: &[u8], x: &[i8], avx2: bool) -> i32 {
     scalar::q6k(blk, x)
 }
 
+/// Whether AVX-512 VNNI (with VL) is here, for the prefill kernel's
+/// `vpdpbusd` (the same integers as the AVX2 path).
+fn has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether the AVX2 kernels run here.
 pub(crate) fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -498,6 +590,16 @@ pub(crate) fn matmul_with(
         return None;
     }
     let xq = Acts::new(fmt, x, k);
+    // Prefill on AVX2: activation rows in groups of eight lanes.
+    let vnni = avx2 && has_vnni();
+    let groups: Vec<Rows8> = if m > 1 && avx2 {
+        (0..m)
+            .step_by(8)
+            .map(|r0| Rows8::new(fmt, &xq, m, r0))
+            .collect()
+    } else {
+        Vec::new()
+    };
     // Outputs transposed (weight row major): each weight row is read once
     // and dotted with every activation row.
     let mut yt = vec![0f32; n * m];
@@ -506,6 +608,25 @@ pub(crate) fn matmul_with(
             let row = &w[(j0 + i) * rb..(j0 + i + 1) * rb];
             if m == 1 {
                 yo[0] = dot(fmt, row, &xq, 0, avx2);
+            } else if !groups.is_empty() {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    let u = Unpacked::new(fmt, row, k);
+                    for g in &groups {
+                        let mut lanes = [0f32; 8];
+                        // SAFETY: AVX2 was detected (`avx2` is only true
+                        // then); `u` is a row of k values, `xq` holds m rows
+                        // of k codes and `g` eight rows' block data.
+                        unsafe {
+                            if vnni {
+                                avx2::rows8_vnni(fmt, &u, &xq, g, &mut lanes)
+                            } else {
+                                avx2::rows8(fmt, &u, &xq, g, &mut lanes)
+                            }
+                        };
+                        yo[g.r0..g.r0 + g.rows].copy_from_slice(&lanes[..g.rows]);
+                    }
+                }
             } else {
                 // Unpacked once, dotted with every activation row.
                 let mut u = Unpacked::new(fmt, row, k);
@@ -532,12 +653,21 @@ pub(crate) fn matmul_with(
     yt.par_chunks_mut(per * m)
         .enumerate()
         .for_each(|(t, out)| run(t * per, out));
+    // Transpose in bands of 16 output rows (each weight row's 16 values are
+    // one cache line of `yt`), split over the pool.
+    const BAND: usize = 16;
     let mut y = vec![0f32; n * m];
-    for (j, col) in yt.chunks_exact(m).enumerate() {
-        for (r, v) in col.iter().enumerate() {
-            y[r * n + j] = *v;
-        }
-    }
+    y.par_chunks_mut(BAND * n)
+        .enumerate()
+        .for_each(|(t, band)| {
+            let r0 = t * BAND;
+            let rows = band.len() / n;
+            for (j, col) in yt.chunks_exact(m).enumerate() {
+                for (r, v) in col[r0..r0 + rows].iter().enumerate() {
+                    band[r * n + j] = *v;
+                }
+            }
+        });
     Some(y)
 }
 

@@ -69,34 +69,40 @@ fn matmul_matches_the_dequantized_weights() {
     }
 }
 
+/// Every path (portable, AVX2 with its eight-row prefill kernel) and every
+/// row count (whole groups of eight, a tail, both) gives each output the
+/// bits of the one-row (decode) result.
 #[test]
 fn every_path_and_row_count_gives_the_same_bits() {
     let (n, k) = (13, 768);
     let dev = candle_core::Device::Cpu;
     let wc = candle_core::Tensor::from_vec(values(n * k, 3), (n, k), &dev).expect("w");
-    let x = values(4 * k, 5);
+    let x = values(17 * k, 5);
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     for (fmt, g) in FORMATS {
         let q = QTensor::quantize(&wc, g).expect("quantize");
         let data = q.data().expect("data");
-        let portable = matmul_with(fmt, &data, n, &x, 4, false).expect("fits");
-        if has_avx2() {
-            let avx = matmul_with(fmt, &data, n, &x, 4, true).expect("fits");
-            assert_eq!(
-                portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                avx.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{fmt:?}: AVX2 differs from the portable path"
-            );
-        }
-        for r in 0..4 {
-            let one = matmul(fmt, &data, n, &x[r * k..(r + 1) * k], 1).expect("fits");
-            assert_eq!(
-                one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                portable[r * n..(r + 1) * n]
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect::<Vec<_>>(),
-                "{fmt:?}: row {r} of a prefill differs from its decode"
-            );
+        let ones: Vec<Vec<f32>> = (0..17)
+            .map(|r| matmul(fmt, &data, n, &x[r * k..(r + 1) * k], 1).expect("fits"))
+            .collect();
+        for m in [2usize, 4, 8, 9, 17] {
+            let x = &x[..m * k];
+            let portable = matmul_with(fmt, &data, n, x, m, false).expect("fits");
+            if has_avx2() {
+                let avx = matmul_with(fmt, &data, n, x, m, true).expect("fits");
+                assert_eq!(
+                    bits(&portable),
+                    bits(&avx),
+                    "{fmt:?} m {m}: AVX2 differs from the portable path"
+                );
+            }
+            for (r, one) in ones.iter().enumerate().take(m) {
+                assert_eq!(
+                    bits(one),
+                    bits(&portable[r * n..(r + 1) * n]),
+                    "{fmt:?} m {m}: row {r} of a prefill differs from its decode"
+                );
+            }
         }
     }
 }
