@@ -316,3 +316,118 @@ macro_rules! rows8_kernel {
 
 rows8_kernel!(rows8, "avx2", false);
 rows8_kernel!(rows8_vnni, "avx2,avx512vnni,avx512vl", true);
+
+/// 32 bytes to `p`.
+///
+/// # Safety
+/// `p..p + 32` must be writable.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn store(p: *mut u8, v: __m256i) {
+    // SAFETY: the caller guarantees 32 writable bytes.
+    unsafe { _mm256_storeu_si256(p as *mut __m256i, v) }
+}
+
+/// The unsigned codes of one block in element order (what
+/// `Unpacked::new` writes with scalar code, the same bytes).
+///
+/// # Safety
+/// AVX2 must be available; `blk` holds one block of `fmt` and `c` its
+/// `fmt.block()` codes.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn unpack_codes(fmt: super::KFormat, blk: &[u8], c: &mut [u8]) {
+    debug_assert!(blk.len() >= fmt.block_bytes() && c.len() >= fmt.block());
+    let m4 = _mm256_set1_epi8(0x0F);
+    let out = c.as_mut_ptr();
+    match fmt {
+        super::KFormat::Q5_0 => {
+            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+            let mut nib = [0u8; 16];
+            nib.copy_from_slice(&blk[6..22]);
+            // SAFETY: `nib` has 16 bytes.
+            let q = unsafe { _mm_loadu_si128(nib.as_ptr() as *const __m128i) };
+            let lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+            let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), _mm_set1_epi8(0x0F));
+            let nibbles = _mm256_set_m128i(hi, lo);
+            let rep = _mm256_shuffle_epi8(
+                _mm256_set1_epi32(qh as i32),
+                _mm256_set_epi64x(
+                    0x0303_0303_0303_0303,
+                    0x0202_0202_0202_0202,
+                    0x0101_0101_0101_0101,
+                    0x0000_0000_0000_0000,
+                ),
+            );
+            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
+            let codes = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+            // SAFETY: `c` has 32 bytes.
+            unsafe { store(out, codes) };
+        }
+        super::KFormat::Q4K | super::KFormat::Q5K => {
+            let (high, qs) = match fmt {
+                super::KFormat::Q5K => (Some(&blk[16..48]), &blk[48..176]),
+                _ => (None, &blk[16..144]),
+            };
+            let one = _mm256_set1_epi8(1);
+            // SAFETY: `high` has 32 bytes when given.
+            let hbits = high.map(|h| unsafe { load(h.as_ptr()) });
+            for j in 0..4 {
+                // SAFETY: `qs` has 128 bytes.
+                let q = unsafe { load(qs.as_ptr().add(32 * j)) };
+                let mut lo = _mm256_and_si256(q, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                if let Some(h) = hbits {
+                    let b0 =
+                        _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * j as i32)), one);
+                    let b1 = _mm256_and_si256(
+                        _mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * j as i32 + 1)),
+                        one,
+                    );
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(b0));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(b1));
+                }
+                // SAFETY: `c` has 256 bytes.
+                unsafe {
+                    store(out.add(64 * j), lo);
+                    store(out.add(64 * j + 32), hi);
+                }
+            }
+        }
+        super::KFormat::Q6K => {
+            let m2 = _mm256_set1_epi8(0x03);
+            for half in 0..2 {
+                // SAFETY: ql is blk[0..128], qh blk[128..192].
+                let (ql0, ql1, qh) = unsafe {
+                    (
+                        load(blk.as_ptr().add(64 * half)),
+                        load(blk.as_ptr().add(64 * half + 32)),
+                        load(blk.as_ptr().add(128 + 32 * half)),
+                    )
+                };
+                let q = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql1, m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m2)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m2)),
+                    ),
+                ];
+                for (i, qv) in q.iter().enumerate() {
+                    // SAFETY: `c` has 256 bytes.
+                    unsafe { store(out.add(128 * half + 32 * i), *qv) };
+                }
+            }
+        }
+    }
+}

@@ -372,28 +372,38 @@ struct Unpacked {
 }
 
 impl Unpacked {
-    fn new(fmt: KFormat, row: &[u8], k: usize) -> Self {
+    /// `avx2`: the codes come from the AVX2 unpacker (the same bytes).
+    fn new(fmt: KFormat, row: &[u8], k: usize, avx2: bool) -> Self {
         let mut codes = vec![0u8; k];
         let mut scales = vec![1i16; k / 16];
         let block = fmt.block();
         for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
             let c = &mut codes[b * block..(b + 1) * block];
             let sc = &mut scales[b * block / 16..(b + 1) * block / 16];
+            // Codes still to write (not by the AVX2 unpacker).
+            let scalar = !avx2;
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: AVX2 was detected (`avx2` is only true then);
+                // `blk` is one block of `fmt`, `c` its codes.
+                unsafe { avx2::unpack_codes(fmt, blk, c) };
+            }
             match fmt {
-                KFormat::Q5_0 => {
+                KFormat::Q5_0 if scalar => {
                     let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
                     for j in 0..16 {
                         c[j] = (blk[6 + j] & 15) | ((((qh >> j) & 1) as u8) << 4);
                         c[j + 16] = (blk[6 + j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
                     }
                 }
+                KFormat::Q5_0 => {}
                 KFormat::Q4K | KFormat::Q5K => {
                     let (high, qs) = match fmt {
                         KFormat::Q5K => (Some(&blk[16..48]), &blk[48..176]),
                         _ => (None, &blk[16..144]),
                     };
                     for j in 0..4 {
-                        for l in 0..32 {
+                        for l in (0..32).filter(|_| scalar) {
                             let q = qs[32 * j + l];
                             let (mut lo, mut hi) = (q & 15, q >> 4);
                             if let Some(h) = high {
@@ -412,7 +422,7 @@ impl Unpacked {
                 }
                 KFormat::Q6K => {
                     let (ql, qh) = (&blk[..128], &blk[128..192]);
-                    for half in 0..2 {
+                    for half in (0..2).filter(|_| scalar) {
                         let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
                         let c = &mut c[128 * half..];
                         for l in 0..32 {
@@ -611,7 +621,7 @@ pub(crate) fn matmul_with(
             } else if !groups.is_empty() {
                 #[cfg(target_arch = "x86_64")]
                 {
-                    let u = Unpacked::new(fmt, row, k);
+                    let u = Unpacked::new(fmt, row, k, true);
                     for g in &groups {
                         let mut lanes = [0f32; 8];
                         // SAFETY: AVX2 was detected (`avx2` is only true
@@ -629,7 +639,7 @@ pub(crate) fn matmul_with(
                 }
             } else {
                 // Unpacked once, dotted with every activation row.
-                let mut u = Unpacked::new(fmt, row, k);
+                let mut u = Unpacked::new(fmt, row, k, false);
                 for (r, v) in yo.iter_mut().enumerate() {
                     *v = u.dot(fmt, row, &xq, r, avx2);
                 }

@@ -114,3 +114,27 @@ fn shapes_that_do_not_fit_are_refused() {
     assert!(matmul(KFormat::Q6K, &w, 2, &[0.0; 256], 1).is_none());
     assert!(matmul(KFormat::Q6K, &w, 1, &[0.0; 256], 1).is_some());
 }
+
+/// The AVX2 unpacker writes the scalar code's bytes.
+#[test]
+fn avx2_unpacking_equals_the_scalar_one() {
+    if !has_avx2() {
+        return;
+    }
+    let (n, k) = (3, 512);
+    let dev = candle_core::Device::Cpu;
+    let wc = candle_core::Tensor::from_vec(values(n * k, 9), (n, k), &dev).expect("w");
+    for (fmt, g) in FORMATS {
+        let q = QTensor::quantize(&wc, g).expect("quantize");
+        let data = q.data().expect("data");
+        let rb = data.len() / n;
+        for row in data.chunks_exact(rb) {
+            let (a, b) = (
+                Unpacked::new(fmt, row, k, false),
+                Unpacked::new(fmt, row, k, true),
+            );
+            assert_eq!(a.codes, b.codes, "{fmt:?}");
+            assert_eq!(a.scales, b.scales, "{fmt:?}");
+        }
+    }
+}
