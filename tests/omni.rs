@@ -52,7 +52,10 @@ fn omni_speech_answers_and_speaks_across_three_devices() {
     assert_eq!(r.spec().sample_rate, 24_000);
     assert_eq!(r.spec().channels, 1);
     let n = r.len() as usize;
-    assert!(n > 0 && n.is_multiple_of(480) && n <= 40 * 480, "{n} samples");
+    assert!(
+        n > 0 && n.is_multiple_of(480) && n <= 40 * 480,
+        "{n} samples"
+    );
     // Per-stage figures: first code / mel / audio, real-time factors, the
     // NPU's int8 error, the counted CPU fallbacks of the GPU and NPU.
     let m: serde_json::Value =
