@@ -19,8 +19,10 @@
 //!   hifigan-universal`) against its PyTorch generator
 //!   (`scripts/omni_bench_peer.py hifigan`) on the same number of frames.
 //!
-//! Times are medians of `--runs` after one warm-up. Real-time factor is
-//! time / audio duration.
+//! Our times are medians of `--runs` before and `--runs` after the peer's
+//! (each after one warm-up), so a load that drifts during the run does not
+//! favour either side; the peer's are medians of `--runs`. Real-time
+//! factor is time / audio duration.
 
 use super::{median, pool_threads, repo_root, Bench, BenchReport, Peer, Row};
 use anyhow::Context as _;
@@ -70,8 +72,8 @@ impl Default for OmniArgs {
     }
 }
 
-/// Median milliseconds of `runs` calls of `f` after one warm-up call.
-fn time_ms(runs: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+/// Milliseconds of `runs` calls of `f` after one warm-up call.
+fn times_ms(runs: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<Vec<f64>> {
     f()?;
     let mut t = Vec::with_capacity(runs);
     for _ in 0..runs.max(1) {
@@ -79,7 +81,12 @@ fn time_ms(runs: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Re
         f()?;
         t.push(t0.elapsed().as_secs_f64() * 1e3);
     }
-    Ok(median(t))
+    Ok(t)
+}
+
+/// Median milliseconds of `runs` calls of `f` after one warm-up call.
+fn time_ms(runs: usize, f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    Ok(median(times_ms(runs, f)?))
 }
 
 /// Run the torch peer; its JSON (last stdout line), or None without a venv.
@@ -147,17 +154,18 @@ impl OmniArgs {
             self.codes, self.steps
         );
         let mut mel: Option<Tensor> = None;
-        let dit_ms = time_ms(self.runs, || {
+        let mut dit_t = times_ms(self.runs, || {
             mel = Some(model.sample_seeded(&spk, &codes, 5, &opts, || false)?);
             Ok(())
         })?;
         let mel = mel.context("no mel")?;
         eprintln!("  BigVGAN ({frames} frames)...");
-        let voc_ms = time_ms(self.runs, || {
+        let vocode = || {
             let y = voc.forward(&mel)?;
             let _ = dev.to_host(&y)?;
             Ok(())
-        })?;
+        };
+        let mut voc_t = times_ms(self.runs, vocode)?;
         // A streamed start: the first chunk's frames with look-ahead, then
         // their audio.
         let first = self.first_chunk.clamp(1, self.codes);
@@ -183,6 +191,16 @@ impl OmniArgs {
             "--steps".into(),
             self.steps.to_string(),
         ])?;
+        // Ours again after the peer: on a shared machine the load drifts
+        // between the two sides; runs on both sides of the peer's keep a
+        // drift from favouring either.
+        eprintln!("  token2wav again...");
+        dit_t.extend(times_ms(self.runs, || {
+            model.sample_seeded(&spk, &codes, 5, &opts, || false)?;
+            Ok(())
+        })?);
+        voc_t.extend(times_ms(self.runs, vocode)?);
+        let (dit_ms, voc_ms) = (median(dit_t), median(voc_t));
         let pd = p.as_ref().and_then(|j| j["dit_ms"].as_f64());
         let pv = p.as_ref().and_then(|j| j["bigvgan_ms"].as_f64());
         let note = |ms: f64, base: Option<f64>| match base {
@@ -225,11 +243,12 @@ impl OmniArgs {
         let v = edgeflow_runtime::rng::normal_f32(cfg.num_mels * frames, -5.0, 1.0, 6);
         let mel = dev.place(&Tensor::from_vec(v, &[1, cfg.num_mels, frames])?)?;
         eprintln!("  HiFi-GAN universal ({frames} frames)...");
-        let ms = time_ms(self.runs, || {
+        let run = || {
             let y = model.forward(&mel)?;
             let _ = dev.to_host(&y)?;
             Ok(())
-        })?;
+        };
+        let mut t = times_ms(self.runs, run)?;
         let p = peer(&[
             "hifigan".into(),
             "--threads".into(),
@@ -241,6 +260,8 @@ impl OmniArgs {
             "--model-dir".into(),
             dir.display().to_string(),
         ])?;
+        t.extend(times_ms(self.runs, run)?);
+        let ms = median(t);
         let base = p.as_ref().and_then(|j| j["median_ms"].as_f64());
         let audio_s = (frames * cfg.hop_length()) as f64 / f64::from(cfg.sampling_rate);
         rep.rows.push(row(
@@ -295,7 +316,7 @@ impl Bench for OmniArgs {
             "ours / PyTorch",
         );
         rep.context.push(format!(
-            "medians of {} runs after one warm-up; PyTorch with torch.set_num_threads({n}), float32, no_grad",
+            "ours: medians of {} runs before and as many after PyTorch's, each after one warm-up; PyTorch: {0} runs, torch.set_num_threads({n}), float32, no_grad",
             self.runs.max(1)
         ));
         self.hifigan(&dev, &mut rep, n)?;
