@@ -30,6 +30,7 @@ unsafe fn load(p: *const u8) -> __m256i {
 ///
 /// # Safety
 /// AVX2 must be available; `blk` holds 22 bytes and `x` 32 codes.
+#[inline]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn q5_0(blk: &[u8], x: &[i8]) -> i32 {
     debug_assert!(blk.len() >= 22 && x.len() >= 32);
@@ -66,6 +67,7 @@ pub(super) unsafe fn q5_0(blk: &[u8], x: &[i8]) -> i32 {
 /// # Safety
 /// AVX2 must be available; `scales` holds 12 bytes, `qs` 128, `high` (when
 /// given) 32 and `x` 256 codes.
+#[inline]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn q45k(scales: &[u8], qs: &[u8], high: Option<&[u8]>, x: &[i8]) -> i32 {
     debug_assert!(scales.len() >= 12 && qs.len() >= 128 && x.len() >= 256);
@@ -106,6 +108,7 @@ pub(super) unsafe fn q45k(scales: &[u8], qs: &[u8], high: Option<&[u8]>, x: &[i8
 ///
 /// # Safety
 /// AVX2 must be available; `blk` holds 210 bytes and `x` 256 codes.
+#[inline]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn q6k(blk: &[u8], x: &[i8]) -> i32 {
     debug_assert!(blk.len() >= 210 && x.len() >= 256);

@@ -154,15 +154,18 @@ impl Acts {
         }
     }
 
+    #[inline(always)]
     fn codes(&self, r: usize) -> &[i8] {
         &self.codes[r * self.k..(r + 1) * self.k]
     }
 
+    #[inline(always)]
     fn scales(&self, r: usize) -> &[f32] {
         let nb = self.k / self.block;
         &self.scales[r * nb..(r + 1) * nb]
     }
 
+    #[inline(always)]
     fn sums(&self, r: usize) -> &[i32] {
         let ng = self.k / self.group;
         &self.sums[r * ng..(r + 1) * ng]
@@ -208,12 +211,14 @@ impl Rows8 {
     }
 }
 
+#[inline(always)]
 pub(crate) fn f16_at(b: &[u8]) -> f32 {
     half::f16::from_le_bytes([b[0], b[1]]).to_f32()
 }
 
 /// Q4_K / Q5_K's 6-bit scales and minima of sub-block `j` (0..8) from the
 /// 12 packed bytes (GGML's `get_scale_min_k4`).
+#[inline(always)]
 pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (i32, i32) {
     if j < 4 {
         (i32::from(s[j] & 63), i32::from(s[j + 4] & 63))
@@ -295,6 +300,27 @@ pub(crate) mod scalar {
 /// One weight row against activation row `r` (see the module docs for the
 /// f32 steps, which every path shares).
 fn dot(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: AVX2 was detected at run time (`avx2` is only true then).
+        return unsafe { dot_avx2(fmt, row, xq, r) };
+    }
+    dot_body(fmt, row, xq, r, avx2)
+}
+
+/// [`dot`] built with AVX2, so the block kernels and the f32 steps inline
+/// into one loop (the same operations: the same bits).
+///
+/// # Safety
+/// AVX2 must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_avx2(fmt: KFormat, row: &[u8], xq: &Acts, r: usize) -> f32 {
+    dot_body(fmt, row, xq, r, true)
+}
+
+#[inline(always)]
+fn dot_body(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
     let codes = xq.codes(r);
     let block = fmt.block();
     let mut acc = 0f32;
@@ -311,7 +337,7 @@ fn dot(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
 }
 
 /// A block's f16 scale `d`, as f32.
-#[inline]
+#[inline(always)]
 fn block_d(fmt: KFormat, blk: &[u8]) -> f32 {
     match fmt {
         KFormat::Q6K => f16_at(&blk[208..]),
@@ -322,7 +348,7 @@ fn block_d(fmt: KFormat, blk: &[u8]) -> f32 {
 /// Block `b`'s f32 contribution from its integer part `isum` (what
 /// [`scalar`] computes for the block against row `r`'s codes); `d` is
 /// [`block_d`].
-#[inline]
+#[inline(always)]
 fn finish(fmt: KFormat, blk: &[u8], d: f32, isum: i32, xq: &Acts, r: usize, b: usize) -> f32 {
     let dx = xq.scales(r)[b];
     let sums = xq.sums(r);
@@ -511,6 +537,7 @@ fn grouped(c: &[u8], sc: &[i16], x: &[i8], block: usize, out: &mut [i32], avx2: 
     }
 }
 
+#[inline(always)]
 fn int_q5_0(blk: &[u8], x: &[i8], avx2: bool) -> i32 {
     #[cfg(target_arch = "x86_64")]
     if avx2 {
@@ -522,6 +549,7 @@ fn int_q5_0(blk: &[u8], x: &[i8], avx2: bool) -> i32 {
     scalar::q5_0(blk, x)
 }
 
+#[inline(always)]
 fn int_q45k(fmt: KFormat, blk: &[u8], x: &[i8], avx2: bool) -> i32 {
     let (scales, high, qs) = match fmt {
         KFormat::Q5K => (&blk[4..16], Some(&blk[16..48]), &blk[48..176]),
@@ -537,6 +565,7 @@ fn int_q45k(fmt: KFormat, blk: &[u8], x: &[i8], avx2: bool) -> i32 {
     scalar::q45k(scales, qs, high, x)
 }
 
+#[inline(always)]
 fn int_q6k(blk: &[u8], x: &[i8], avx2: bool) -> i32 {
     #[cfg(target_arch = "x86_64")]
     if avx2 {
