@@ -219,7 +219,7 @@ macro_rules! rows8_kernel {
         /// The function's features must be available; `u` holds one row of `xq.k` values in `fmt`,
         /// `xq` at least `g.r0 + g.rows` rows and `g` was made from `xq` for `fmt`.
         #[target_feature(enable = $features)]
-        pub(super) unsafe fn $name(
+        pub(super) unsafe fn $name<const NG: usize, const PER: usize, const MINMAX: bool>(
             fmt: super::KFormat,
             u: &super::Unpacked,
             xq: &super::Acts,
@@ -229,8 +229,10 @@ macro_rules! rows8_kernel {
             let k = xq.k;
             let block = fmt.block();
             let nb = k / block;
-            let ng = fmt.groups();
-            let per = block / 32;
+            // The format's constants (`rows8_for` picks them), so the loops
+            // unroll.
+            let (ng, per) = (NG, PER);
+            debug_assert!(ng == fmt.groups() && per == block / 32);
             debug_assert!(u.codes.len() == k && u.scales.len() == k / 16 && u.d.len() == nb);
             debug_assert!(
                 u.mins.len() == nb * ng && g.dx.len() == nb * 8 && g.gs.len() == nb * ng * 8
@@ -238,10 +240,11 @@ macro_rules! rows8_kernel {
             let xs: [*const u8; 8] =
                 std::array::from_fn(|l| xq.codes(g.r0 + l.min(g.rows - 1)).as_ptr() as *const u8);
             let c = u.codes.as_ptr();
-            let minmax = matches!(fmt, super::KFormat::Q4K | super::KFormat::Q5K);
-            // Q5_0's codes have no group scales: `vpdpbusd` sums them directly
-            // (the same exact integers as `maddubs` / `madd`).
-            let unscaled = $vnni && fmt == super::KFormat::Q5_0;
+            let minmax = MINMAX;
+            debug_assert!(minmax == matches!(fmt, super::KFormat::Q4K | super::KFormat::Q5K));
+            // Q5_0's codes (one block per 32) have no group scales: `vpdpbusd`
+            // sums them directly (the same exact integers as `maddubs` / `madd`).
+            let unscaled = $vnni && PER == 1;
             let mut acc = _mm256_setzero_ps();
             for b in 0..nb {
                 let mut a = [_mm256_setzero_si256(); 8];
@@ -319,6 +322,32 @@ macro_rules! rows8_kernel {
 
 rows8_kernel!(rows8, "avx2", false);
 rows8_kernel!(rows8_vnni, "avx2,avx512vnni,avx512vl", true);
+
+/// `rows8` (or `rows8_vnni` with `vnni`) built for `fmt`'s constants.
+///
+/// # Safety
+/// As `rows8`, and AVX-512 VNNI + VL with `vnni`.
+pub(super) unsafe fn rows8_for(
+    fmt: super::KFormat,
+    vnni: bool,
+    u: &super::Unpacked,
+    xq: &super::Acts,
+    g: &super::Rows8,
+    out: &mut [f32; 8],
+) {
+    use super::KFormat::*;
+    // SAFETY: the caller's guarantees; the constants are `fmt`'s.
+    unsafe {
+        match (fmt, vnni) {
+            (Q5_0, true) => rows8_vnni::<1, 1, false>(fmt, u, xq, g, out),
+            (Q5_0, false) => rows8::<1, 1, false>(fmt, u, xq, g, out),
+            (Q4K | Q5K, true) => rows8_vnni::<8, 8, true>(fmt, u, xq, g, out),
+            (Q4K | Q5K, false) => rows8::<8, 8, true>(fmt, u, xq, g, out),
+            (Q6K, true) => rows8_vnni::<16, 8, false>(fmt, u, xq, g, out),
+            (Q6K, false) => rows8::<16, 8, false>(fmt, u, xq, g, out),
+        }
+    }
+}
 
 /// 32 bytes to `p`.
 ///

@@ -579,7 +579,7 @@ fn int_q6k(blk: &[u8], x: &[i8], avx2: bool) -> i32 {
 
 /// Whether AVX-512 VNNI (with VL) is here, for the prefill kernel's
 /// `vpdpbusd` (the same integers as the AVX2 path).
-fn has_vnni() -> bool {
+pub(crate) fn has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512vl")
@@ -617,6 +617,20 @@ pub(crate) fn matmul_with(
     m: usize,
     avx2: bool,
 ) -> Option<Vec<f32>> {
+    matmul_isa(fmt, w, n, x, m, avx2, avx2 && has_vnni())
+}
+
+/// [`matmul_with`], with `vnni` saying whether the prefill kernel uses
+/// `vpdpbusd` (only where [`has_vnni`]).
+pub(crate) fn matmul_isa(
+    fmt: KFormat,
+    w: &[u8],
+    n: usize,
+    x: &[f32],
+    m: usize,
+    avx2: bool,
+    vnni: bool,
+) -> Option<Vec<f32>> {
     if m == 0 || n == 0 || !x.len().is_multiple_of(m) {
         return None;
     }
@@ -630,7 +644,6 @@ pub(crate) fn matmul_with(
     }
     let xq = Acts::new(fmt, x, k);
     // Prefill on AVX2: activation rows in groups of eight lanes.
-    let vnni = avx2 && has_vnni();
     let groups: Vec<Rows8> = if m > 1 && avx2 {
         (0..m)
             .step_by(8)
@@ -656,13 +669,7 @@ pub(crate) fn matmul_with(
                         // SAFETY: AVX2 was detected (`avx2` is only true
                         // then); `u` is a row of k values, `xq` holds m rows
                         // of k codes and `g` eight rows' block data.
-                        unsafe {
-                            if vnni {
-                                avx2::rows8_vnni(fmt, &u, &xq, g, &mut lanes)
-                            } else {
-                                avx2::rows8(fmt, &u, &xq, g, &mut lanes)
-                            }
-                        };
+                        unsafe { avx2::rows8_for(fmt, vnni, &u, &xq, g, &mut lanes) };
                         yo[g.r0..g.r0 + g.rows].copy_from_slice(&lanes[..g.rows]);
                     }
                 }

@@ -89,12 +89,14 @@ fn every_path_and_row_count_gives_the_same_bits() {
             let x = &x[..m * k];
             let portable = matmul_with(fmt, &data, n, x, m, false).expect("fits");
             if has_avx2() {
-                let avx = matmul_with(fmt, &data, n, x, m, true).expect("fits");
-                assert_eq!(
-                    bits(&portable),
-                    bits(&avx),
-                    "{fmt:?} m {m}: AVX2 differs from the portable path"
-                );
+                for vnni in [false, has_vnni()] {
+                    let avx = matmul_isa(fmt, &data, n, x, m, true, vnni).expect("fits");
+                    assert_eq!(
+                        bits(&portable),
+                        bits(&avx),
+                        "{fmt:?} m {m} vnni {vnni}: AVX2 differs from the portable path"
+                    );
+                }
             }
             for (r, one) in ones.iter().enumerate().take(m) {
                 assert_eq!(
