@@ -110,3 +110,25 @@ fn bench_omni_runs_token2wav_at_the_real_configuration() {
         assert!(stdout.contains(row), "no `{row}` in:\n{stdout}");
     }
 }
+
+#[test]
+fn a_folder_that_is_not_a_checkpoint_is_refused_naming_the_param() {
+    // A folder that exists but holds no checkpoint.
+    let dir = format!("voc.model_dir={}/data", env!("CARGO_MANIFEST_DIR"));
+    let out = edgeflow(&["run", "pipelines/omni-speech.yaml", "--set", &dir]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`voc`") && err.contains("model_dir") && err.contains("config.json"),
+        "{err}"
+    );
+    let out = edgeflow(&[
+        "run",
+        "pipelines/omni-speech.yaml",
+        "--set",
+        "dit.model=gpt",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown model `gpt`"), "{err}");
+}

@@ -39,6 +39,17 @@ impl Source {
     /// Read `model_dir` (wins when set) or `model`.
     pub fn from_params(p: &Params, env: &BuildEnv) -> std::result::Result<Self, StageError> {
         if let Some(dir) = p.path("model_dir", env)? {
+            if !dir.join("config.json").is_file() {
+                return Err(p
+                    .error(
+                        "model_dir",
+                        format!(
+                            "{} has no config.json: model_dir must be a Qwen2.5-Omni checkpoint folder (config.json and *.safetensors)",
+                            dir.display()
+                        ),
+                    )
+                    .into());
+            }
             return Ok(Source::Dir(dir));
         }
         let name: String = p.get_or("model", "random-small".to_string())?;

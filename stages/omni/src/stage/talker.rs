@@ -98,6 +98,14 @@ impl StageFactory for TalkerKind {
 
     fn build(&self, p: &Params, env: &BuildEnv) -> std::result::Result<Box<dyn Stage>, StageError> {
         let source = Source::from_params(p, env)?;
+        if source == Source::RandomReal {
+            return Err(p
+                .error(
+                    "model",
+                    "the talker offers random-small only (the real talker's width depends on the checkpoint's thinker); set model_dir to a Qwen2.5-Omni checkpoint folder for the real one",
+                )
+                .into());
+        }
         let embedding_size: usize = p.get_or("embedding_size", 896usize)?;
         if !(1..=65_536).contains(&embedding_size) {
             return Err(p
