@@ -81,26 +81,62 @@ pub(crate) fn send_eos(session: &SharedSession, key: &str, sent: u64) -> Result<
         .map_err(|e| Error::Zenoh(format!("end of stream on `{key}`: {e}")))
 }
 
-/// The receiver's acknowledgements.
+/// The receiver's acknowledgements, one for every `every` messages
+/// delivered (acknowledgements are cumulative), the rest when the stream
+/// pauses ([`Acker::flush`]).
 pub(crate) struct Acker {
     publisher: zenoh::pubsub::Publisher<'static>,
+    every: u64,
+    /// (last delivered, last acknowledged) link sequence numbers.
+    st: Mutex<(u64, u64)>,
 }
 
 impl Acker {
-    /// Acknowledge on `<key>/ack`.
-    pub(crate) fn open(session: &SharedSession, key: &str) -> Result<Acker> {
+    /// Acknowledge on `<key>/ack`, at least every `every` messages.
+    pub(crate) fn open(session: &SharedSession, key: &str, every: u64) -> Result<Acker> {
+        // Acknowledgements may be sent from zenoh's receive callback (see
+        // `zenoh_sub`): above the data priority, they have a transmit
+        // queue of their own and never wait behind a full one of data.
         let publisher = session
             .session()
             .declare_publisher(ack_key(key))
             .congestion_control(zenoh::qos::CongestionControl::Block)
+            .priority(zenoh::qos::Priority::InteractiveHigh)
             .express(true)
             .wait()
             .map_err(|e| Error::Zenoh(format!("acknowledgements for `{key}`: {e}")))?;
-        Ok(Acker { publisher })
+        Ok(Acker {
+            publisher,
+            every: every.max(1),
+            st: Mutex::new((0, 0)),
+        })
     }
 
-    /// Everything up to link sequence number `seq` has been delivered.
+    /// Everything up to link sequence number `seq` has been delivered:
+    /// acknowledged now when `every` messages are unacknowledged (or the
+    /// sender restarted its numbering), else at the next [`Self::flush`].
     pub(crate) fn ack(&self, seq: u64) -> Result<()> {
+        let mut st = self.st.lock();
+        st.0 = seq;
+        if seq < st.1 || seq - st.1 >= self.every {
+            st.1 = seq;
+            // Sent under the lock: acknowledgements leave in order.
+            self.send(seq)?;
+        }
+        Ok(())
+    }
+
+    /// Acknowledge whatever was delivered and not acknowledged yet.
+    pub(crate) fn flush(&self) -> Result<()> {
+        let mut st = self.st.lock();
+        if st.0 != st.1 {
+            st.1 = st.0;
+            self.send(st.0)?;
+        }
+        Ok(())
+    }
+
+    fn send(&self, seq: u64) -> Result<()> {
         let bytes = event_bytes("ack", "seq", seq)?;
         self.publisher
             .put(bytes)

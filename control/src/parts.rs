@@ -8,8 +8,11 @@
 //!
 //! | edge policy | publisher | subscriber |
 //! |---|---|---|
-//! | `block` | reliable, congestion control block, credit window = the edge's capacity, waits while the consuming part is absent | FIFO, acknowledges each delivered message |
+//! | `block` | reliable, congestion control block, express, credit window = the edge's capacity, waits while the consuming part is absent | FIFO, delivers from zenoh's callback while the edge has room (else its thread does, in order), acknowledges every `capacity / 2` delivered messages and the rest when the stream pauses |
 //! | `latest`, `drop_oldest`, `drop_newest` | reliable, congestion control drop, express | the same policy on its queue (drops counted) |
+//!
+//! The publisher runs inline on the producing stage's thread (no hand-off
+//! to a thread of its own; a full window stalls the producer itself).
 //!
 //! Both ends carry end of stream (`<key>/eos`), so a finite split pipeline
 //! ends in every part; the subscriber watches the producing part's
@@ -164,7 +167,11 @@ impl PartBridge for ZenohBridge {
             ("type".into(), json!(ty)),
             ("reliability".into(), json!("reliable")),
             ("policy".into(), json!(c.policy.name())),
-            ("express".into(), json!(!block)),
+            // Every message leaves at once: batched, a lone message waits
+            // for zenoh's transmit task to give up on more (up to a timer
+            // tick, ~1 ms); a `block` edge's credit window bounds what is
+            // in flight anyway.
+            ("express".into(), json!(true)),
             ("token".into(), json!("")),
             ("eos".into(), json!(true)),
         ];
@@ -176,10 +183,11 @@ impl PartBridge for ZenohBridge {
             ));
         }
         p.extend(self.session_params(&c.from_part));
-        // Its own thread for now: run inline on the producer's thread (one
-        // wake-up less), the robot loop's split stopped delivering actions;
-        // not yet understood, so not shipped.
-        Ok(stage("zenoh_pub", p))
+        // On the producer's thread: one wake-up less per message, and a
+        // full credit window stalls the producer itself (backpressure).
+        let mut st = stage("zenoh_pub", p);
+        st.inline = true;
+        Ok(st)
     }
 
     fn receiver(&self, c: &Crossing) -> std::result::Result<StageSpec, String> {
@@ -194,6 +202,9 @@ impl PartBridge for ZenohBridge {
             ("token".into(), json!("")),
             ("eos".into(), json!(true)),
             ("ack".into(), json!(block)),
+            // Half the window: the publisher never waits on an
+            // acknowledgement held back, and there are fewer of them.
+            ("ack_every".into(), json!((c.capacity / 2).max(1))),
             (
                 "watch".into(),
                 json!(format!("{}/{}/*", self.prefix, c.from_part)),

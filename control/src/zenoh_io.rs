@@ -11,7 +11,7 @@ use crate::wire::{self, Body, Header, Kind, TensorData, WireError};
 use edgeflow_graph::{
     BuildEnv, Event, Input, Message, ParamInfo, ParamType, Params, Payload, Policy, Poll, PortSpec,
     PortType, Ports, Stage, StageCtx, StageError, StageFactory, StageHandle, StageInfo,
-    StageResult,
+    StageResult, TryEmit,
 };
 use edgeflow_runtime::Tensor;
 use parking_lot::{Condvar, Mutex};
@@ -181,6 +181,7 @@ impl StageFactory for ZenohSubKind {
             ParamInfo::optional("token", ParamType::String, "liveliness token to declare (default edgeflow/alive/<stage id>; \"\" = none)"),
             ParamInfo::new("eos", ParamType::Bool, false, "end the stream when the publisher announces its end on `<key>/eos` (edges between parts)"),
             ParamInfo::new("ack", ParamType::Bool, false, "acknowledge each delivered message on `<key>/ack` for a publisher's credit `window` (needs policy block)"),
+            ParamInfo::new("ack_every", ParamType::Int, 1, "with `ack`: one acknowledgement per this many delivered messages (cumulative), the rest within 20 ms when the stream pauses; at most half the publisher's `window`"),
             ParamInfo::new("end_on_lost", ParamType::Bool, false, "end the stream when every peer under `watch` is gone (default: wait for it to come back)"),
             ParamInfo::new("keep_epoch", ParamType::Bool, false, "stamp messages with the sender's epoch (and raise this pipeline's epoch to it) instead of the current one: edges between parts of one pipeline"),
         ];
@@ -227,6 +228,15 @@ impl StageFactory for ZenohSubKind {
         let watch: Option<String> = p.opt("watch")?;
         let eos: bool = p.get_or("eos", false)?;
         let ack: bool = p.get_or("ack", false)?;
+        let ack_every: u64 = p.get_or("ack_every", 1)?;
+        if !(1..=32_768).contains(&ack_every) {
+            return Err(p
+                .error(
+                    "ack_every",
+                    format!("must be in 1..=32768, got {ack_every}"),
+                )
+                .into());
+        }
         let end_on_lost: bool = p.get_or("end_on_lost", false)?;
         if ack && policy != Policy::Block {
             return Err(p
@@ -247,8 +257,17 @@ impl StageFactory for ZenohSubKind {
         let token = token_key(p, env)?;
         let scfg = SessionConfig::from_params(p)?;
         let session = SharedSession::open(&scfg)?;
+        let acker = if ack {
+            Some(
+                crate::link::Acker::open(&session, &key, ack_every)
+                    .map_err(|e| StageError::msg(format!("zenoh_sub `{}`: {e}", env.stage_id)))?,
+            )
+        } else {
+            None
+        };
         let shared = Arc::new(SubShared {
             keep_epoch: p.get_or("keep_epoch", false)?,
+            acker,
             ..SubShared::default()
         });
         let sh = shared.clone();
@@ -272,7 +291,8 @@ impl StageFactory for ZenohSubKind {
                 });
                 match r {
                     Ok(m) => match sh.direct.get() {
-                        Some(h) => sh.emit_direct(h, m),
+                        Some(Direct::Drops(h)) => sh.emit_direct(h, m),
+                        Some(Direct::Blocks(h)) => sh.emit_or_hold(h, m, capacity),
                         None => sh.push(m, policy, capacity),
                     },
                     Err(e) => {
@@ -339,19 +359,10 @@ impl StageFactory for ZenohSubKind {
         } else {
             None
         };
-        let acker = if ack {
-            Some(
-                crate::link::Acker::open(&session, &key)
-                    .map_err(|e| StageError::msg(format!("zenoh_sub `{}`: {e}", env.stage_id)))?,
-            )
-        } else {
-            None
-        };
         let token = declare_token(&session, "zenoh_sub", &env.stage_id, token)?;
         Ok(Box::new(ZenohSub {
             shared,
             policy,
-            acker,
             end_on_lost,
             _eos: eos_sub,
             reported_malformed: 0,
@@ -368,6 +379,12 @@ impl StageFactory for ZenohSubKind {
 #[derive(Default)]
 struct SubState {
     queue: VecDeque<wire::WireMessage>,
+    /// [`Direct::Blocks`]: messages the callback could not deliver without
+    /// waiting, with their link sequence numbers, for the stage's thread.
+    held: VecDeque<(Message, u64)>,
+    /// The stage's thread is delivering what it took from `queue` / `held`
+    /// (the callback holds new messages meanwhile, to keep the order).
+    delivering: bool,
     peer_events: VecDeque<(String, bool)>,
     alive: BTreeSet<String>,
     /// The publisher's end of stream arrived (messages it sent).
@@ -382,21 +399,27 @@ struct SubShared {
     dropped: AtomicU64,
     /// Set at start when messages may go straight from zenoh's callback
     /// into the pipeline (see [`ZenohSub`]).
-    direct: OnceLock<StageHandle>,
+    direct: OnceLock<Direct>,
     /// Keep the sender's epoch (`keep_epoch`).
     keep_epoch: bool,
+    /// Acknowledgements for the publisher's credit window (`ack`).
+    acker: Option<crate::link::Acker>,
+}
+
+/// How zenoh's callback delivers once the stage has started.
+enum Direct {
+    /// Every edge from `out` drops when full: emit, never waits.
+    Drops(StageHandle),
+    /// `policy: block` into queued consumers: emit when every edge has
+    /// room, else hold the message for the stage's thread.
+    Blocks(StageHandle),
 }
 
 impl SubShared {
     /// Deliver a decoded message from zenoh's callback thread: the `out`
     /// edges never wait (checked at start), so this cannot stall zenoh.
     fn emit_direct(&self, h: &StageHandle, m: wire::WireMessage) {
-        let epoch = if self.keep_epoch {
-            h.observe_epoch(m.header.epoch);
-            m.header.epoch
-        } else {
-            h.current_epoch()
-        };
+        let epoch = self.epoch_of(h, &m);
         match to_message(m, epoch) {
             Ok((msg, transit_ms)) => {
                 h.record("transit_ms", transit_ms);
@@ -413,6 +436,80 @@ impl SubShared {
                 );
             }
         }
+    }
+
+    /// The message's epoch as this pipeline takes it.
+    fn epoch_of(&self, h: &StageHandle, m: &wire::WireMessage) -> edgeflow_graph::Epoch {
+        if self.keep_epoch {
+            h.observe_epoch(m.header.epoch);
+            m.header.epoch
+        } else {
+            h.current_epoch()
+        }
+    }
+
+    /// Acknowledge link sequence number `seq` (with `ack`), or say why not.
+    fn ack(&self, id: &str, seq: u64) {
+        if let Some(a) = &self.acker {
+            if let Err(e) = a.ack(seq) {
+                eprintln!("zenoh_sub `{id}`: {e}");
+            }
+        }
+    }
+
+    /// Acknowledge what was delivered and not yet acknowledged (`ack_every`).
+    fn flush_acks(&self, id: &str) {
+        if let Some(a) = &self.acker {
+            if let Err(e) = a.flush() {
+                eprintln!("zenoh_sub `{id}`: {e}");
+            }
+        }
+    }
+
+    /// [`Direct::Blocks`], on zenoh's callback thread: deliver at once when
+    /// nothing is held before it and every `block` edge has room (then
+    /// acknowledge, as the stage's thread would), else hold it in order for
+    /// the thread, which may wait. The publisher's credit window keeps what
+    /// is held within `cap`; without one the oldest is dropped and counted.
+    fn emit_or_hold(&self, h: &StageHandle, m: wire::WireMessage, cap: usize) {
+        let seq = m.header.seq;
+        let epoch = self.epoch_of(h, &m);
+        let msg = match to_message(m, epoch) {
+            Ok((msg, transit_ms)) => {
+                h.record("transit_ms", transit_ms);
+                msg
+            }
+            Err(e) => {
+                let n = self.malformed.fetch_add(1, Ordering::Relaxed) + 1;
+                h.record("malformed", n as f64);
+                eprintln!(
+                    "zenoh_sub `{}`: rejected a message: {e} [{n} rejected so far]",
+                    h.id()
+                );
+                return;
+            }
+        };
+        let mut st = self.state.lock();
+        let msg = if st.queue.is_empty() && st.held.is_empty() && !st.delivering {
+            match h.try_emit_msg(0, msg) {
+                // Refused: its epoch was cancelled (or the pipeline stops):
+                // dropped as a queue drops it, and taken off the window.
+                Ok(()) | Err(TryEmit::Refused) => {
+                    drop(st);
+                    self.ack(h.id(), seq);
+                    return;
+                }
+                Err(TryEmit::Full(msg)) => msg,
+            }
+        } else {
+            msg
+        };
+        if st.held.len() >= cap {
+            st.held.pop_front();
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        st.held.push_back((msg, seq));
+        self.cv.notify_one();
     }
 
     fn push(&self, m: wire::WireMessage, policy: Policy, cap: usize) {
@@ -478,17 +575,24 @@ fn to_message(
 
 /// The `zenoh_sub` stage.
 ///
-/// Messages reach the pipeline one of two ways. When the stage's `policy`
-/// drops (`latest`, `drop_*`) and every edge from `out` drops too (no
-/// `block` edge, no inline consumer), zenoh's receive callback emits them
-/// directly: nothing it does can wait, and the hop through this stage's
-/// thread is saved. Otherwise the callback fills the local queue under
-/// `policy` and the stage's thread emits from it, so a blocking edge stalls
-/// that thread, never zenoh.
+/// Messages reach the pipeline from zenoh's receive callback without a hop
+/// through this stage's thread whenever that cannot make the callback wait:
+///
+/// - the stage's `policy` drops (`latest`, `drop_*`) and every edge from
+///   `out` drops too (no `block` edge, no inline consumer): the callback
+///   emits each message;
+/// - `policy: block` and no consumer runs inline: the callback emits a
+///   message when every `block` edge from `out` has room and nothing is
+///   held before it (and acknowledges it, with `ack`); otherwise it holds
+///   it for the stage's thread, which emits in order and may wait. A full
+///   consumer thus stalls this thread and, through the credit window, the
+///   publisher, never zenoh.
+///
+/// Otherwise (inline consumers) the callback fills the local queue under
+/// `policy` and the stage's thread emits from it.
 pub struct ZenohSub {
     shared: Arc<SubShared>,
     policy: Policy,
-    acker: Option<crate::link::Acker>,
     end_on_lost: bool,
     _eos: Option<zenoh::pubsub::Subscriber<()>>,
     reported_malformed: u64,
@@ -506,12 +610,75 @@ impl std::fmt::Debug for ZenohSub {
     }
 }
 
+impl ZenohSub {
+    /// Emit what the stage's thread took: messages queued before start (or
+    /// without a direct path), then those the callback held, in order, each
+    /// acknowledged (with `ack`) once it is in the pipeline.
+    fn deliver(
+        &self,
+        ctx: &mut StageCtx,
+        msgs: Vec<wire::WireMessage>,
+        held: Vec<(Message, u64)>,
+    ) -> StageResult {
+        for m in msgs {
+            let seq = m.header.seq;
+            let epoch = if self.shared.keep_epoch {
+                ctx.observe_epoch(m.header.epoch);
+                m.header.epoch
+            } else {
+                ctx.current_epoch()
+            };
+            match to_message(m, epoch) {
+                Ok((msg, transit_ms)) => {
+                    ctx.record("transit_ms", transit_ms);
+                    self.emit_one(ctx, msg, seq)?;
+                }
+                Err(e) => {
+                    let n = self.shared.malformed.fetch_add(1, Ordering::Relaxed) + 1;
+                    eprintln!(
+                        "zenoh_sub `{}`: rejected a message: {e} [{n} rejected so far]",
+                        ctx.id()
+                    );
+                }
+            }
+        }
+        for (msg, seq) in held {
+            self.emit_one(ctx, msg, seq)?;
+        }
+        Ok(())
+    }
+
+    fn emit_one(&self, ctx: &mut StageCtx, msg: Message, seq: u64) -> StageResult {
+        // With a direct path the callback emits on `out` too: one port,
+        // one emitter's sequence numbers.
+        let r = match self.shared.direct.get() {
+            Some(Direct::Blocks(h)) => h.emit_msg(0, msg),
+            _ => ctx.emit_msg(0, msg),
+        };
+        match r {
+            Ok(()) => {}
+            // Refused: the pipeline stops, or the message's epoch was
+            // cancelled (it arrived from another part just before the
+            // cancel did): drop it, as a queue drops a cancelled epoch,
+            // acknowledge it (the sender's window counts it as taken) and
+            // go on.
+            Err(StageError::Cancelled) if !ctx.should_stop() => {}
+            Err(e) => return Err(e),
+        }
+        self.shared.ack(ctx.id(), seq);
+        Ok(())
+    }
+}
+
 impl Stage for ZenohSub {
     fn start(&mut self, ctx: &mut StageCtx) -> StageResult {
         let h = ctx.handle();
+        // Messages that arrived before start stay queued for `poll`.
         if self.policy != Policy::Block && h.never_waits(0) {
-            // Messages that arrived before start stay queued for `poll`.
-            let _ = self.shared.direct.set(h);
+            let _ = self.shared.direct.set(Direct::Drops(h));
+            ctx.record("direct", 1.0);
+        } else if self.policy == Policy::Block && h.queued(0) {
+            let _ = self.shared.direct.set(Direct::Blocks(h));
             ctx.record("direct", 1.0);
         }
         Ok(())
@@ -521,13 +688,22 @@ impl Stage for ZenohSub {
         if ctx.should_stop() {
             return Ok(Poll::Done);
         }
-        let (msgs, events, eos, none_alive) = {
+        let (msgs, held, events, eos, none_alive) = {
             let mut st = self.shared.state.lock();
-            if st.queue.is_empty() && st.peer_events.is_empty() && st.eos.is_none() {
+            if st.queue.is_empty()
+                && st.held.is_empty()
+                && st.peer_events.is_empty()
+                && st.eos.is_none()
+            {
                 self.shared.cv.wait_for(&mut st, Duration::from_millis(20));
             }
+            let msgs = st.queue.drain(..).collect::<Vec<_>>();
+            let held = st.held.drain(..).collect::<Vec<_>>();
+            // Until these are out, the callback holds what comes next.
+            st.delivering = !msgs.is_empty() || !held.is_empty();
             (
-                st.queue.drain(..).collect::<Vec<_>>(),
+                msgs,
+                held,
                 st.peer_events.drain(..).collect::<Vec<_>>(),
                 st.eos,
                 st.alive.is_empty(),
@@ -559,43 +735,16 @@ impl Stage for ZenohSub {
                 Payload::event(Event::Named(name.into(), json!({ "key": key }))),
             )?;
         }
-        let idle = msgs.is_empty();
-        for m in msgs {
-            let seq = m.header.seq;
-            let epoch = if self.shared.keep_epoch {
-                ctx.observe_epoch(m.header.epoch);
-                m.header.epoch
-            } else {
-                ctx.current_epoch()
-            };
-            match to_message(m, epoch) {
-                Ok((msg, transit_ms)) => {
-                    ctx.record("transit_ms", transit_ms);
-                    match ctx.emit_msg(0, msg) {
-                        Ok(()) => {}
-                        // Refused: the pipeline stops, or the message's
-                        // epoch was cancelled (it arrived from another part
-                        // just before the cancel did): drop it, as a queue
-                        // drops a cancelled epoch, acknowledge it (the
-                        // sender's window counts it as taken) and go on.
-                        Err(StageError::Cancelled) if !ctx.should_stop() => {}
-                        Err(e) => return Err(e),
-                    }
-                    if let Some(a) = &self.acker {
-                        if let Err(e) = a.ack(seq) {
-                            eprintln!("zenoh_sub `{}`: {e}", ctx.id());
-                        }
-                    }
-                }
-                Err(e) => {
-                    let n = self.shared.malformed.fetch_add(1, Ordering::Relaxed) + 1;
-                    eprintln!(
-                        "zenoh_sub `{}`: rejected a message: {e} [{n} rejected so far]",
-                        ctx.id()
-                    );
-                }
-            }
+        let idle = msgs.is_empty() && held.is_empty();
+        let delivered = self.deliver(ctx, msgs, held);
+        if !idle {
+            self.shared.state.lock().delivering = false;
+        } else {
+            // The stream paused (or emits from the callback): what it
+            // delivered since the last acknowledgement goes back now.
+            self.shared.flush_acks(ctx.id());
         }
+        delivered?;
         if let Some(sent) = eos {
             // Everything before the end of stream was queued (or emitted
             // directly) before it: the same link delivers in order.

@@ -48,7 +48,7 @@ pub use registry::{
     StageInfo,
 };
 pub use spec::{EdgeSpec, PipelineSpec, Policy, StageSpec};
-pub use stage::{Input, Poll, Stage, StageCtx, StageError, StageHandle, StageResult};
+pub use stage::{Input, Poll, Stage, StageCtx, StageError, StageHandle, StageResult, TryEmit};
 pub use validate::{load_file, parse_spec, validate, Override};
 
 use std::path::Path;

@@ -145,6 +145,21 @@ pub(crate) trait SharedOutlet: Send + Sync {
     /// True when a send can never wait: no consumer edge is `block` and no
     /// consumer runs inline (which would run its work on the caller).
     fn never_waits(&self) -> bool;
+    /// Deliver `msg` only if that cannot wait (see [`StageHandle::try_emit_msg`]).
+    fn try_send(&self, msg: Message) -> Result<(), TryEmit>;
+    /// True when every consumer takes messages through a queue (none runs
+    /// inline on the sender's thread).
+    fn queued(&self) -> bool;
+}
+
+/// Why [`StageHandle::try_emit_msg`] did not deliver.
+#[derive(Debug)]
+pub enum TryEmit {
+    /// Delivering would wait (a `block` edge is full, or a consumer runs
+    /// inline on the emitting thread): the message, untouched.
+    Full(Message),
+    /// The message's epoch was cancelled or the pipeline stops: dropped.
+    Refused,
 }
 
 /// What a stage uses to talk to the engine: emit, check cancellation, start
@@ -358,6 +373,27 @@ impl StageHandle {
     /// on such a port directly and save a hop through a thread of its own.
     pub fn never_waits(&self, port: usize) -> bool {
         self.ports.get(port).is_some_and(|o| o.never_waits())
+    }
+
+    /// Emit `msg` on `port` only if that cannot wait: delivered to every
+    /// consumer when each `block` edge from the port has room and none
+    /// runs inline, else handed back as [`TryEmit::Full`] (for a thread
+    /// that may wait to emit later, in order). For a thread that must not
+    /// wait (a transport's receive callback) in front of `block` edges.
+    /// Sends on one port must not run concurrently with this: each edge has
+    /// this port as its only producer, so the room seen stays there.
+    pub fn try_emit_msg(&self, port: usize, msg: Message) -> Result<(), TryEmit> {
+        match self.ports.get(port) {
+            Some(out) => out.try_send(msg),
+            None => Err(TryEmit::Full(msg)),
+        }
+    }
+
+    /// True when every consumer of output `port` takes messages through a
+    /// queue: none runs inline on the emitting thread, so
+    /// [`Self::try_emit_msg`] delivers whenever the `block` edges have room.
+    pub fn queued(&self, port: usize) -> bool {
+        self.ports.get(port).is_some_and(|o| o.queued())
     }
 
     /// Emit `payload` stamped now in the pipeline's current epoch.

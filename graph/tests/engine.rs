@@ -533,6 +533,44 @@ fn inline_stage_runs_on_the_producer_thread() {
     assert_eq!(m.stages[2].processed, 5);
 }
 
+/// An inline stage fed only by a back edge (as a split pipeline's sender
+/// for a feedback edge is) still gets its producer's messages: it used to
+/// be resolved after its producer, whose output then led into the inline
+/// stage's unserved queue and every message was dropped there.
+#[test]
+fn an_inline_stage_behind_a_back_edge_receives_its_messages() {
+    let yaml = r#"
+stages:
+  - { id: in, kind: host_in, params: { type: text } }
+  - { id: p, kind: passthrough }
+  - { id: w, kind: passthrough, inline: true }
+  - { id: out, kind: host_out }
+edges:
+  - { from: in.out, to: p.in }
+  - { from: p.out, to: w.in, back_edge: true, policy: latest, capacity: 1 }
+  - { from: w.out, to: out.in }
+"#;
+    let running = edgeflow_graph::Pipeline::from_yaml(yaml, &Registry::builtin())
+        .unwrap()
+        .start()
+        .unwrap();
+    for i in 0..3 {
+        running.push("in", Payload::text(format!("m{i}"))).unwrap();
+        let m = running
+            .pull("out", Duration::from_secs(5))
+            .expect("the message crossed the inline stage")
+            .unwrap();
+        assert_eq!(m.payload.as_text(), Some(format!("m{i}").as_str()));
+    }
+    let m = running.metrics();
+    let w = m.stages.iter().find(|s| s.id == "w").unwrap();
+    assert_eq!(w.processed, 3, "run inline: {m:?}");
+    running.stop();
+    within(10, move || {
+        let _ = running.wait(Some(Duration::from_secs(5)));
+    });
+}
+
 #[test]
 fn tensors_are_shared_not_copied() {
     let t = edgeflow_runtime::Tensor::from_vec(vec![1.0f32; 1 << 20], &[1 << 20]).unwrap();

@@ -128,6 +128,14 @@ impl Inbox {
         }
     }
 
+    /// Whether a push on `edge` would return without waiting: its policy
+    /// drops when full, it has room, or nobody consumes it any more.
+    pub(crate) fn has_room(&self, edge: usize) -> bool {
+        let st = self.state.lock();
+        let e = &st.edges[edge];
+        st.dead || e.policy != Policy::Block || e.queue.len() < e.capacity
+    }
+
     /// A producer of `edge` has finished.
     pub(crate) fn close_edge(&self, edge: usize) {
         let mut st = self.state.lock();

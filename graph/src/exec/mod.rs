@@ -13,7 +13,7 @@ use crate::metrics::{CancelReport, EdgeStats, MetricsSnapshot, StageMetrics};
 use crate::plan::Plan;
 use crate::spec::Policy;
 use crate::stage::{
-    EngineLink, Input, Outlet, Poll, Refused, SharedOutlet, Stage, StageCtx, StageError,
+    EngineLink, Input, Outlet, Poll, Refused, SharedOutlet, Stage, StageCtx, StageError, TryEmit,
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -257,6 +257,24 @@ impl SharedOutlet for SharedPort {
         self.targets.iter().all(|t| {
             t.inline.is_none() && t.inbox.state.lock().edges[t.edge].policy != Policy::Block
         })
+    }
+
+    fn try_send(&self, mut msg: Message) -> std::result::Result<(), TryEmit> {
+        // Each edge's only producer is this port: room seen here stays
+        // until the push below (the consumer only makes more).
+        if !self
+            .targets
+            .iter()
+            .all(|t| t.inline.is_none() && t.inbox.has_room(t.edge))
+        {
+            return Err(TryEmit::Full(msg));
+        }
+        msg.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        deliver(&self.targets, &self.shared, msg).map_err(|Refused| TryEmit::Refused)
+    }
+
+    fn queued(&self) -> bool {
+        self.targets.iter().all(|t| t.inline.is_none())
     }
 }
 
@@ -534,11 +552,12 @@ impl Running {
         // Inline stages: exactly one incoming edge, not a source.
         let mut inline: Vec<Option<Arc<InlineStage>>> = vec![None; n];
         let incoming = |i: usize| plan.edges.iter().filter(|e| e.to.0 == i).count();
-        // Build contexts (outputs need inline targets, so resolve inline
-        // stages from the sinks upward: a stage's targets are ready when all
-        // its consumers are).
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(topo_depth(&plan, i)));
+        // Build contexts (outputs need inline targets, so every inline
+        // consumer is resolved before its producer).
+        let order = inline_order(&plan, |i| {
+            let st = &plan.stages[i];
+            st.inline && !st.source && incoming(i) == 1
+        });
         let mut ctxs: Vec<Option<(StageCtx, Vec<Target>)>> = (0..n).map(|_| None).collect();
         for &i in &order {
             let mut outputs: Vec<Box<dyn Outlet>> = Vec::new();
@@ -853,24 +872,47 @@ impl Drop for Running {
     }
 }
 
-fn topo_depth(plan: &Plan, i: usize) -> usize {
-    // Longest path from a source to `i`, ignoring back-edges (bounded by n).
+/// The order to resolve stages in: each stage after every consumer of its
+/// outputs that runs inline (`inline(i)`), since a producer's targets must
+/// point at its inline consumers. Back edges count like any other: an
+/// inline stage fed only by a back edge (e.g. a part's sender for a
+/// feedback edge) still comes before its producer. A cycle made only of
+/// inline stages (unreachable: each has its one input inside the cycle)
+/// is broken anywhere.
+fn inline_order(plan: &Plan, inline: impl Fn(usize) -> bool) -> Vec<usize> {
     let n = plan.stages.len();
-    let mut depth = vec![0usize; n];
-    for _ in 0..n {
-        let mut changed = false;
-        for e in plan.edges.iter().filter(|e| !e.back_edge) {
-            let d = depth[e.from.0] + 1;
-            if d > depth[e.to.0] && d <= n {
-                depth[e.to.0] = d;
-                changed = true;
+    // 0: not visited, 1: on the stack, 2: placed.
+    let mut mark = vec![0u8; n];
+    let mut order = Vec::with_capacity(n);
+    for root in 0..n {
+        if mark[root] != 0 {
+            continue;
+        }
+        // Iterative post-order over "inline consumer of" links.
+        mark[root] = 1;
+        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
+        while let Some(top) = stack.last_mut() {
+            let (i, from) = *top;
+            let next = plan.edges[from..]
+                .iter()
+                .position(|e| e.from.0 == i && inline(e.to.0) && mark[e.to.0] == 0)
+                .map(|p| from + p);
+            match next {
+                Some(p) => {
+                    top.1 = p + 1;
+                    let j = plan.edges[p].to.0;
+                    mark[j] = 1;
+                    stack.push((j, 0));
+                }
+                None => {
+                    mark[i] = 2;
+                    order.push(i);
+                    stack.pop();
+                }
             }
         }
-        if !changed {
-            break;
-        }
     }
-    depth[i]
+    order
 }
 
 /// Runs one stage callback, turning errors and panics into a pipeline

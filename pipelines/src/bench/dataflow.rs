@@ -23,6 +23,10 @@ pub(crate) struct DataflowArgs {
     /// Messages pushed back to back for throughput.
     #[arg(long, default_value_t = 100_000)]
     pub throughput_msgs: usize,
+    /// Only the rows across two processes (the split chain and one
+    /// cross-process hop), e.g. to compare builds back to back.
+    #[arg(long)]
+    pub split_only: bool,
 }
 
 impl Default for DataflowArgs {
@@ -31,6 +35,7 @@ impl Default for DataflowArgs {
             stages: 17,
             latency_msgs: 2000,
             throughput_msgs: 100_000,
+            split_only: false,
         }
     }
 }
@@ -68,6 +73,9 @@ impl Bench for DataflowArgs {
         if self.throughput_msgs != d.throughput_msgs {
             a.extend(["--throughput-msgs".into(), self.throughput_msgs.to_string()]);
         }
+        if self.split_only {
+            a.push("--split-only".into());
+        }
         a
     }
 
@@ -77,6 +85,9 @@ impl Bench for DataflowArgs {
                 "--stages {}: the chain needs a source and a sink (at least 2)",
                 self.stages
             );
+        }
+        if self.split_only {
+            return self.run_split();
         }
         eprintln!("measuring the raw baseline and the engine...");
         let base = raw_crossbeam(self);
@@ -120,30 +131,7 @@ impl Bench for DataflowArgs {
                     .ratio(e.msgs_per_s / base.msgs_per_s.max(1e-9)),
             );
         }
-        r.rows.push(
-            Row::new(
-                format!("{}, split in two processes: latency p50", split.name),
-                split.p50_us,
-                "us",
-            )
-            .baseline(engines[0].p50_us)
-            .ratio(split.p50_us / engines[0].p50_us.max(1e-9))
-            .note(format!(
-                "p99 {:.0} us; baseline: the same chain in one process; crosses zenoh on 127.0.0.1 twice",
-                split.p99_us
-            )),
-        );
-        r.rows.push(
-            Row::new(
-                "one cross-process hop (half a 3-stage a->b->a round trip): p50",
-                hop.p50_us / 2.0,
-                "us",
-            )
-            .note(format!(
-                "round trip p50 {:.0} us, p99 {:.0} us; zenoh TCP on 127.0.0.1, `block` edges with credit windows",
-                hop.p50_us, hop.p99_us
-            )),
-        );
+        split_rows(&mut r, &split, &hop, Some(engines[0].p50_us));
         let hops = self.stages.max(2) - 1;
         r.rows.push(
             Row::new(
@@ -170,6 +158,57 @@ impl Bench for DataflowArgs {
         );
         Ok(r)
     }
+}
+
+impl DataflowArgs {
+    /// `--split-only`: the split chain and the hop, nothing else.
+    fn run_split(&self) -> anyhow::Result<BenchReport> {
+        eprintln!("measuring the chain split across two processes...");
+        let split = split_chain(self, self.stages.max(3))?;
+        let hop = split_chain(self, 3)?;
+        let mut r = BenchReport::new(
+            format!(
+                "edgeflow bench dataflow --split-only: {}-stage chain across two processes, small messages",
+                self.stages
+            ),
+            "the same chain in one process",
+            "ours / baseline",
+        );
+        r.context.push(format!(
+            "{} messages timed one at a time",
+            self.latency_msgs
+        ));
+        split_rows(&mut r, &split, &hop, None);
+        Ok(r)
+    }
+}
+
+/// The rows of the split chain and the cross-process hop; `one_process`:
+/// the whole chain's p50 in one process, as the baseline.
+fn split_rows(r: &mut BenchReport, split: &Config, hop: &Config, one_process: Option<f64>) {
+    let mut row = Row::new(
+        format!("{}, split in two processes: latency p50", split.name),
+        split.p50_us,
+        "us",
+    );
+    if let Some(b) = one_process {
+        row = row.baseline(b).ratio(split.p50_us / b.max(1e-9));
+    }
+    r.rows.push(row.note(format!(
+        "p99 {:.0} us; baseline: the same chain in one process; crosses zenoh on 127.0.0.1 twice",
+        split.p99_us
+    )));
+    r.rows.push(
+        Row::new(
+            "one cross-process hop (half a 3-stage a->b->a round trip): p50",
+            hop.p50_us / 2.0,
+            "us",
+        )
+        .note(format!(
+            "round trip p50 {:.0} us, p99 {:.0} us; zenoh TCP on 127.0.0.1, `block` edges with credit windows",
+            hop.p50_us, hop.p99_us
+        )),
+    );
 }
 
 fn raw_crossbeam(o: &DataflowArgs) -> Config {
@@ -306,20 +345,27 @@ fn split_chain(o: &DataflowArgs, n: usize) -> anyhow::Result<Config> {
         }
         let last = format!("s{}", n - 1);
         let timeout = Duration::from_secs(10);
-        let mut h = Histogram::default();
+        // Exact samples: the histogram's buckets (a few percent apart) are
+        // coarser than the differences between builds looked for here.
+        let mut lat: Vec<f64> = Vec::with_capacity(o.latency_msgs);
         for i in 0..o.latency_msgs + 50 {
             running.push("s0", Payload::text(""))?;
             match running.pull(&last, timeout)? {
-                Some(m) if i >= 50 => h.record(m.timestamp.elapsed()),
+                Some(m) if i >= 50 => lat.push(m.timestamp.elapsed().as_secs_f64() * 1e6),
                 Some(_) => {}
                 None => anyhow::bail!("the split chain ended early"),
             }
         }
-        let s = h.summary();
+        lat.sort_by(f64::total_cmp);
+        let q = |f: f64| {
+            lat.get(((lat.len() as f64 * f) as usize).min(lat.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0.0)
+        };
         Ok(Config {
             name: format!("{n}-stage chain"),
-            p50_us: s.p50_us,
-            p99_us: s.p99_us,
+            p50_us: q(0.5),
+            p99_us: q(0.99),
             msgs_per_s: 0.0,
         })
     })();

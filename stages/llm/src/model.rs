@@ -326,7 +326,10 @@ impl Llama {
     ///
     /// A row depends on the tokens before it only through the KV cache, so
     /// a prefill's rows match those of feeding the same tokens one at a
-    /// time (see the `states` test for how closely).
+    /// time: bit for bit on the CPU with the weights kept quantized (every
+    /// op computes a row the same way whatever the number of rows), within
+    /// f32 rounding with the weights expanded to f32 (the `states` and
+    /// `prefill_decode` tests).
     pub fn forward_states(&mut self, tokens: &[u32]) -> Result<(Vec<f32>, Tensor)> {
         let dev = self.dev.clone();
         let (logits, states) = dev.batch(|| self.forward_ops(tokens, true))?;
