@@ -4,7 +4,7 @@
 //! [`SentenceSplitter`].
 
 use super::out_port;
-use crate::message::{Epoch, Event, Payload};
+use crate::message::{Epoch, Event, Payload, Timestamp};
 use crate::port::{PortSpec, PortType, Ports};
 use crate::registry::{BuildEnv, ParamInfo, ParamType, Params, StageFactory, StageInfo};
 use crate::stage::{Input, Poll, Stage, StageCtx, StageError, StageResult};
@@ -273,7 +273,7 @@ impl StageFactory for SentenceChunkerKind {
         Ok(Box::new(SentenceChunker {
             split: SentenceSplitter::new(min_chars, max_chars, first_clause_chars),
             epoch: None,
-            flushed: false,
+            flushed: None,
         }))
     }
 }
@@ -495,14 +495,16 @@ impl SentenceSplitter {
 ///
 /// The end-of-answer Flush comes on its own edge, so it can overtake the
 /// answer's last pieces (the stage reads its inputs in turn, and across
-/// parts they are separate zenoh keys). Text of a turn that arrives after
-/// that turn's Flush is therefore emitted at once: the turn has ended, no
-/// more of its sentence is coming.
+/// parts they are separate zenoh keys). An answer's pieces and its Flush
+/// carry the same capture time (the user turn's, which the thinker
+/// stamps them with), so a piece stamped like the last Flush is a late
+/// piece of an answer that has ended: it is emitted at once rather than
+/// held for a sentence end that will not come.
 pub(crate) struct SentenceChunker {
     split: SentenceSplitter,
     epoch: Option<Epoch>,
-    /// This turn's Flush has arrived.
-    flushed: bool,
+    /// Capture time of the last Flush of this epoch.
+    flushed: Option<Timestamp>,
 }
 
 impl Stage for SentenceChunker {
@@ -510,22 +512,22 @@ impl Stage for SentenceChunker {
         if self.epoch.is_some_and(|e| e != input.msg.epoch) {
             // A new turn: what was buffered belongs to an ended turn.
             self.split.clear();
-            self.flushed = false;
+            self.flushed = None;
         }
         self.epoch = Some(input.msg.epoch);
         let mut emit = |s: &str| ctx.emit(0, Payload::text(s));
         match (&input.msg.payload, input.port) {
             (Payload::Text(t), _) => {
                 self.split.push(t);
-                if self.flushed {
-                    // A piece that the turn's Flush overtook.
+                if self.flushed == Some(input.msg.timestamp) {
+                    // A piece that its answer's Flush overtook.
                     self.split.flush(&mut emit)
                 } else {
                     self.split.drain(&mut emit)
                 }
             }
             (Payload::Event(e), _) if matches!(**e, Event::Flush) => {
-                self.flushed = true;
+                self.flushed = Some(input.msg.timestamp);
                 self.split.flush(&mut emit)
             }
             _ => Ok(()),
@@ -535,7 +537,7 @@ impl Stage for SentenceChunker {
     fn reset(&mut self, epoch: Epoch, _ctx: &mut StageCtx) -> StageResult {
         if self.epoch == Some(epoch) {
             self.split.clear();
-            self.flushed = false;
+            self.flushed = None;
         }
         Ok(())
     }
@@ -759,39 +761,56 @@ mod tests {
     }
 
     /// The answer's Flush overtakes its last pieces (separate edges): the
-    /// late pieces are still spoken, at once, not held for the next turn.
+    /// late pieces (stamped like the Flush) are still spoken, at once, not
+    /// held for the next turn; the next answer (another stamp, same epoch)
+    /// is cut into sentences as usual.
     #[test]
-    fn pieces_after_their_turns_flush_are_emitted_at_once() {
+    fn pieces_overtaken_by_their_answers_flush_are_emitted_at_once() {
+        use crate::Message;
         let r = Registry::builtin();
         let yaml = "stages:\n  - { id: text, kind: host_in, params: { type: text } }\n  - { id: done, kind: host_in, params: { type: control } }\n  - { id: s, kind: sentence_chunker }\n  - { id: out, kind: host_out, params: { type: text } }\nedges:\n  - { from: text.out, to: s.in }\n  - { from: done.out, to: s.flush }\n  - { from: s.out, to: out.in }\n";
         let running = Pipeline::from_yaml(yaml, &r).unwrap().start().unwrap();
+        let epoch = running.current_epoch();
+        let answer = |ts: Timestamp, p: Payload| {
+            let mut m = Message::new(epoch, p);
+            m.timestamp = ts;
+            m
+        };
+        let turn1 = Timestamp::now();
+        let pull = || {
+            running
+                .pull("out", Duration::from_secs(10))
+                .unwrap()
+                .unwrap()
+        };
         running
-            .push("text", Payload::text("The capital of France"))
+            .push_msg(
+                "text",
+                answer(turn1, Payload::text("The capital of France")),
+            )
             .unwrap();
         std::thread::sleep(Duration::from_millis(100));
-        running.push("done", Payload::event(Event::Flush)).unwrap();
-        let first = running
-            .pull("out", Duration::from_secs(10))
-            .unwrap()
-            .unwrap();
-        assert_eq!(first.payload.as_text(), Some("The capital of France"));
-        // The overtaken tail of the same turn: out at once, no second Flush.
-        running.push("text", Payload::text(" is Paris.")).unwrap();
-        let tail = running
-            .pull("out", Duration::from_secs(10))
-            .unwrap()
-            .unwrap();
-        assert_eq!(tail.payload.as_text(), Some("is Paris."));
-        // The next turn is chunked as usual again.
-        running.new_epoch();
         running
-            .push("text", Payload::text("Rome is the capital of Italy. And"))
+            .push_msg("done", answer(turn1, Payload::event(Event::Flush)))
             .unwrap();
-        let s = running
-            .pull("out", Duration::from_secs(10))
-            .unwrap()
+        assert_eq!(pull().payload.as_text(), Some("The capital of France"));
+        // The overtaken tail of the same answer: out at once.
+        running
+            .push_msg("text", answer(turn1, Payload::text(" is Paris.")))
             .unwrap();
-        assert_eq!(s.payload.as_text(), Some("Rome is the capital of Italy."));
+        assert_eq!(pull().payload.as_text(), Some("is Paris."));
+        // The next answer in the same epoch: sentences as usual.
+        let turn2 = Timestamp::now();
+        running
+            .push_msg(
+                "text",
+                answer(turn2, Payload::text("Rome is the capital of Italy. And")),
+            )
+            .unwrap();
+        assert_eq!(
+            pull().payload.as_text(),
+            Some("Rome is the capital of Italy.")
+        );
         assert!(running
             .pull("out", Duration::from_millis(200))
             .unwrap_or(None)

@@ -691,6 +691,18 @@ impl Running {
         tx.send(msg).map_err(|_| Error::Stopped)
     }
 
+    /// Push a fully formed message (its own epoch and capture time) into a
+    /// `host_in` stage, e.g. replaying recorded messages (blocks while its
+    /// queue is full).
+    pub fn push_msg(&self, stage: &str, msg: Message) -> Result<()> {
+        let tx = self
+            .host
+            .inputs
+            .get(stage)
+            .ok_or_else(|| Error::NoHostPort(stage.to_string()))?;
+        tx.send(msg).map_err(|_| Error::Stopped)
+    }
+
     /// End the stream of a `host_in` stage: downstream sees end-of-stream.
     pub fn close_input(&mut self, stage: &str) -> Result<()> {
         self.host
