@@ -18,13 +18,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::voice::{live, models, overlap, voiced_seconds, AgentSink, Recorder, REC_RATE};
 use edgeflow::graph::{parse_spec, EdgeSpec, Message, MetricsSnapshot, PipelineSpec, StageSpec};
 use edgeflow::{Pipeline, PipelineBuilder, Running};
 use serde_json::json;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Child, Command};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The tests share the sinks: one at a time.
@@ -32,175 +34,6 @@ static SINK: Mutex<()> = Mutex::new(());
 
 /// The null sink the agent speaks into.
 const AGENT_SINK: &str = "ef_voice_agent";
-
-/// True when the live tests should run; panics with instructions when they
-/// should but cannot.
-fn live() -> bool {
-    if std::env::var("EDGEFLOW_SKIP_LIVE_AUDIO").is_ok_and(|v| v == "1") {
-        eprintln!("live voice-loop test skipped: EDGEFLOW_SKIP_LIVE_AUDIO=1");
-        return false;
-    }
-    let how = "start one with `export XDG_RUNTIME_DIR=$(mktemp -d); audio/tests/start-pulse.sh`, \
-               or set EDGEFLOW_SKIP_LIVE_AUDIO=1 to skip the live audio tests";
-    match Command::new("pactl").arg("info").output() {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => panic!(
-            "no PulseAudio server is reachable (pactl info: {}); {how}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => panic!("cannot run pactl ({e}): install pulseaudio-utils; {how}"),
-    }
-    let sinks = Command::new("pactl")
-        .args(["list", "short", "sinks"])
-        .output()
-        .expect("pactl list");
-    assert!(
-        String::from_utf8_lossy(&sinks.stdout).contains("vsink"),
-        "the PulseAudio server has no sink `vsink`; {how}"
-    );
-    true
-}
-
-/// True when the models are cached; panics naming the fetch commands when
-/// they are not, unless `EDGEFLOW_SKIP_MODEL_TESTS=1`.
-fn models() -> bool {
-    if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
-        eprintln!("voice-loop test skipped: EDGEFLOW_SKIP_MODEL_TESTS=1");
-        return false;
-    }
-    let mut missing = Vec::new();
-    // The models this loop runs (other cards, e.g. the 1.1 GB Qwen, need
-    // not be fetched for it).
-    const USED: [&str; 4] = ["piper-joe", "smollm2", "silero-vad", "whisper-tiny-en"];
-    for card in edgeflow::model_cards() {
-        if !USED.contains(&card.name) {
-            continue;
-        }
-        if let Err(e) = card.locate() {
-            missing.push(format!("{}: {e}", card.name));
-        }
-    }
-    assert!(
-        missing.is_empty(),
-        "models missing (or set EDGEFLOW_SKIP_MODEL_TESTS=1):\n  {}",
-        missing.join("\n  ")
-    );
-    true
-}
-
-fn pactl(args: &[&str]) -> String {
-    let o = Command::new("pactl").args(args).output().expect("pactl");
-    assert!(
-        o.status.success(),
-        "pactl {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// A second null sink for the agent's voice, the default for output
-/// streams this process opens (`PULSE_SINK`) while it lives.
-struct AgentSink {
-    module: String,
-}
-
-impl AgentSink {
-    fn load() -> Self {
-        // A module left behind by an aborted run.
-        for line in pactl(&["list", "short", "modules"]).lines() {
-            if line.contains(&format!("sink_name={AGENT_SINK}")) {
-                if let Some(id) = line.split_whitespace().next() {
-                    pactl(&["unload-module", id]);
-                }
-            }
-        }
-        let module = pactl(&[
-            "load-module",
-            "module-null-sink",
-            &format!("sink_name={AGENT_SINK}"),
-            "rate=48000",
-            "channels=2",
-        ])
-        .trim()
-        .to_string();
-        std::env::set_var("PULSE_SINK", AGENT_SINK);
-        AgentSink { module }
-    }
-}
-
-impl Drop for AgentSink {
-    fn drop(&mut self) {
-        std::env::remove_var("PULSE_SINK");
-        let _ = Command::new("pactl")
-            .args(["unload-module", &self.module])
-            .output();
-    }
-}
-
-/// Records a sink's monitor (16 kHz mono) with `parec`.
-struct Recorder {
-    child: Child,
-    data: Arc<Mutex<Vec<u8>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
-
-const REC_RATE: usize = 16_000;
-
-impl Recorder {
-    fn start(sink: &str) -> Self {
-        let mut child = Command::new("parec")
-            .arg(format!("--device={sink}.monitor"))
-            .args(["--format=s16le", "--rate=16000", "--channels=1"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("parec (pulseaudio-utils) must be installed");
-        let mut out = child.stdout.take().expect("parec stdout");
-        let data = Arc::new(Mutex::new(Vec::new()));
-        let d = data.clone();
-        let reader = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = out.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                d.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        Recorder {
-            child,
-            data,
-            reader: Some(reader),
-        }
-    }
-
-    fn samples(&self) -> Vec<f32> {
-        let d = self.data.lock().unwrap();
-        d.chunks_exact(2)
-            .map(|b| i16::from_le_bytes([b[0], b[1]]) as f32 / 32768.0)
-            .collect()
-    }
-
-    fn stop(mut self) -> Vec<f32> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(r) = self.reader.take() {
-            let _ = r.join();
-        }
-        self.samples()
-    }
-}
-
-/// Seconds of `x` (16 kHz) in 50 ms windows louder than -34 dBFS RMS.
-fn voiced_seconds(x: &[f32]) -> f64 {
-    let win = REC_RATE / 20;
-    x.chunks(win)
-        .filter(|c| {
-            let e = c.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / c.len() as f64;
-            e.sqrt() > 0.02
-        })
-        .count() as f64
-        * 0.05
-}
 
 /// `text` spoken by our Piper voice, as a stereo float WAV (paplay maps a
 /// mono float WAV to the front-left speaker only). Returns its duration.
@@ -234,21 +67,6 @@ fn paplay(path: &Path) -> Child {
         .arg(path)
         .spawn()
         .expect("paplay (pulseaudio-utils) must be installed")
-}
-
-/// Lower-case words of `s`, letters and digits only.
-fn words(s: &str) -> Vec<String> {
-    s.split(|c: char| !c.is_alphanumeric() && c != '\'')
-        .filter(|w| !w.is_empty())
-        .map(|w| w.to_lowercase())
-        .collect()
-}
-
-/// Share of the words of `said` found in `heard`.
-fn overlap(said: &str, heard: &str) -> f64 {
-    let h = words(heard);
-    let s = words(said);
-    s.iter().filter(|w| h.contains(w)).count() as f64 / s.len().max(1) as f64
 }
 
 /// The shipped voice-loop pipeline plus host taps on the transcript, the
@@ -369,13 +187,13 @@ fn print_latencies(m: &MetricsSnapshot, what: &str) {
 #[test]
 fn a_spoken_question_is_transcribed_answered_and_heard() {
     let _g = SINK.lock().unwrap_or_else(|p| p.into_inner());
-    if !live() || !models() {
+    if !live("live voice-loop") || !models("voice-loop") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let question = "What is the capital of France?";
     let (wav, secs) = speak(dir.path(), "question.wav", question);
-    let sink = AgentSink::load();
+    let sink = AgentSink::load(AGENT_SINK);
     let rec = Recorder::start(AGENT_SINK);
     let running = voice_loop(16);
     // Capture starts late while the sink is idle: let the streams settle.
@@ -438,7 +256,7 @@ fn a_spoken_question_is_transcribed_answered_and_heard() {
 #[test]
 fn speech_over_the_agent_cancels_its_turn_and_is_heard() {
     let _g = SINK.lock().unwrap_or_else(|p| p.into_inner());
-    if !live() || !models() {
+    if !live("live voice-loop") || !models("voice-loop") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -446,7 +264,7 @@ fn speech_over_the_agent_cancels_its_turn_and_is_heard() {
     let second = "Stop please. What is the capital of Italy?";
     let (wav1, _) = speak(dir.path(), "first.wav", first);
     let (wav2, secs2) = speak(dir.path(), "second.wav", second);
-    let sink = AgentSink::load();
+    let sink = AgentSink::load(AGENT_SINK);
     let rec = Recorder::start(AGENT_SINK);
     let running = voice_loop(96);
     std::thread::sleep(Duration::from_millis(1000));

@@ -19,12 +19,12 @@
 
 mod common;
 
+use common::voice::{live, models, overlap, AgentSink, Recorder};
 use common::{repo, Hosts, Proc};
 use serde_json::json;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Network namespaces of this file: `evsa<n>` / `evsb<n>` on 10.232.<n>.0/24
@@ -37,155 +37,6 @@ const AGENT_SINK: &str = "ef_split_agent";
 
 /// One scenario at a time: they share the sinks and two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// True when the live test should run; panics with instructions when it
-/// should but cannot.
-fn live() -> bool {
-    if std::env::var("EDGEFLOW_SKIP_LIVE_AUDIO").is_ok_and(|v| v == "1") {
-        eprintln!("split voice-loop test skipped: EDGEFLOW_SKIP_LIVE_AUDIO=1");
-        return false;
-    }
-    let how = "start one with `export XDG_RUNTIME_DIR=$(mktemp -d); audio/tests/start-pulse.sh`, \
-               or set EDGEFLOW_SKIP_LIVE_AUDIO=1 to skip the live audio tests";
-    match Command::new("pactl").arg("info").output() {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => panic!(
-            "no PulseAudio server is reachable (pactl info: {}); {how}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => panic!("cannot run pactl ({e}): install pulseaudio-utils; {how}"),
-    }
-    assert!(
-        pactl(&["list", "short", "sinks"]).contains("vsink"),
-        "the PulseAudio server has no sink `vsink`; {how}"
-    );
-    true
-}
-
-/// True when the models are cached; panics naming them when they are not,
-/// unless `EDGEFLOW_SKIP_MODEL_TESTS=1`.
-fn models() -> bool {
-    if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
-        eprintln!("split voice-loop test skipped: EDGEFLOW_SKIP_MODEL_TESTS=1");
-        return false;
-    }
-    const USED: [&str; 4] = ["piper-joe", "smollm2", "silero-vad", "whisper-tiny-en"];
-    let missing: Vec<String> = edgeflow::model_cards()
-        .iter()
-        .filter(|c| USED.contains(&c.name))
-        .filter_map(|c| c.locate().err().map(|e| format!("{}: {e}", c.name)))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "models missing (or set EDGEFLOW_SKIP_MODEL_TESTS=1):\n  {}",
-        missing.join("\n  ")
-    );
-    true
-}
-
-fn pactl(args: &[&str]) -> String {
-    let o = Command::new("pactl").args(args).output().expect("pactl");
-    assert!(
-        o.status.success(),
-        "pactl {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// A second null sink for the agent's voice, the default for output
-/// streams of the processes started while it lives (`PULSE_SINK`): with
-/// one sink the loop would hear, and be interrupted by, its own voice.
-struct AgentSink {
-    module: String,
-}
-
-impl AgentSink {
-    fn load() -> Self {
-        for line in pactl(&["list", "short", "modules"]).lines() {
-            if line.contains(&format!("sink_name={AGENT_SINK}")) {
-                if let Some(id) = line.split_whitespace().next() {
-                    pactl(&["unload-module", id]);
-                }
-            }
-        }
-        let module = pactl(&[
-            "load-module",
-            "module-null-sink",
-            &format!("sink_name={AGENT_SINK}"),
-            "rate=48000",
-            "channels=2",
-        ])
-        .trim()
-        .to_string();
-        std::env::set_var("PULSE_SINK", AGENT_SINK);
-        AgentSink { module }
-    }
-}
-
-impl Drop for AgentSink {
-    fn drop(&mut self) {
-        std::env::remove_var("PULSE_SINK");
-        let _ = Command::new("pactl")
-            .args(["unload-module", &self.module])
-            .output();
-    }
-}
-
-const REC_RATE: usize = 16_000;
-
-/// Records a sink's monitor (16 kHz mono) with `parec`.
-struct Recorder {
-    child: Child,
-    data: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Recorder {
-    fn start(sink: &str) -> Self {
-        let mut child = Command::new("parec")
-            .arg(format!("--device={sink}.monitor"))
-            .args(["--format=s16le", "--rate=16000", "--channels=1"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("parec (pulseaudio-utils) must be installed");
-        let mut out = child.stdout.take().unwrap();
-        let data = Arc::new(Mutex::new(Vec::new()));
-        let d = data.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = out.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                d.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        Recorder { child, data }
-    }
-
-    /// Seconds recorded so far louder than -34 dBFS RMS (50 ms windows).
-    fn voiced(&self) -> f64 {
-        let d = self.data.lock().unwrap();
-        let x: Vec<f32> = d
-            .chunks_exact(2)
-            .map(|b| i16::from_le_bytes([b[0], b[1]]) as f32 / 32768.0)
-            .collect();
-        x.chunks(REC_RATE / 20)
-            .filter(|c| {
-                let e = c.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / c.len() as f64;
-                e.sqrt() > 0.02
-            })
-            .count() as f64
-            * 0.05
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `text` spoken by our Piper voice, as a stereo float WAV.
 fn speak(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -210,25 +61,6 @@ fn speak(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
-/// Lower-case words of `s`, letters and digits only.
-fn words(s: &str) -> Vec<String> {
-    s.split(|c: char| !c.is_alphanumeric() && c != '\'')
-        .filter(|w| !w.is_empty())
-        .map(|w| w.to_lowercase())
-        .collect()
-}
-
-/// Share of the words of `said` found in `heard`.
-fn overlap(said: &str, heard: &str) -> f64 {
-    let h = words(heard);
-    let s = words(said);
-    s.iter().filter(|w| h.contains(w)).count() as f64 / s.len().max(1) as f64
-}
-
-/// voice-split.yaml with the ears part on host A and the brain on host B,
-/// plus two taps in the ears part printing the transcript (`asr.text`) and
-/// the answer's sentences (`sentences.out`, what goes to the TTS) on its
-/// stdout. Both parts run this same file.
 fn split_file(dir: &Path, h: &Hosts) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("pipelines/voice-split.yaml")).unwrap();
     let text = text
@@ -315,7 +147,7 @@ fn ask(ears: &mut Proc, rec: &Recorder, wav: &Path, what: &str) -> (String, Stri
 #[test]
 fn voice_loop_split_across_two_hosts_answers_loses_its_brain_and_answers_again() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !live() || !models() {
+    if !live("split voice-loop") || !models("split voice-loop") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -328,7 +160,7 @@ fn voice_loop_split_across_two_hosts_answers_loses_its_brain_and_answers_again()
     let hosts = Hosts::new(NS_PREFIX, NET);
     let file = split_file(dir.path(), &hosts);
     let f = file.to_str().unwrap();
-    let sink = AgentSink::load();
+    let sink = AgentSink::load(AGENT_SINK);
     let rec = Recorder::start(AGENT_SINK);
     // Host A: the ears part (it listens); host B: the brain (it connects).
     let mut ears = Proc::spawn(hosts.cmd(

@@ -1,7 +1,10 @@
 //! Helpers shared by the tests that run parts of a pipeline as processes:
 //! a process whose output lines arrive with the time they were read, and
-//! two test hosts (network namespaces joined by a veth pair).
+//! two test hosts (network namespaces joined by a veth pair); the live
+//! voice tests' PulseAudio helpers in [`voice`].
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test uses some
+
+pub(crate) mod voice;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
