@@ -1,11 +1,14 @@
 //! The executor: one thread per stage (or inline on the producer), bounded
 //! inboxes, a control lane for cancellation, clean shutdown on error/panic.
 
+mod actor;
 mod inbox;
 mod tap;
 
 pub(crate) use inbox::{Control, EdgeQueue, Inbox, Item, PushError};
 pub use tap::EdgeTap;
+
+use actor::run_actor;
 
 use crate::error::{Error, Result};
 use crate::message::{Epoch, Message, Payload, Timestamp};
@@ -13,7 +16,7 @@ use crate::metrics::{CancelReport, EdgeStats, MetricsSnapshot, StageMetrics};
 use crate::plan::Plan;
 use crate::spec::Policy;
 use crate::stage::{
-    EngineLink, Input, Outlet, Poll, Refused, SharedOutlet, Stage, StageCtx, StageError, TryEmit,
+    EngineLink, Input, Outlet, Refused, SharedOutlet, Stage, StageCtx, StageError, TryEmit,
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -925,159 +928,4 @@ fn inline_order(plan: &Plan, inline: impl Fn(usize) -> bool) -> Vec<usize> {
         }
     }
     order
-}
-
-/// Runs one stage callback, turning errors and panics into a pipeline
-/// failure; false when the stage failed.
-type StageCall<'a> = dyn Fn(&mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool + 'a;
-
-/// The body of a stage thread.
-fn run_actor(actor: Actor, inbox: Arc<Inbox>, shared: Arc<Shared>, source: bool) {
-    let Actor {
-        mut stage,
-        mut ctx,
-        downstream,
-    } = actor;
-    let id = ctx.id.to_string();
-    let call = |f: &mut dyn FnMut() -> std::result::Result<(), StageError>| -> bool {
-        match catch_unwind(AssertUnwindSafe(f)) {
-            Ok(Ok(())) | Ok(Err(StageError::Cancelled)) => true,
-            Ok(Err(StageError::Failed(e))) => {
-                shared.fail(Error::StageFailed {
-                    stage: id.clone(),
-                    msg: e.to_string(),
-                });
-                false
-            }
-            Err(p) => {
-                shared.fail(Error::StagePanicked {
-                    stage: id.clone(),
-                    msg: panic_message(&p),
-                });
-                false
-            }
-        }
-    };
-    let mut ok = call(&mut || stage.start(&mut ctx));
-    while ok {
-        if source {
-            // Control first, then one poll.
-            match inbox.pop(&shared, false) {
-                Some(Item::Control(c)) => {
-                    ok = handle_control(c, &mut *stage, &mut ctx, &downstream, &call);
-                    continue;
-                }
-                Some(Item::Stop) => break,
-                _ => {}
-            }
-            ctx.timestamp = None;
-            ctx.deadline = None;
-            ctx.epoch = shared.current_epoch();
-            let t0 = Instant::now();
-            let mut res = Poll::Done;
-            ok = call(&mut || {
-                res = stage.poll(&mut ctx)?;
-                Ok(())
-            });
-            if res == Poll::Continue {
-                ctx.metrics.processed(t0.elapsed());
-            }
-            if !ok || res == Poll::Done || shared.is_stopping() {
-                break;
-            }
-            continue;
-        }
-        match inbox.pop(&shared, true) {
-            Some(Item::Control(c)) => {
-                ok = handle_control(c, &mut *stage, &mut ctx, &downstream, &call)
-            }
-            Some(Item::Msg(port, msg)) => {
-                ctx.epoch = msg.epoch;
-                ctx.timestamp = Some(msg.timestamp);
-                ctx.deadline = msg.deadline;
-                if let Some(d) = msg.deadline {
-                    if Timestamp::now() > d {
-                        ctx.metrics.deadline_missed();
-                    }
-                }
-                let t0 = Instant::now();
-                let mut input = Some(Input { port, msg });
-                ok = call(&mut || match input.take() {
-                    Some(inp) => stage.process(inp, &mut ctx),
-                    None => Ok(()),
-                });
-                ctx.metrics.processed(t0.elapsed());
-            }
-            Some(Item::EndOfStream) => {
-                ctx.timestamp = None;
-                let _ = call(&mut || stage.finish(&mut ctx));
-                break;
-            }
-            Some(Item::Stop) | None => break,
-        }
-    }
-    // Inline consumers finish with their producer (recursively).
-    for t in &downstream {
-        if let Some(inl) = &t.inline {
-            finish_inline(inl, &call);
-        }
-    }
-    inbox.kill();
-    for t in &downstream {
-        if t.inline.is_none() {
-            t.inbox.close_edge(t.edge);
-        }
-    }
-}
-
-/// End an inline stage: `finish`, then its own inline consumers, then close
-/// its queued edges so end-of-stream travels on.
-fn finish_inline(inl: &InlineStage, call: &StageCall<'_>) {
-    let mut g = inl.actor.lock();
-    let Actor {
-        stage,
-        ctx,
-        downstream,
-    } = &mut *g;
-    ctx.timestamp = None;
-    let _ = call(&mut || stage.finish(ctx));
-    for t in downstream.iter() {
-        match &t.inline {
-            Some(next) => finish_inline(next, call),
-            None => t.inbox.close_edge(t.edge),
-        }
-    }
-}
-
-fn reset_inline(downstream: &[Target], epoch: Epoch, call: &StageCall<'_>) {
-    for t in downstream {
-        if let Some(inl) = &t.inline {
-            let mut g = inl.actor.lock();
-            let Actor {
-                stage,
-                ctx,
-                downstream,
-            } = &mut *g;
-            let _ = call(&mut || stage.reset(epoch, ctx));
-            reset_inline(downstream, epoch, call);
-        }
-    }
-}
-
-fn handle_control(
-    c: Control,
-    stage: &mut dyn Stage,
-    ctx: &mut StageCtx,
-    downstream: &[Target],
-    call: &StageCall<'_>,
-) -> bool {
-    match c {
-        Control::Cancel(epoch, ack) => {
-            let ok = call(&mut || stage.reset(epoch, ctx));
-            // Inline consumers reset with their producer.
-            reset_inline(downstream, epoch, call);
-            ack.ack();
-            ok
-        }
-    }
 }
