@@ -1,0 +1,291 @@
+//! The `zenoh_pub` stage: graph messages published on a zenoh key in wire
+//! format v1, with the QoS its params and edge policy choose.
+
+use super::{declare_token, key_param, kind_param, payload_to_body, port_type, token_key};
+use crate::session::{SessionConfig, SharedSession};
+use crate::wire::{self, Header, Kind};
+use edgeflow_graph::{
+    BuildEnv, Input, Message, ParamInfo, ParamType, Params, PortSpec, PortType, Ports, Stage,
+    StageCtx, StageError, StageFactory, StageInfo, StageResult,
+};
+use std::time::Duration;
+use zenoh::qos::{CongestionControl, Priority, Reliability};
+use zenoh::Wait;
+
+/// The `zenoh_pub` kind.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ZenohPubKind;
+
+/// QoS of a publisher, from params.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qos {
+    /// Reliable or best effort.
+    pub reliable: bool,
+    /// Block (wait for room) or drop on congestion.
+    pub block: bool,
+    /// zenoh priority.
+    pub priority: Priority,
+    /// Send at once, without batching.
+    pub express: bool,
+}
+
+fn parse_priority(s: &str) -> Option<Priority> {
+    Some(match s {
+        "real_time" => Priority::RealTime,
+        "interactive_high" => Priority::InteractiveHigh,
+        "interactive_low" => Priority::InteractiveLow,
+        "data_high" => Priority::DataHigh,
+        "data" => Priority::Data,
+        "data_low" => Priority::DataLow,
+        "background" => Priority::Background,
+        _ => return None,
+    })
+}
+
+/// Read QoS params. The edge policy vocabulary maps onto congestion
+/// control when `congestion_control` is not given: `block` -> Block,
+/// `latest` / `drop_oldest` / `drop_newest` -> Drop.
+pub fn parse_qos(p: &Params) -> StageResult<Qos> {
+    let rel: String = p.get_or("reliability", "reliable".to_string())?;
+    let reliable = match rel.as_str() {
+        "reliable" => true,
+        "best_effort" => false,
+        o => {
+            return Err(p
+                .error(
+                    "reliability",
+                    format!("`{o}` is not reliable or best_effort"),
+                )
+                .into())
+        }
+    };
+    let policy: String = p.get_or("policy", "block".to_string())?;
+    let from_policy = match policy.as_str() {
+        "block" => true,
+        "latest" | "drop_oldest" | "drop_newest" => false,
+        o => {
+            return Err(p
+                .error(
+                    "policy",
+                    format!("`{o}` is not block, latest, drop_oldest or drop_newest"),
+                )
+                .into())
+        }
+    };
+    let block = match p.opt::<String>("congestion_control")?.as_deref() {
+        None => from_policy,
+        Some("block") => true,
+        Some("drop") => false,
+        Some(o) => {
+            return Err(p
+                .error("congestion_control", format!("`{o}` is not block or drop"))
+                .into())
+        }
+    };
+    let pr: String = p.get_or("priority", "data".to_string())?;
+    let priority = parse_priority(&pr).ok_or_else(|| {
+        p.error("priority", format!("`{pr}` is not real_time, interactive_high, interactive_low, data_high, data, data_low or background"))
+    })?;
+    Ok(Qos {
+        reliable,
+        block,
+        priority,
+        express: p.get_or("express", false)?,
+    })
+}
+
+impl StageFactory for ZenohPubKind {
+    fn info(&self) -> StageInfo {
+        let mut params = vec![
+            ParamInfo::required("key", ParamType::String, "zenoh key expression to publish on"),
+            ParamInfo::optional("type", ParamType::String, "wire kind; only needed to send tensors as robot_state (default: from the payload)"),
+            ParamInfo::new("reliability", ParamType::String, "reliable", "reliable or best_effort"),
+            ParamInfo::new("policy", ParamType::String, "block", "edge-policy vocabulary mapped to congestion control: block -> block, latest / drop_oldest / drop_newest -> drop"),
+            ParamInfo::optional("congestion_control", ParamType::String, "block or drop (overrides `policy`)"),
+            ParamInfo::new("priority", ParamType::String, "data", "real_time, interactive_high, interactive_low, data_high, data, data_low, background"),
+            ParamInfo::new("express", ParamType::Bool, false, "send each message at once instead of batching"),
+            ParamInfo::optional("token", ParamType::String, "liveliness token to declare (default edgeflow/alive/<stage id>; \"\" = none)"),
+            ParamInfo::new("eos", ParamType::Bool, false, "announce the end of the stream on `<key>/eos` when the input ends (edges between parts)"),
+            ParamInfo::new("window", ParamType::Int, 0, "credit window: at most this many messages unacknowledged by a subscriber with `ack: true` (0: none); lossless backpressure across hosts"),
+            ParamInfo::optional("watch", ParamType::String, "with `window`: the receiver's liveliness key expression; publishing waits while it is gone"),
+        ];
+        params.extend(SessionConfig::param_infos());
+        StageInfo {
+            kind: "zenoh_pub",
+            doc: "Sink: publishes each message it receives on a zenoh key expression in the edgeflow wire format (control/WIRE.md), with its epoch, sequence number, capture time and deadline; QoS (reliability, congestion control, priority, express) from params.",
+            params,
+            ports: Ports {
+                inputs: vec![PortSpec::new("in", PortType::Any, "messages to publish")],
+                outputs: vec![],
+            },
+            source: false,
+        }
+    }
+
+    fn ports(&self, p: &Params, _env: &BuildEnv) -> StageResult<Ports> {
+        let kind = kind_param(p, false)?;
+        Ok(Ports {
+            inputs: vec![PortSpec::new(
+                "in",
+                kind.map_or(PortType::Any, port_type),
+                "messages to publish",
+            )],
+            outputs: vec![],
+        })
+    }
+
+    fn build(&self, p: &Params, env: &BuildEnv) -> StageResult<Box<dyn Stage>> {
+        let kind = kind_param(p, false)?;
+        let key = key_param(p)?;
+        let qos = parse_qos(p)?;
+        let token = token_key(p, env)?;
+        let session = SharedSession::open(&SessionConfig::from_params(p)?)?;
+        let publisher = session
+            .session()
+            .declare_publisher(key.clone())
+            .congestion_control(if qos.block {
+                CongestionControl::Block
+            } else {
+                CongestionControl::Drop
+            })
+            .priority(qos.priority)
+            .express(qos.express)
+            .reliability(if qos.reliable {
+                Reliability::Reliable
+            } else {
+                Reliability::BestEffort
+            })
+            .wait()
+            .map_err(|e| {
+                StageError::msg(format!(
+                    "zenoh_pub `{}`: cannot publish on `{key}`: {e}",
+                    env.stage_id
+                ))
+            })?;
+        let window: u64 = p.get_or("window", 0)?;
+        if window > 65_536 {
+            return Err(p
+                .error("window", format!("must be in 0..=65536, got {window}"))
+                .into());
+        }
+        let watch: Option<String> = p.opt("watch")?;
+        let window = if window > 0 {
+            Some(
+                crate::link::Window::open(&session, &key, window, watch.as_deref())
+                    .map_err(|e| StageError::msg(format!("zenoh_pub `{}`: {e}", env.stage_id)))?,
+            )
+        } else {
+            None
+        };
+        let token = declare_token(&session, "zenoh_pub", &env.stage_id, token)?;
+        Ok(Box::new(ZenohPub {
+            kind,
+            key,
+            eos: p.get_or("eos", false)?,
+            window,
+            sent: 0,
+            publisher,
+            _token: token,
+            _session: session,
+        }))
+    }
+}
+
+/// The `zenoh_pub` stage.
+pub struct ZenohPub {
+    kind: Option<Kind>,
+    key: String,
+    eos: bool,
+    window: Option<crate::link::Window>,
+    sent: u64,
+    publisher: zenoh::pubsub::Publisher<'static>,
+    _token: Option<zenoh::liveliness::LivelinessToken>,
+    _session: SharedSession,
+}
+
+impl std::fmt::Debug for ZenohPub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZenohPub")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Encode a graph message for the wire.
+pub fn encode_message(msg: &Message, as_kind: Option<Kind>) -> Result<Vec<u8>, crate::Error> {
+    encode_with_seq(msg, as_kind, msg.seq)
+}
+
+/// [`encode_message`] with the header's sequence number set to `seq` (a
+/// link's own numbering).
+fn encode_with_seq(
+    msg: &Message,
+    as_kind: Option<Kind>,
+    seq: u64,
+) -> Result<Vec<u8>, crate::Error> {
+    let body = payload_to_body(&msg.payload, as_kind, msg.seq)?;
+    if let Some(k) = as_kind {
+        if k != body.kind() {
+            return Err(crate::Error::Payload(format!(
+                "a {} message cannot be sent as {}",
+                msg.payload.type_name(),
+                k.name()
+            )));
+        }
+    }
+    let header = Header {
+        epoch: msg.epoch,
+        seq,
+        capture_ns: wire::from_graph_time(msg.timestamp),
+        deadline_ns: msg.deadline.map(wire::from_graph_time),
+    };
+    Ok(wire::encode(&header, &body)?)
+}
+
+impl Stage for ZenohPub {
+    fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+        let seq = match &self.window {
+            Some(w) => match w.acquire(|| ctx.should_stop()) {
+                Some(seq) => seq,
+                None => return Err(StageError::Cancelled),
+            },
+            None => input.msg.seq,
+        };
+        let bytes = encode_with_seq(&input.msg, self.kind, seq).map_err(|e| {
+            StageError::msg(format!("zenoh_pub `{}` on `{}`: {e}", ctx.id(), self.key))
+        })?;
+        self.sent += 1;
+        self.publisher.put(bytes).wait().map_err(|e| {
+            StageError::msg(format!(
+                "zenoh_pub `{}`: put on `{}` failed: {e}",
+                ctx.id(),
+                self.key
+            ))
+        })?;
+        Ok(())
+    }
+
+    fn finish(&mut self, ctx: &mut StageCtx) -> StageResult {
+        if let Some(w) = &self.window {
+            // Everything delivered before the end is announced, so the
+            // producing process may exit as soon as this returns.
+            if !w.drain(Duration::from_secs(10), || ctx.should_stop()) {
+                eprintln!(
+                    "zenoh_pub `{}`: {} of {} messages on `{}` unacknowledged at the end",
+                    ctx.id(),
+                    w.unacked(),
+                    w.sent(),
+                    self.key
+                );
+            }
+            if w.lost() > 0 {
+                ctx.record("lost_in_flight", w.lost() as f64);
+            }
+        }
+        if self.eos {
+            crate::link::send_eos(&self._session, &self.key, self.sent)
+                .map_err(|e| StageError::msg(format!("zenoh_pub `{}`: {e}", ctx.id())))?;
+        }
+        Ok(())
+    }
+}
