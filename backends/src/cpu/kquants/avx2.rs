@@ -109,40 +109,53 @@ pub(super) unsafe fn q45k(scales: &[u8], qs: &[u8], high: Option<&[u8]>, x: &[i8
 /// # Safety
 /// AVX2 must be available; `blk` holds 210 bytes and `x` 256 codes.
 #[inline]
+/// The 6-bit codes (0..64) of half `half` of a Q6_K block, 4 x 32 bytes
+/// in the block's code order: low nibbles from `ql`, two high bits each
+/// from `qh`. What the dot kernel and the prefill unpacker both read.
+///
+/// # Safety
+/// `blk` holds at least the block's first 192 bytes; `half` is 0 or 1.
+#[target_feature(enable = "avx2")]
+unsafe fn q6k_codes(blk: &[u8], half: usize) -> [__m256i; 4] {
+    debug_assert!(blk.len() >= 192 && half < 2);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(0x03);
+    // SAFETY: ql is blk[0..128], qh blk[128..192] (the caller's promise).
+    let (ql0, ql1, qh) = unsafe {
+        (
+            load(blk.as_ptr().add(64 * half)),
+            load(blk.as_ptr().add(64 * half + 32)),
+            load(blk.as_ptr().add(128 + 32 * half)),
+        )
+    };
+    [
+        _mm256_or_si256(
+            _mm256_and_si256(ql0, m4),
+            _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2)),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(ql1, m4),
+            _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2)),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+            _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m2)),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+            _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m2)),
+        ),
+    ]
+}
+
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn q6k(blk: &[u8], x: &[i8]) -> i32 {
     debug_assert!(blk.len() >= 210 && x.len() >= 256);
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m2 = _mm256_set1_epi8(0x03);
     let sc = &blk[192..208];
     let mut acc = _mm256_setzero_si256();
     for half in 0..2 {
-        // SAFETY: ql is blk[0..128], qh blk[128..192]; `x` has 256 codes.
-        let (ql0, ql1, qh) = unsafe {
-            (
-                load(blk.as_ptr().add(64 * half)),
-                load(blk.as_ptr().add(64 * half + 32)),
-                load(blk.as_ptr().add(128 + 32 * half)),
-            )
-        };
-        let q = [
-            _mm256_or_si256(
-                _mm256_and_si256(ql0, m4),
-                _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2)),
-            ),
-            _mm256_or_si256(
-                _mm256_and_si256(ql1, m4),
-                _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2)),
-            ),
-            _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m2)),
-            ),
-            _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m2)),
-            ),
-        ];
+        // SAFETY: `blk` holds a whole Q6_K block (checked above).
+        let q = unsafe { q6k_codes(blk, half) };
         for (i, qv) in q.iter().enumerate() {
             let g = 8 * half + 2 * i;
             // SAFETY: `x` has 256 codes.
@@ -427,34 +440,9 @@ pub(super) unsafe fn unpack_codes(fmt: super::KFormat, blk: &[u8], c: &mut [u8])
             }
         }
         super::KFormat::Q6K => {
-            let m2 = _mm256_set1_epi8(0x03);
             for half in 0..2 {
-                // SAFETY: ql is blk[0..128], qh blk[128..192].
-                let (ql0, ql1, qh) = unsafe {
-                    (
-                        load(blk.as_ptr().add(64 * half)),
-                        load(blk.as_ptr().add(64 * half + 32)),
-                        load(blk.as_ptr().add(128 + 32 * half)),
-                    )
-                };
-                let q = [
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql0, m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m2)),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql1, m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2)),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m2)),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m2)),
-                    ),
-                ];
+                // SAFETY: `blk` holds a whole Q6_K block.
+                let q = unsafe { q6k_codes(blk, half) };
                 for (i, qv) in q.iter().enumerate() {
                     // SAFETY: `c` has 256 bytes.
                     unsafe { store(out.add(128 * half + 32 * i), *qv) };
