@@ -498,6 +498,39 @@ impl EpisodeReader {
             .collect())
     }
 
+    /// The simulator's full state at every recorded step, recovered by
+    /// re-running the episode: reset to the recorded seed, then each
+    /// recorded action in turn. The simulator is deterministic, so this is
+    /// the world the frames show; each replayed robot state is checked
+    /// against the recorded one, and a mismatch (a recording made with
+    /// another simulator configuration or version) is an error naming the
+    /// step. Row `i` is the state observed at step `i`, before its action.
+    /// Training uses it for auxiliary targets the policy never sees at run
+    /// time (where the blocks and zones are).
+    pub fn true_states(&self, cfg: &crate::PushConfig) -> Result<Vec<crate::TrueState>> {
+        let states = self.states()?;
+        let actions = self.actions()?;
+        let mut sim = crate::PushSim::new(cfg.clone())?;
+        sim.reset(self.meta.seed);
+        let mut out = Vec::with_capacity(actions.len());
+        for (i, (s, a)) in states.iter().zip(&actions).enumerate() {
+            let r = sim.robot_state();
+            if r != *s {
+                return Err(SimError::format(
+                    self.dir.join(STATE),
+                    format!(
+                        "step {i}: replaying seed {} gives robot state {r:?}, the recording has {s:?}; \
+                         it was recorded with another simulator configuration or version",
+                        self.meta.seed
+                    ),
+                ));
+            }
+            out.push(sim.true_state());
+            sim.step(*a);
+        }
+        Ok(out)
+    }
+
     /// Every timestamp; checked finite and non-decreasing.
     pub fn times(&self) -> Result<Vec<f64>> {
         let buf = self.read_checked(&self.meta.t, 8)?;
@@ -583,6 +616,35 @@ mod tests {
         // Nothing but the episode folder is left in the parent.
         let names: Vec<_> = fs::read_dir(dir.parent().unwrap()).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn true_states_replay_the_recording() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ep");
+        record(&dir, 6);
+        let r = EpisodeReader::open(&dir).unwrap();
+        // The same seed and actions, run again, give every state.
+        let cfg = small_cfg();
+        let mut sim = PushSim::new(cfg.clone()).unwrap();
+        sim.reset(5);
+        let truth = r.true_states(&cfg).unwrap();
+        assert_eq!(truth.len(), 6);
+        for (k, (s, a)) in truth.iter().zip(r.actions().unwrap()).enumerate() {
+            assert_eq!(*s, sim.true_state(), "step {k}");
+            sim.step(a);
+        }
+        // Another simulator configuration does not replay to the recorded
+        // robot states: an error naming the step, not wrong targets.
+        let other = PushConfig {
+            control_hz: cfg.control_hz * 2.0,
+            ..cfg
+        };
+        let e = r.true_states(&other).unwrap_err().to_string();
+        assert!(
+            e.contains("step ") && e.contains("another simulator"),
+            "{e}"
+        );
     }
 
     #[test]
