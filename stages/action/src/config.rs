@@ -52,6 +52,42 @@ pub struct Config {
     /// `vision_in` sees. Checkpoints from before this field read false.
     #[serde(default)]
     pub vision_norm: bool,
+    /// Standardise the instruction embedding by its per-channel mean and
+    /// standard deviation over the training samples (stored as
+    /// `norm.text_*`). The goal instructions differ in one or two words, so
+    /// their sentence embeddings share most of their length (cosine ~0.9);
+    /// standardised, the channels that tell them apart are what `text_in`
+    /// sees, and the head reads which block and which zone it is asked
+    /// for instead of the common part. Checkpoints from before this field
+    /// read false.
+    #[serde(default)]
+    pub text_norm: bool,
+    /// Spatial-softmax keypoints (0: off). With `K > 0` the patch tokens
+    /// are not handed to the transformer one by one: a small per-patch MLP
+    /// (`kp_fc1`, SiLU, `kp_fc2`, the same weights at every patch) scores
+    /// each patch for `K` keypoints, a softmax over the patch grid turns
+    /// each score map into an expected position (see [`patch_coords`]),
+    /// and each position becomes a token (`kp_in`); the CLS token stays a
+    /// token of its own (`vision_in`). Position is then explicit and the
+    /// same detector works anywhere on the grid, which flattened patch
+    /// tokens do not give from a few hundred training scenes: a linear
+    /// read-out of the tokens placed the blocks no better than their mean
+    /// position on held-out layouts, a spatial softmax to about 1 cm.
+    /// Needs `vision_stack` 1 and `vision_grid` equal to the encoder's
+    /// patch grid. Checkpoints from before this field read 0.
+    #[serde(default)]
+    pub keypoints: usize,
+    /// State units per keypoint unit (for the push task: metres per half
+    /// image, the table's half-width 0.3). When > 0, `kp_in` reads each
+    /// keypoint both where it is and relative to the robot (the state's
+    /// first two values divided by this): the chunk is predicted relative
+    /// to the robot, and "go behind the block" is simplest in the robot's
+    /// frame. 0: positions only. Checkpoints from before this field read 0.
+    #[serde(default)]
+    pub keypoint_relative_scale: f32,
+    /// Hidden width of the keypoint scorer.
+    #[serde(default = "keypoint_hidden")]
+    pub keypoint_hidden: usize,
     /// Actions per chunk H.
     pub horizon: usize,
     /// Transformer width.
@@ -79,15 +115,23 @@ fn one() -> usize {
     1
 }
 
+fn keypoint_hidden() -> usize {
+    128
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
             feature_dim: 384,
             state_dim: 4,
             action_dim: 2,
-            vision_grid: 4,
-            vision_stack: 2,
+            vision_grid: 8,
+            vision_stack: 1,
             vision_norm: true,
+            text_norm: true,
+            keypoints: 8,
+            keypoint_relative_scale: 0.3,
+            keypoint_hidden: 128,
             horizon: 16,
             d_model: 128,
             n_layers: 4,
@@ -102,9 +146,19 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Vision tokens the head takes: CLS + the pooled grid.
+    /// Vision rows the head takes as input: CLS + the pooled grid.
     pub fn vision_tokens(&self) -> usize {
         1 + self.vision_grid * self.vision_grid
+    }
+
+    /// Vision tokens the transformer sees: CLS + one per keypoint with
+    /// [`Config::keypoints`], else every input row.
+    pub fn head_vision_tokens(&self) -> usize {
+        if self.keypoints > 0 {
+            1 + self.keypoints
+        } else {
+            self.vision_tokens()
+        }
     }
 
     /// Width of each vision token the head takes: `feature_dim *
@@ -127,12 +181,35 @@ impl Config {
 
     /// Conditioning tokens: vision, instruction, state.
     pub fn cond_tokens(&self) -> usize {
-        self.vision_tokens() + 2
+        self.head_vision_tokens() + 2
     }
 
     /// All tokens: conditioning then the H action tokens.
     pub fn tokens(&self) -> usize {
         self.cond_tokens() + self.horizon
+    }
+
+    /// Values per keypoint that `kp_in` reads: `(x, y)`, and with
+    /// `keypoint_relative_scale` also `(x, y)` relative to the robot.
+    pub fn keypoint_inputs(&self) -> usize {
+        if self.keypoint_relative_scale > 0.0 {
+            4
+        } else {
+            2
+        }
+    }
+
+    /// The robot's position in keypoint units, `[2]`, from a raw state (0
+    /// without relative keypoints).
+    pub fn keypoint_origin(&self, state: &[f32]) -> [f32; 2] {
+        if self.keypoint_relative_scale > 0.0 && state.len() >= 2 {
+            [
+                state[0] / self.keypoint_relative_scale,
+                state[1] / self.keypoint_relative_scale,
+            ]
+        } else {
+            [0.0; 2]
+        }
     }
 
     /// Per-head width.
@@ -166,6 +243,30 @@ impl Config {
         }
         if self.vision_stack == 0 || self.vision_stack > 8 {
             return bad("vision_stack", self.vision_stack.to_string(), "in 1..=8");
+        }
+        if self.keypoints > 256 {
+            return bad("keypoints", self.keypoints.to_string(), "in 0..=256");
+        }
+        if self.keypoints > 0 && self.vision_stack != 1 {
+            return bad(
+                "vision_stack",
+                self.vision_stack.to_string(),
+                "1 with keypoints (the keypoint scorer reads single patches)",
+            );
+        }
+        if !(self.keypoint_relative_scale.is_finite() && self.keypoint_relative_scale >= 0.0) {
+            return bad(
+                "keypoint_relative_scale",
+                self.keypoint_relative_scale.to_string(),
+                "finite and >= 0",
+            );
+        }
+        if self.keypoints > 0 && !(1..=4096).contains(&self.keypoint_hidden) {
+            return bad(
+                "keypoint_hidden",
+                self.keypoint_hidden.to_string(),
+                "in 1..=4096",
+            );
         }
         if !(2..=256).contains(&self.horizon) {
             return bad("horizon", self.horizon.to_string(), "in 2..=256");
@@ -261,6 +362,13 @@ pub struct Normalizer {
     pub vision_mean: Vec<f32>,
     /// Their standard deviation (floored; empty likewise).
     pub vision_std: Vec<f32>,
+    /// Per-channel mean of the instruction embeddings (`feature_dim`
+    /// values; empty when the config's `text_norm` is off).
+    pub text_mean: Vec<f32>,
+    /// Their standard deviation (floored at a tenth of the channels' RMS
+    /// deviation, so an instruction worded unlike the training ones is not
+    /// blown up; empty likewise).
+    pub text_std: Vec<f32>,
 }
 
 /// Smallest standard deviation a normaliser divides by.
@@ -284,7 +392,29 @@ impl Normalizer {
             } else {
                 Vec::new()
             },
+            text_mean: if cfg.text_norm {
+                vec![0.0; cfg.feature_dim]
+            } else {
+                Vec::new()
+            },
+            text_std: if cfg.text_norm {
+                vec![1.0; cfg.feature_dim]
+            } else {
+                Vec::new()
+            },
         }
+    }
+
+    /// The standardised instruction embedding (unchanged without text
+    /// statistics).
+    pub fn text(&self, e: &[f32]) -> Vec<f32> {
+        if self.text_mean.len() != e.len() || self.text_std.len() != e.len() {
+            return e.to_vec();
+        }
+        e.iter()
+            .zip(self.text_mean.iter().zip(&self.text_std))
+            .map(|(v, (m, s))| (v - m) / s)
+            .collect()
     }
 
     /// Standardise the head's vision tokens (`[vision_tokens *
@@ -430,6 +560,45 @@ pub fn pool_vision_tokens(
     Ok(out)
 }
 
+/// The centre of every patch of an `n x n` grid in the keypoints'
+/// coordinates, `[n * n * 2]` row-major `(x, y)`: the image spans `[-1, 1]`
+/// on both axes, x to the right, y up (the top row is `+1`), so for the
+/// push simulator's camera, which sees exactly the table, a keypoint at
+/// `(x, y)` is the table point `(x, y) * TABLE_HALF`.
+pub fn patch_coords(n: usize) -> Vec<f32> {
+    let c = |i: usize| (2 * i + 1) as f32 / n as f32 - 1.0;
+    (0..n)
+        .flat_map(|r| (0..n).flat_map(move |col| [c(col), -c(r)]))
+        .collect()
+}
+
+/// Keypoints from patch scores `logits[b, P, K]` (host, row-major): per
+/// sample and keypoint a softmax over the `P = n * n` patches, then the
+/// expected patch centre ([`patch_coords`]). Returns `[b, K, 2]`.
+pub fn spatial_softmax(logits: &[f32], b: usize, n: usize, k: usize) -> Vec<f32> {
+    let p = n * n;
+    let coords = patch_coords(n);
+    let mut out = vec![0f32; b * k * 2];
+    for s in 0..b {
+        let l = &logits[s * p * k..(s + 1) * p * k];
+        for j in 0..k {
+            let max = (0..p)
+                .map(|i| l[i * k + j])
+                .fold(f32::NEG_INFINITY, f32::max);
+            let (mut z, mut x, mut y) = (0f32, 0f32, 0f32);
+            for i in 0..p {
+                let w = (l[i * k + j] - max).exp();
+                z += w;
+                x += w * coords[2 * i];
+                y += w * coords[2 * i + 1];
+            }
+            out[(s * k + j) * 2] = x / z;
+            out[(s * k + j) * 2 + 1] = y / z;
+        }
+    }
+    out
+}
+
 /// Sinusoidal embedding of a flow time `t` in `[0, 1]`, `dim` values:
 /// `sin` then `cos` of `2 pi t / p` for periods `p` spaced geometrically
 /// from 4e-3 to 4 (pi0's choice).
@@ -498,7 +667,12 @@ mod tests {
         let t: Vec<f32> = (0..37).map(|i| i as f32).collect();
         let e = pool_vision_tokens(&t, 1, 2, 2).expect_err("6x6 is not 2 x 2");
         assert!(e.to_string().contains("exactly 4 x 4"), "{e}");
-        let c = Config::default();
+        let c = Config {
+            vision_grid: 4,
+            vision_stack: 2,
+            keypoints: 0,
+            ..Config::default()
+        };
         assert_eq!(c.vision_width(), 4 * 384);
         assert_eq!(
             c.pool(&vec![0.5; 65 * 384]).expect("pool").len(),
@@ -510,7 +684,15 @@ mod tests {
     fn config_checks_and_round_trips() {
         let c = Config::default();
         c.validate().expect("default");
-        assert_eq!(c.tokens(), 17 + 2 + 16);
+        // CLS + 8 keypoints, instruction, state, 16 actions.
+        assert_eq!(c.tokens(), 1 + 8 + 2 + 16);
+        assert_eq!(c.vision_tokens(), 65);
+        let stacked = Config {
+            keypoints: 1,
+            vision_stack: 2,
+            ..c.clone()
+        };
+        assert!(stacked.validate().is_err());
         let bad = Config {
             max_prefix: 16,
             ..c.clone()
@@ -535,7 +717,11 @@ mod tests {
             action_std: vec![0.05, 0.04],
             vision_mean: vec![1.0, -2.0],
             vision_std: vec![0.5, 2.0],
+            text_mean: vec![0.5, 0.0],
+            text_std: vec![0.5, 2.0],
         };
+        assert_eq!(n.text(&[1.0, 1.0]), vec![1.0, 0.5]);
+        assert_eq!(n.text(&[1.0]), vec![1.0]);
         // Vision: 2-wide features stacked 2 x 2 into 1 + 1 tokens: the CLS
         // token's padding stays zero, every real segment is standardised.
         let cfg = Config {
@@ -557,6 +743,18 @@ mod tests {
             assert!((u - v).abs() < 1e-6);
         }
         let e = time_embedding(0.5, 8);
+        // Patch centres: the top-left patch of a 2 x 2 grid is (-0.5, 0.5).
+        assert_eq!(
+            patch_coords(2),
+            vec![-0.5, 0.5, 0.5, 0.5, -0.5, -0.5, 0.5, -0.5]
+        );
+        // A peaked score map puts the keypoint on its patch; flat, at the centre.
+        let kp = spatial_softmax(&[0.0, 0.0, 0.0, 0.0, 0.0, 50.0, 0.0, 0.0], 1, 2, 2);
+        assert!(kp[0].abs() < 1e-6 && kp[1].abs() < 1e-6, "{kp:?}");
+        assert!(
+            (kp[2] + 0.5).abs() < 1e-6 && (kp[3] + 0.5).abs() < 1e-6,
+            "{kp:?}"
+        );
         assert_eq!(e.len(), 8);
         assert!((e[0].powi(2) + e[4].powi(2) - 1.0).abs() < 1e-6);
     }

@@ -4,7 +4,9 @@
 //!
 //! Tokens (all `d_model` wide, plus a learned position per slot `pos`):
 //! - `vision_in`: each vision token `[feature_dim * vision_stack^2]`
-//!   ([`crate::config::pool_vision_tokens`]);
+//!   ([`crate::config::pool_vision_tokens`]); with keypoints, the CLS token
+//!   only, and each keypoint `[x, y]` through `kp_in` (scored per patch by
+//!   `kp_fc2(silu(kp_fc1(patch)))`, see [`crate::config::spatial_softmax`]);
 //! - `text_in`: the instruction embedding `[feature_dim]`;
 //! - `state_in`: the normalised robot state `[state_dim]`;
 //! - action tokens, pi0-style: `time_mlp_out(silu(time_mlp_in([action_in(x_j), emb(t_j)])))`,
@@ -15,7 +17,7 @@
 //! the action tokens give the velocity `[b, H, action_dim]`.
 //! The checkpoint also holds the [`Normalizer`] as `norm.*`.
 
-use crate::config::{Config, Normalizer};
+use crate::config::{spatial_softmax, Config, Normalizer};
 use crate::{Error, Result};
 use edgeflow_nn::{Attention, LayerNorm, Linear, Masking, Projections, VarBuilder};
 use edgeflow_runtime::{Device, Tensor};
@@ -30,6 +32,11 @@ pub fn tensor_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         v.push((format!("{name}.bias"), vec![o]));
     };
     lin("vision_in", cfg.vision_width(), d);
+    if cfg.keypoints > 0 {
+        lin("kp_fc1", f, cfg.keypoint_hidden);
+        lin("kp_fc2", cfg.keypoint_hidden, cfg.keypoints);
+        lin("kp_in", cfg.keypoint_inputs(), d);
+    }
     lin("text_in", f, d);
     lin("state_in", cfg.state_dim, d);
     lin("action_in", cfg.action_dim, d);
@@ -66,6 +73,10 @@ pub fn norm_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         v.push(("norm.vision_mean".into(), vec![cfg.feature_dim]));
         v.push(("norm.vision_std".into(), vec![cfg.feature_dim]));
     }
+    if cfg.text_norm {
+        v.push(("norm.text_mean".into(), vec![cfg.feature_dim]));
+        v.push(("norm.text_std".into(), vec![cfg.feature_dim]));
+    }
     v
 }
 
@@ -80,6 +91,10 @@ pub fn norm_values(norm: &Normalizer) -> Vec<&Vec<f32>> {
     if !norm.vision_mean.is_empty() {
         v.push(&norm.vision_mean);
         v.push(&norm.vision_std);
+    }
+    if !norm.text_mean.is_empty() {
+        v.push(&norm.text_mean);
+        v.push(&norm.text_std);
     }
     v
 }
@@ -123,12 +138,21 @@ impl Block {
     }
 }
 
+/// The spatial-softmax keypoint layers.
+#[derive(Debug, Clone)]
+struct Keypoints {
+    fc1: Linear,
+    fc2: Linear,
+    kp_in: Linear,
+}
+
 /// The action head (see the module docs for its structure and names).
 #[derive(Debug, Clone)]
 pub struct ActionHead {
     cfg: Config,
     norm: Normalizer,
     vision_in: Linear,
+    keypoint: Option<Keypoints>,
     text_in: Linear,
     state_in: Linear,
     action_in: Linear,
@@ -164,12 +188,23 @@ impl ActionHead {
             } else {
                 Vec::new()
             },
+            text_mean: if cfg.text_norm {
+                host("norm.text_mean", cfg.feature_dim)?
+            } else {
+                Vec::new()
+            },
+            text_std: if cfg.text_norm {
+                host("norm.text_std", cfg.feature_dim)?
+            } else {
+                Vec::new()
+            },
         };
         if norm
             .state_std
             .iter()
             .chain(&norm.action_std)
             .chain(&norm.vision_std)
+            .chain(&norm.text_std)
             .any(|s| !(s.is_finite() && *s > 0.0))
         {
             return Err(Error::BadModel {
@@ -184,6 +219,15 @@ impl ActionHead {
             cfg: cfg.clone(),
             norm,
             vision_in: Linear::load(&vb.pp("vision_in"), cfg.vision_width(), d, true)?,
+            keypoint: if cfg.keypoints > 0 {
+                Some(Keypoints {
+                    fc1: Linear::load(&vb.pp("kp_fc1"), f, cfg.keypoint_hidden, true)?,
+                    fc2: Linear::load(&vb.pp("kp_fc2"), cfg.keypoint_hidden, cfg.keypoints, true)?,
+                    kp_in: Linear::load(&vb.pp("kp_in"), cfg.keypoint_inputs(), d, true)?,
+                })
+            } else {
+                None
+            },
             text_in: Linear::load(&vb.pp("text_in"), f, d, true)?,
             state_in: Linear::load(&vb.pp("state_in"), cfg.state_dim, d, true)?,
             action_in: Linear::load(&vb.pp("action_in"), cfg.action_dim, d, true)?,
@@ -209,20 +253,74 @@ impl ActionHead {
     /// The conditioning tokens `[b, cond_tokens, d_model]` of pooled
     /// vision tokens `[b, vision_tokens, vision_width]`, instruction
     /// embeddings `[b, 1, feature_dim]` and normalised states `[b, 1,
-    /// state_dim]`. Computed once per chunk, reused by every ODE step.
+    /// state_dim]`; `origin` holds each sample's robot position in keypoint
+    /// units (`[b * 2]`, [`Config::keypoint_origin`]; read only with
+    /// relative keypoints). Computed once per chunk, reused by every ODE
+    /// step.
     pub fn condition(
         &self,
         dev: &Device,
         vision: &Tensor,
         text: &Tensor,
         state: &Tensor,
+        origin: &[f32],
     ) -> Result<Tensor> {
-        let v = self.vision_in.forward(dev, vision)?;
         let l = self.text_in.forward(dev, text)?;
         let s = self.state_in.forward(dev, state)?;
-        let c = dev.concat(&[&v, &l, &s], 1)?;
+        let c = match &self.keypoint {
+            None => {
+                let v = self.vision_in.forward(dev, vision)?;
+                dev.concat(&[&v, &l, &s], 1)?
+            }
+            Some(k) => {
+                let cls = dev.narrow(vision, 1, 0, 1)?;
+                let v = self.vision_in.forward(dev, &cls)?;
+                let (b, n) = (kp_batch(vision)?, self.cfg.keypoints);
+                let kp = self.keypoints(dev, vision)?;
+                let kp = if self.cfg.keypoint_inputs() == 4 {
+                    if origin.len() != 2 * b {
+                        return Err(Error::BadInput(format!(
+                            "{} origin values for a batch of {b} (x, y each)",
+                            origin.len()
+                        )));
+                    }
+                    kp.chunks(2)
+                        .enumerate()
+                        .flat_map(|(i, p)| {
+                            let o = &origin[2 * (i / n)..2 * (i / n) + 2];
+                            [p[0], p[1], p[0] - o[0], p[1] - o[1]]
+                        })
+                        .collect()
+                } else {
+                    kp
+                };
+                let kp = dev.place(&Tensor::from_vec(kp, &[b, n, self.cfg.keypoint_inputs()])?)?;
+                let kp = k.kp_in.forward(dev, &kp)?;
+                dev.concat(&[&v, &kp, &l, &s], 1)?
+            }
+        };
         let pos = dev.narrow(&self.pos, 0, 0, self.cfg.cond_tokens())?;
         Ok(dev.add(&c, &pos)?)
+    }
+
+    /// The keypoints `[b, K, 2]` (host, row-major; coordinates of
+    /// [`crate::config::patch_coords`]) of pooled, normalised vision
+    /// tokens `[b, vision_tokens, feature_dim]`; empty without keypoints.
+    pub fn keypoints(&self, dev: &Device, vision: &Tensor) -> Result<Vec<f32>> {
+        let Some(k) = &self.keypoint else {
+            return Ok(Vec::new());
+        };
+        let b = kp_batch(vision)?;
+        let p = self.cfg.vision_grid * self.cfg.vision_grid;
+        let patches = dev.narrow(vision, 1, 1, p)?;
+        let h = dev.silu(&k.fc1.forward(dev, &patches)?)?;
+        let logits = dev.to_host(&k.fc2.forward(dev, &h)?)?.to_vec_f32()?;
+        Ok(spatial_softmax(
+            &logits,
+            b,
+            self.cfg.vision_grid,
+            self.cfg.keypoints,
+        ))
     }
 
     /// The velocity `[b, H, action_dim]` of noisy normalised actions
@@ -250,4 +348,12 @@ impl ActionHead {
         let za = self.ln_f.forward(dev, &za)?;
         self.action_out.forward(dev, &za).map_err(Error::from)
     }
+}
+
+/// The batch size of a `[b, rows, width]` tensor.
+fn kp_batch(t: &Tensor) -> Result<usize> {
+    t.dims()
+        .first()
+        .copied()
+        .ok_or_else(|| Error::BadInput("vision tokens: a tensor without dims".into()))
 }

@@ -200,8 +200,9 @@ impl Policy {
         let cond = self.head.condition(
             dev,
             &place(vision, &[1, cfg.vision_tokens(), cfg.vision_width()])?,
-            &place(obs.instruction.clone(), &[1, 1, cfg.feature_dim])?,
+            &place(norm.text(&obs.instruction), &[1, 1, cfg.feature_dim])?,
             &place(state_n, &[1, 1, cfg.state_dim])?,
+            &cfg.keypoint_origin(&obs.state),
         )?;
         // x0: noise, with the frozen prefix (normalised) in place.
         let t = self.temperature;

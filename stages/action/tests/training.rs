@@ -51,6 +51,10 @@ fn small() -> Config {
         feature_dim: 8,
         vision_grid: 1,
         vision_stack: 1,
+        // The vision features here are zeros: keypoints over a 1 x 1 grid
+        // would only add constant tokens (the keypoint path is trained in
+        // the CLI's test and checked against the runtime in twins.rs).
+        keypoints: 0,
         horizon: 8,
         d_model: 32,
         n_layers: 2,
@@ -79,6 +83,7 @@ fn dataset(dir: &Path, cfg: &Config) -> Dataset {
         ds.episodes.push(EpisodeFeatures {
             instruction,
             frames: vec![(0, vec![0.0; cfg.vision_tokens() * cfg.feature_dim])],
+            frame_targets: Vec::new(),
             states: r.states().expect("states").concat(),
             actions: r.actions().expect("actions").concat(),
         });
@@ -177,6 +182,7 @@ fn empty_or_inconsistent_data_is_refused_with_the_reason() {
     let ep = EpisodeFeatures {
         instruction: vec![0.0; 8],
         frames: vec![(0, vec![0.0; 16])],
+        frame_targets: Vec::new(),
         states: vec![0.0; 12],
         actions: vec![0.0; 4],
     };

@@ -54,12 +54,26 @@ fn norm(cfg: &Config) -> Normalizer {
         action_std: vec![0.05, 0.04],
         vision_mean: vec![0.1; cfg.feature_dim],
         vision_std: vec![0.9; cfg.feature_dim],
+        text_mean: vec![-0.1; cfg.feature_dim],
+        text_std: vec![1.1; cfg.feature_dim],
     }
 }
 
 #[test]
 fn runtime_head_matches_the_training_twin_on_the_same_weights() {
-    let cfg = small();
+    // With spatial-softmax keypoints (the default) and with patch tokens.
+    twins_agree(small());
+    twins_agree(Config {
+        keypoint_relative_scale: 0.0,
+        ..small()
+    });
+    twins_agree(Config {
+        keypoints: 0,
+        ..small()
+    });
+}
+
+fn twins_agree(cfg: Config) {
     let net = random_net(&cfg, 3);
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("head.safetensors");
@@ -77,6 +91,7 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
     let vision = rng.normals(b * cfg.vision_tokens() * cfg.feature_dim);
     let text = rng.normals(b * cfg.feature_dim);
     let state = rng.normals(b * cfg.state_dim);
+    let origin = rng.normals(b * 2);
     let x = rng.normals(b * h * ad);
     // Per-token times, some frozen (t = 1) as in real-time chunking.
     let times: Vec<f32> = (0..b * h)
@@ -91,6 +106,7 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
             &rt(&vision, &[b, cfg.vision_tokens(), cfg.feature_dim]),
             &rt(&text, &[b, 1, cfg.feature_dim]),
             &rt(&state, &[b, 1, cfg.state_dim]),
+            &origin,
         )
         .expect("cond");
     let got = head
@@ -110,6 +126,7 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
             &ct(&vision, &[b, cfg.vision_tokens(), cfg.feature_dim]),
             &ct(&text, &[b, 1, cfg.feature_dim]),
             &ct(&state, &[b, 1, cfg.state_dim]),
+            &ct(&origin, &[b, 1, 2]),
         )
         .expect("cond");
     let want: Vec<f32> = net
@@ -119,6 +136,29 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
         .expect("flat")
         .to_vec1()
         .expect("vec");
+
+    // The keypoints themselves (same softmax, host vs candle).
+    let kv = rt(&vision, &[b, cfg.vision_tokens(), cfg.feature_dim]);
+    let kp = head.keypoints(&dev, &kv).expect("kp");
+    if cfg.keypoints > 0 {
+        let want_kp: Vec<f32> = net
+            .keypoints(&ct(&vision, &[b, cfg.vision_tokens(), cfg.feature_dim]))
+            .expect("kp")
+            .flatten_all()
+            .expect("flat")
+            .to_vec1()
+            .expect("vec");
+        assert_eq!(kp.len(), b * cfg.keypoints * 2);
+        let e = kp
+            .iter()
+            .zip(&want_kp)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        // Coordinates in [-1, 1]: rounding only.
+        assert!(e < 1e-5, "keypoints differ by {e}");
+        assert!(kp.iter().all(|v| v.abs() <= 1.0));
+    } else {
+        assert!(kp.is_empty());
+    }
 
     assert_eq!(got.len(), want.len());
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));

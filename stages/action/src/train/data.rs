@@ -14,6 +14,12 @@ pub struct EpisodeFeatures {
     /// step `i` sees the newest frame at or before `i` (the camera runs
     /// slower than the control loop, as it does live).
     pub frames: Vec<(usize, Vec<f32>)>,
+    /// Auxiliary keypoint targets, one row per entry of `frames` (same
+    /// order), each `[A * 2]`: where the first `A` keypoints should land,
+    /// in [`crate::config::patch_coords`]' coordinates (for the push task,
+    /// the blocks' and zones' centres from the simulator's true state).
+    /// Training-only supervision; empty when the recording has none.
+    pub frame_targets: Vec<Vec<f32>>,
     /// Robot states `[steps * state_dim]`, row `i` observed at step `i`.
     pub states: Vec<f32>,
     /// Commanded actions `[steps * action_dim]`, row `i` at step `i`.
@@ -28,8 +34,14 @@ impl EpisodeFeatures {
 
     /// The newest frame at or before `step` (the first one before it).
     pub fn frame_at(&self, step: usize) -> &[f32] {
-        let i = self.frames.partition_point(|(s, _)| *s <= step);
-        &self.frames[i.saturating_sub(1)].1
+        &self.frames[self.frame_index_at(step)].1
+    }
+
+    /// Index in `frames` of [`Self::frame_at`]'s frame.
+    pub fn frame_index_at(&self, step: usize) -> usize {
+        self.frames
+            .partition_point(|(s, _)| *s <= step)
+            .saturating_sub(1)
     }
 
     /// The `horizon` actions from `step`, the last one repeated past the
@@ -64,6 +76,17 @@ impl Dataset {
             return Err(Error::Data(
                 "no episodes (record some with `edgeflow sim push --record DIR`)".into(),
             ));
+        }
+        let with = self
+            .episodes
+            .iter()
+            .filter(|e| !e.frame_targets.is_empty())
+            .count();
+        if with != 0 && with != self.episodes.len() {
+            return Err(Error::Data(format!(
+                "{with} of {} episodes have keypoint targets: all or none must",
+                self.episodes.len()
+            )));
         }
         let vt = cfg.vision_tokens() * cfg.vision_width();
         for (k, e) in self.episodes.iter().enumerate() {
@@ -100,6 +123,29 @@ impl Dataset {
                     cfg.vision_tokens(),
                     cfg.vision_width()
                 ));
+            }
+            if !e.frame_targets.is_empty() {
+                if e.frame_targets.len() != e.frames.len() {
+                    return bad(format!(
+                        "{} keypoint target rows for {} frames",
+                        e.frame_targets.len(),
+                        e.frames.len()
+                    ));
+                }
+                let w = e.frame_targets[0].len();
+                if w == 0 || !w.is_multiple_of(2) || w / 2 > cfg.keypoints {
+                    return bad(format!(
+                        "keypoint targets of {w} values: must be (x, y) pairs for at most the {} keypoints",
+                        cfg.keypoints
+                    ));
+                }
+                let other = self.episodes[0].frame_targets.first().map_or(w, Vec::len);
+                if e.frame_targets.iter().any(|t| t.len() != w) || w != other {
+                    return bad("keypoint target rows differ in width".into());
+                }
+                if e.frame_targets.iter().flatten().any(|v| !v.is_finite()) {
+                    return bad("a keypoint target is not finite".into());
+                }
             }
             if e.frames.windows(2).any(|w| w[1].0 <= w[0].0) {
                 return bad("frames are not in increasing step order".into());
@@ -161,7 +207,24 @@ impl Dataset {
         } else {
             (Vec::new(), Vec::new())
         };
+        let (text_mean, text_std) = if cfg.text_norm {
+            // Per sample, as the batches draw them.
+            let mut t = Moments::new(cfg.feature_dim);
+            for e in &self.episodes {
+                for _ in 0..e.steps(cfg) {
+                    t.add(&e.instruction);
+                }
+            }
+            let (mean, std) = t.finish();
+            let rms = (std.iter().map(|s| s * s).sum::<f32>() / std.len().max(1) as f32).sqrt();
+            let floor = (0.1 * rms).max(MIN_STD);
+            (mean, std.into_iter().map(|s| s.max(floor)).collect())
+        } else {
+            (Vec::new(), Vec::new())
+        };
         Normalizer {
+            text_mean,
+            text_std,
             state_mean,
             state_std,
             action_mean,
@@ -238,6 +301,16 @@ impl Dataset {
                 vec![nf, fw],
                 f32_bytes(&frames),
             ));
+            if !e.frame_targets.is_empty() {
+                let w = e.frame_targets[0].len();
+                let t: Vec<f32> = e.frame_targets.iter().flatten().copied().collect();
+                bufs.push((
+                    format!("{k}.frame_targets"),
+                    Dtype::F32,
+                    vec![e.frame_targets.len(), w],
+                    f32_bytes(&t),
+                ));
+            }
             for (name, v) in [
                 ("instruction", &e.instruction),
                 ("states", &e.states),
@@ -313,8 +386,16 @@ impl Dataset {
                     u64::from_le_bytes(a) as usize
                 })
                 .collect();
+            let frame_targets = match st.tensor(&format!("{k}.frame_targets")) {
+                Ok(t) => {
+                    let w = t.shape().get(1).copied().unwrap_or(0).max(1);
+                    t.data().chunks(w * 4).map(floats).collect()
+                }
+                Err(_) => Vec::new(),
+            };
             ds.episodes.push(EpisodeFeatures {
                 instruction: floats(get(format!("{k}.instruction"))?.1),
+                frame_targets,
                 frames: steps
                     .into_iter()
                     .zip(frames.chunks(fw * 4).map(floats))
@@ -339,6 +420,7 @@ mod tests {
             episodes: vec![EpisodeFeatures {
                 instruction: vec![0.5, -0.5],
                 frames: vec![(0, vec![1.0, 2.0, 3.0]), (3, vec![4.0, 5.0, 6.0])],
+                frame_targets: vec![vec![0.5, -0.5], vec![0.25, 0.0]],
                 states: vec![0.1, 0.2, 0.3, 0.4],
                 actions: vec![0.0, 1.0],
             }],

@@ -41,6 +41,11 @@ pub struct TrainOptions {
     /// must come from the observation, and it is what synchronous execution
     /// and every first chunk ask for.
     pub unprefixed: f64,
+    /// Weight of the auxiliary keypoint loss (mean squared error of the
+    /// first keypoints against the episodes' `frame_targets`, in keypoint
+    /// coordinates) beside the flow loss. Used when the config has
+    /// keypoints and the data has targets.
+    pub keypoint_weight: f64,
     /// Report progress every this many steps.
     pub log_every: usize,
 }
@@ -56,6 +61,7 @@ impl Default for TrainOptions {
             weight_decay: 0.01,
             seed: 0,
             unprefixed: 0.5,
+            keypoint_weight: 10.0,
             log_every: 50,
         }
     }
@@ -75,6 +81,12 @@ impl TrainOptions {
             return Err(Error::Config(format!(
                 "unprefixed ({}) must be a fraction in [0, 1]",
                 self.unprefixed
+            )));
+        }
+        if !(self.keypoint_weight.is_finite() && self.keypoint_weight >= 0.0) {
+            return Err(Error::Config(format!(
+                "keypoint_weight ({}) must be finite and >= 0",
+                self.keypoint_weight
             )));
         }
         if !(self.lr > 0.0 && self.lr < 1.0 && (0.0..1.0).contains(&self.weight_decay)) {
@@ -104,8 +116,11 @@ pub struct Progress {
     pub step: usize,
     /// Of.
     pub steps: usize,
-    /// Mean loss over the window.
+    /// Mean loss over the window (flow plus weighted keypoint loss).
     pub loss: f32,
+    /// Root mean squared keypoint error over the window, keypoint
+    /// coordinates (`None` without keypoint supervision).
+    pub keypoint_rmse: Option<f32>,
     /// Learning rate of the last step.
     pub lr: f64,
     /// Seconds since training began.
@@ -152,6 +167,8 @@ struct Batch {
     times: Vec<f32>,
     target: Vec<f32>,
     mask: Vec<f32>,
+    keypoint_target: Vec<f32>,
+    origin: Vec<f32>,
 }
 
 /// Draw a batch: for each sample a uniformly drawn recorded step, its chunk
@@ -176,16 +193,23 @@ fn draw_batch(
         times: Vec::with_capacity(batch * h),
         target: Vec::with_capacity(batch * h * ad),
         mask: Vec::with_capacity(batch * h),
+        keypoint_target: Vec::new(),
+        origin: Vec::with_capacity(batch * 2),
     };
     for _ in 0..batch {
         let (e, i) = index[rng.below(index.len())];
         let ep = &data.episodes[e];
         let st = ep.state_at(cfg, i);
         let at = b.vision.len();
-        b.vision.extend_from_slice(ep.frame_at(i));
+        let f = ep.frame_index_at(i);
+        b.vision.extend_from_slice(&ep.frames[f].1);
+        if let Some(t) = ep.frame_targets.get(f) {
+            b.keypoint_target.extend_from_slice(t);
+        }
         norm.vision(cfg, &mut b.vision[at..]);
-        b.text.extend_from_slice(&ep.instruction);
+        b.text.extend(norm.text(&ep.instruction));
         b.state.extend(norm.state(st));
+        b.origin.extend(cfg.keypoint_origin(st));
         let a = norm.actions(st, &ep.chunk_at(cfg, i));
         let t = rng.uniform();
         let d = if (rng.uniform() as f64) < unprefixed || cfg.max_prefix == 0 {
@@ -212,8 +236,14 @@ fn draw_batch(
     b
 }
 
-/// The masked flow-matching loss of a batch, as a candle scalar.
-fn batch_loss(net: &TrainNet, b: Batch, batch: usize) -> Result<candle_core::Tensor> {
+/// The masked flow-matching loss of a batch plus `keypoint_weight` times
+/// the keypoint loss, as a candle scalar, and the keypoint loss alone.
+fn batch_loss(
+    net: &TrainNet,
+    b: Batch,
+    batch: usize,
+    keypoint_weight: f64,
+) -> Result<(candle_core::Tensor, Option<f32>)> {
     let cfg = net.config();
     let (h, ad) = (cfg.horizon, cfg.action_dim);
     let vision = net.tensor(b.vision, &[batch, cfg.vision_tokens(), cfg.vision_width()])?;
@@ -227,10 +257,21 @@ fn batch_loss(net: &TrainNet, b: Batch, batch: usize) -> Result<candle_core::Ten
     let target = net.tensor(b.target, &[batch, h, ad])?;
     let kept: f32 = b.mask.iter().sum();
     let mask = net.tensor(b.mask, &[batch, h, 1])?;
-    let cond = net.condition(&vision, &text, &state)?;
+    let origin = net.tensor(b.origin, &[batch, 1, 2])?;
+    let (cond, kp) = net.condition_and_keypoints(&vision, &text, &state, &origin)?;
     let v = net.velocity(&cond, &x, &temb)?;
     let err = (v - target)?.broadcast_mul(&mask)?;
-    Ok((err.sqr()?.sum_all()? / (kept.max(1.0) as f64 * ad as f64))?)
+    let flow = (err.sqr()?.sum_all()? / (kept.max(1.0) as f64 * ad as f64))?;
+    let supervised = b.keypoint_target.len() / batch.max(1) / 2;
+    match kp {
+        Some(kp) if keypoint_weight > 0.0 && supervised > 0 => {
+            let t = net.tensor(b.keypoint_target, &[batch, supervised, 2])?;
+            let mse = (kp.narrow(1, 0, supervised)? - t)?.sqr()?.mean_all()?;
+            let m = mse.to_scalar::<f32>()?;
+            Ok(((flow + (mse * keypoint_weight)?)?, Some(m)))
+        }
+        _ => Ok((flow, None)),
+    }
 }
 
 /// Train a head on `data` (sizes checked first). `progress` is called every
@@ -264,6 +305,7 @@ pub fn train(
     let t0 = Instant::now();
     let mut window = 0f32;
     let mut in_window = 0usize;
+    let (mut kp_window, mut kp_in_window) = (0f32, 0usize);
     for step in 0..opts.steps {
         let lr = opts.lr_at(step);
         opt.set_learning_rate(lr);
@@ -276,7 +318,11 @@ pub fn train(
             opts.unprefixed,
             &mut rng,
         );
-        let loss = batch_loss(&net, b, opts.batch)?;
+        let (loss, kp) = batch_loss(&net, b, opts.batch, opts.keypoint_weight)?;
+        if let Some(m) = kp {
+            kp_window += m;
+            kp_in_window += 1;
+        }
         opt.backward_step(&loss)?;
         let l = loss.to_scalar::<f32>()?;
         if !l.is_finite() {
@@ -292,11 +338,14 @@ pub fn train(
                 step: step + 1,
                 steps: opts.steps,
                 loss: window / in_window as f32,
+                keypoint_rmse: (kp_in_window > 0).then(|| (kp_window / kp_in_window as f32).sqrt()),
                 lr,
                 seconds: t0.elapsed().as_secs_f64(),
             });
             window = 0.0;
             in_window = 0;
+            kp_window = 0.0;
+            kp_in_window = 0;
         }
     }
     Ok(Trained {

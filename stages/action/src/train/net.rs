@@ -2,7 +2,7 @@
 //! candle with autograd [`Var`]s and the same tensor names, so the
 //! checkpoint it writes loads into the runtime model.
 
-use crate::config::{Config, Normalizer};
+use crate::config::{patch_coords, Config, Normalizer};
 use crate::model::{norm_shapes, norm_values, tensor_shapes};
 use crate::rng::Rng;
 use crate::{Error, Result};
@@ -118,13 +118,60 @@ impl TrainNet {
     /// [`crate::model::ActionHead::condition`]: pooled vision `[b,
     /// vision_tokens, vision_width]`, instruction `[b, 1, feature_dim]`,
     /// normalised state `[b, 1, state_dim]`.
-    pub fn condition(&self, vision: &Tensor, text: &Tensor, state: &Tensor) -> Result<Tensor> {
-        let v = self.linear("vision_in", vision)?;
+    /// `origin`: `[b, 1, 2]`, each sample's robot position in keypoint
+    /// units.
+    pub fn condition(
+        &self,
+        vision: &Tensor,
+        text: &Tensor,
+        state: &Tensor,
+        origin: &Tensor,
+    ) -> Result<Tensor> {
+        Ok(self.condition_and_keypoints(vision, text, state, origin)?.0)
+    }
+
+    /// [`Self::condition`] and, with keypoints, the keypoints `[b, K, 2]`
+    /// (what the auxiliary loss supervises).
+    pub fn condition_and_keypoints(
+        &self,
+        vision: &Tensor,
+        text: &Tensor,
+        state: &Tensor,
+        origin: &Tensor,
+    ) -> Result<(Tensor, Option<Tensor>)> {
         let l = self.linear("text_in", text)?;
         let s = self.linear("state_in", state)?;
-        let c = Tensor::cat(&[&v, &l, &s], 1)?;
+        let (c, kp) = if self.cfg.keypoints > 0 {
+            let v = self.linear("vision_in", &vision.narrow(1, 0, 1)?)?;
+            let kp = self.keypoints(vision)?;
+            let input = if self.cfg.keypoint_inputs() == 4 {
+                Tensor::cat(&[&kp, &kp.broadcast_sub(origin)?], 2)?
+            } else {
+                kp.clone()
+            };
+            let t = self.linear("kp_in", &input)?;
+            (Tensor::cat(&[&v, &t, &l, &s], 1)?, Some(kp))
+        } else {
+            let v = self.linear("vision_in", vision)?;
+            (Tensor::cat(&[&v, &l, &s], 1)?, None)
+        };
         let pos = self.var("pos")?.narrow(0, 0, self.cfg.cond_tokens())?;
-        Ok(c.broadcast_add(&pos)?)
+        Ok((c.broadcast_add(&pos)?, kp))
+    }
+
+    /// [`crate::model::ActionHead::keypoints`]: `[b, K, 2]` of vision
+    /// `[b, vision_tokens, feature_dim]`.
+    pub fn keypoints(&self, vision: &Tensor) -> Result<Tensor> {
+        let (n, k) = (self.cfg.vision_grid, self.cfg.keypoints);
+        let b = vision.dims()[0];
+        let patches = vision.narrow(1, 1, n * n)?;
+        let h = candle_nn::ops::silu(&self.linear("kp_fc1", &patches)?)?;
+        let logits = self.linear("kp_fc2", &h)?; // [b, P, K]
+        let w = candle_nn::ops::softmax(&logits.transpose(1, 2)?.contiguous()?, D::Minus1)?;
+        let coords = Tensor::from_vec(patch_coords(n), (n * n, 2), &self.dev)?;
+        Ok(w.reshape((b * k, n * n))?
+            .matmul(&coords)?
+            .reshape((b, k, 2))?)
     }
 
     /// [`crate::model::ActionHead::velocity`].
