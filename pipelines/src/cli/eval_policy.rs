@@ -51,6 +51,10 @@ pub(crate) struct PolicyEvalArgs {
     /// Also write every figure as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Print one line per chunk: the pusher, the head's keypoints beside
+    /// the true blocks and zones, the expert's plan beside the head's chunk.
+    #[arg(long)]
+    pub trace: bool,
 }
 
 /// `edgeflow eval policy`: every mode at every delay, then the wrong
@@ -80,6 +84,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
                 delay,
                 temperature: a.temperature,
                 episode_seconds: a.episode_seconds,
+                trace: a.trace,
             };
             let r = rollout(&a.checkpoint, &opts, |o| {
                 eprintln!(
@@ -141,6 +146,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
             delay: a.delays.first().copied().unwrap_or(0),
             temperature: a.temperature,
             episode_seconds: a.episode_seconds,
+            trace: a.trace,
         };
         let r = rollout(&a.checkpoint, &opts, |_| {})?;
         let (s, _, n) = r.totals();

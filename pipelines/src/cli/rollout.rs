@@ -38,6 +38,8 @@ pub(crate) struct RolloutOptions {
     pub temperature: f32,
     /// Episode timeout, simulated seconds.
     pub episode_seconds: f64,
+    /// Print one line per chunk ([`trace_line`] and the chunk's ends).
+    pub trace: bool,
 }
 
 /// How chunks are executed (the controller's modes, in simulated time).
@@ -286,6 +288,11 @@ pub(crate) fn rollout(
                 state: sim.robot_state().to_vec(),
             };
             let ad = cfg.action_dim;
+            let trace = if opts.trace {
+                trace_line(&policy, &dev, &obs, &sim, &sim_cfg)?
+            } else {
+                String::new()
+            };
             let (chunk, skip) = match opts.mode {
                 Mode::Sync => {
                     let c = policy.chunk(&obs, &[], 0, || false)?;
@@ -311,6 +318,17 @@ pub(crate) fn rollout(
                     (c, opts.delay.min(cfg.horizon - 1))
                 }
             };
+            if opts.trace {
+                let a = &chunk.actions;
+                let last = a.len() / ad - 1;
+                println!(
+                    "{trace} | policy [{:.3},{:.3}] -> [{:.3},{:.3}]",
+                    a[0],
+                    a[1],
+                    a[last * ad],
+                    a[last * ad + 1]
+                );
+            }
             queue = chunk
                 .actions
                 .chunks(ad)
@@ -348,4 +366,51 @@ pub(crate) fn rollout(
         outcomes,
         wall_s: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// One chunk's diagnostics: the step, the pusher, the head's first four
+/// keypoints (metres) beside the true red and blue blocks and green and
+/// yellow zones they are trained to find, and what the scripted expert
+/// would plan from the same state (its first and last target).
+fn trace_line(
+    policy: &Policy,
+    dev: &edgeflow_runtime::Device,
+    obs: &Observation,
+    sim: &PushSim,
+    sim_cfg: &PushConfig,
+) -> anyhow::Result<String> {
+    let cfg = policy.config();
+    let mut v = cfg.pool(&obs.vision)?;
+    policy.head().normalizer().vision(cfg, &mut v);
+    let t = edgeflow_runtime::Tensor::from_vec(v, &[1, cfg.vision_tokens(), cfg.vision_width()])?;
+    let kp = policy.head().keypoints(dev, &t)?;
+    let ts = sim.true_state();
+    let truth: Vec<[f32; 2]> = ts
+        .blocks
+        .iter()
+        .map(|b| b.pos)
+        .chain(ts.zones.iter().map(|z| z.pos))
+        .collect();
+    let mut line = format!(
+        "step {:>4} pusher [{:.3},{:.3}] keypoint/true",
+        ts.step, obs.state[0], obs.state[1]
+    );
+    let h = edgeflow_sim::TABLE_HALF;
+    for (i, p) in truth.iter().enumerate().take(kp.len() / 2) {
+        line += &format!(
+            " [{:.3},{:.3}]/[{:.3},{:.3}]",
+            kp[2 * i] * h,
+            kp[2 * i + 1] * h,
+            p[0],
+            p[1]
+        );
+    }
+    let plan = Expert::new(sim_cfg).chunk(&ts, cfg.horizon);
+    if let (Some(a), Some(b)) = (plan.first(), plan.last()) {
+        line += &format!(
+            " | expert [{:.3},{:.3}] -> [{:.3},{:.3}]",
+            a[0], a[1], b[0], b[1]
+        );
+    }
+    Ok(line)
 }

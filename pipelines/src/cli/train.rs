@@ -59,14 +59,26 @@ pub(crate) struct PolicyArgs {
     /// Vision encoder input side (the pipeline's vision_encoder image_size).
     #[arg(long, default_value_t = 112)]
     pub image_size: u32,
-    /// Side of the head's vision token grid.
-    #[arg(long, default_value_t = 4)]
+    /// Side of the head's vision token grid (the encoder's patch grid, 8 at
+    /// 112 px, when the head uses keypoints).
+    #[arg(long, default_value_t = 8)]
     pub vision_grid: usize,
     /// Patches per token side: 1 averages each bin of patches, k > 1
     /// stacks k x k patches into one token (the patch grid must then be
     /// exactly k * vision_grid: 8 x 8 at 112 px).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 1)]
     pub vision_stack: usize,
+    /// Spatial-softmax keypoints the head reads from the patch grid (0: the
+    /// patch tokens themselves). The first four are trained, beside the
+    /// flow loss, to land on the red and blue blocks and the green and
+    /// yellow zones, whose positions come from replaying each recorded
+    /// episode in the simulator; the policy never sees them at run time.
+    #[arg(long, default_value_t = 8)]
+    pub keypoints: usize,
+    /// Weight of that keypoint loss (0: keypoints learned from the flow
+    /// loss alone).
+    #[arg(long, default_value_t = 10.0)]
+    pub keypoint_weight: f64,
     /// Robot state values the head reads: 2 = the pusher's position only, 4 =
     /// position and velocity. With the velocity in its input the head learns
     /// to continue the pusher's current motion (the recorded actions follow
@@ -100,8 +112,14 @@ pub(crate) struct PolicyArgs {
 pub(super) fn run(c: TrainCommand) -> anyhow::Result<ExitCode> {
     let TrainCommand::Policy(a) = c;
     let s = train_policy(&a, |p| {
+        let kp = p.keypoint_rmse.map_or(String::new(), |e| {
+            format!(
+                " keypoint rmse {:.1} cm",
+                e * edgeflow_sim::TABLE_HALF * 100.0
+            )
+        });
         println!(
-            "step {:>6}/{} loss {:.4} lr {:.2e} {:>6.0} s",
+            "step {:>6}/{} loss {:.4}{kp} lr {:.2e} {:>6.0} s",
             p.step, p.steps, p.loss, p.lr, p.seconds
         );
     })?;
@@ -129,6 +147,7 @@ pub(super) fn run(c: TrainCommand) -> anyhow::Result<ExitCode> {
             delay: 0,
             temperature: 1.0,
             episode_seconds: 20.0,
+            trace: false,
         };
         let r = super::rollout::rollout(&a.out, &opts, |_| {})?;
         println!(
@@ -160,6 +179,7 @@ fn train_policy(
         horizon: a.horizon,
         vision_grid: a.vision_grid,
         vision_stack: a.vision_stack,
+        keypoints: a.keypoints,
         state_dim: a.state_dim,
         image_size: a.image_size,
         max_prefix: (a.horizon / 2).max(1).min(a.horizon.saturating_sub(1)),
@@ -176,6 +196,7 @@ fn train_policy(
         "vision_grid": cfg.vision_grid,
         "vision_stack": cfg.vision_stack,
         "frame_stride": a.frame_stride,
+        "keypoint_targets": "blocks red, blue; zones green, yellow; v1",
         "include_failed": a.include_failed,
         "episodes": episodes
             .iter()
@@ -229,6 +250,7 @@ fn train_policy(
         lr: a.lr,
         seed: a.seed,
         unprefixed: a.unprefixed,
+        keypoint_weight: a.keypoint_weight,
         ..TrainOptions::default()
     };
     let trained = train(&data, &opts, progress)?;
@@ -271,6 +293,19 @@ fn list_episodes(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(v)
 }
 
+/// Where the first four keypoints should be for a state: the red and blue
+/// blocks' and the green and yellow zones' centres, in the keypoints'
+/// coordinates (the camera sees exactly the table: metres / TABLE_HALF).
+fn keypoint_targets(s: &edgeflow_sim::TrueState) -> Vec<f32> {
+    let h = edgeflow_sim::TABLE_HALF;
+    s.blocks
+        .iter()
+        .map(|b| b.pos)
+        .chain(s.zones.iter().map(|z| z.pos))
+        .flat_map(|p| [p[0] / h, p[1] / h])
+        .collect()
+}
+
 fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::Result<Dataset> {
     let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu)?;
     let vision = edgeflow_dinov2::VisionEncoder::new(
@@ -299,6 +334,18 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
         };
         let mut frames = Vec::new();
         let steps: Vec<u64> = (0..r.len()).step_by(a.frame_stride).collect();
+        let sim_cfg = edgeflow_sim::PushConfig {
+            control_hz: meta.control_hz,
+            physics_hz: meta.physics_hz,
+            ..edgeflow_sim::PushConfig::default()
+        };
+        let truth = r
+            .true_states(&sim_cfg)
+            .with_context(|| format!("replaying {} for keypoint targets", p.display()))?;
+        let frame_targets = steps
+            .iter()
+            .map(|&i| keypoint_targets(&truth[i as usize]))
+            .collect();
         // Several frames per forward pass: larger products, faster per frame.
         for batch in steps.chunks(16) {
             let imgs = batch
@@ -323,6 +370,7 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
         ds.episodes.push(EpisodeFeatures {
             instruction,
             frames,
+            frame_targets,
             states: r.states()?.concat(),
             actions: r.actions()?.concat(),
         });
@@ -385,8 +433,10 @@ mod tests {
             horizon: 16,
             frame_stride: 40,
             image_size: 56,
-            vision_grid: 2,
-            vision_stack: 2,
+            vision_grid: 4,
+            vision_stack: 1,
+            keypoints: 4,
+            keypoint_weight: 10.0,
             state_dim: 2,
             unprefixed: 0.5,
             include_failed: true,
