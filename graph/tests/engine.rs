@@ -467,6 +467,65 @@ fn a_failing_stage_is_named() {
     assert_eq!(err.to_string(), "stage `f` failed: model file vanished");
 }
 
+/// An inline stage is started like a threaded one, before its first
+/// message (on its producer's thread), and a failing start names the
+/// inline stage, not its producer.
+#[test]
+fn inline_stages_are_started_and_their_failures_named() {
+    struct Loaded {
+        ready: bool,
+        fail: bool,
+    }
+    impl Stage for Loaded {
+        fn start(&mut self, _ctx: &mut StageCtx) -> StageResult {
+            if self.fail {
+                return Err(StageError::msg("weights missing"));
+            }
+            self.ready = true;
+            Ok(())
+        }
+        fn process(&mut self, _input: Input, _ctx: &mut StageCtx) -> StageResult {
+            if !self.ready {
+                return Err(StageError::msg("a message before start"));
+            }
+            Ok(())
+        }
+    }
+    let mut r = Registry::builtin();
+    kind(&mut r, "loaded", &["in"], &[], |_| {
+        Box::new(Loaded {
+            ready: false,
+            fail: false,
+        })
+    });
+    kind(&mut r, "unloadable", &["in"], &[], |_| {
+        Box::new(Loaded {
+            ready: false,
+            fail: true,
+        })
+    });
+    let yaml = |kind: &str| {
+        format!(
+            r#"
+stages:
+  - {{ id: t, kind: text, params: {{ whole: false, text: "a\nb\nc" }} }}
+  - {{ id: p, kind: passthrough }}
+  - {{ id: l, kind: {kind}, inline: true }}
+edges:
+  - {{ from: t.out, to: p.in }}
+  - {{ from: p.out, to: l.in }}
+"#
+        )
+    };
+    let p = edgeflow_graph::Pipeline::from_yaml(&yaml("loaded"), &r).unwrap();
+    let m = within(20, move || p.run(None).unwrap());
+    let l = m.stages.iter().find(|s| s.id == "l").unwrap();
+    assert_eq!(l.processed, 3, "{m:?}");
+    let p = edgeflow_graph::Pipeline::from_yaml(&yaml("unloadable"), &r).unwrap();
+    let err = within(20, move || p.run(None).unwrap_err());
+    assert_eq!(err.to_string(), "stage `l` failed: weights missing");
+}
+
 #[test]
 fn finite_pipeline_ends_by_end_of_stream() {
     let p = PipelineBuilder::new("eos")

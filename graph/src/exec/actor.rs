@@ -9,9 +9,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Runs one stage callback, turning errors and panics into a pipeline
-/// failure; false when the stage failed.
-type StageCall<'a> = dyn Fn(&mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool + 'a;
+/// Runs one callback of the named stage (this thread's own or one of its
+/// inline consumers), turning errors and panics into a pipeline failure
+/// that names that stage; false when the stage failed.
+type StageCall<'a> =
+    dyn Fn(&str, &mut dyn FnMut() -> std::result::Result<(), StageError>) -> bool + 'a;
 
 /// The body of a stage thread.
 pub(super) fn run_actor(actor: Actor, inbox: Arc<Inbox>, shared: Arc<Shared>, source: bool) {
@@ -21,26 +23,32 @@ pub(super) fn run_actor(actor: Actor, inbox: Arc<Inbox>, shared: Arc<Shared>, so
         downstream,
     } = actor;
     let id = ctx.id.to_string();
-    let call = |f: &mut dyn FnMut() -> std::result::Result<(), StageError>| -> bool {
+    let call = |stage: &str, f: &mut dyn FnMut() -> std::result::Result<(), StageError>| -> bool {
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(Ok(())) | Ok(Err(StageError::Cancelled)) => true,
             Ok(Err(StageError::Failed(e))) => {
                 shared.fail(Error::StageFailed {
-                    stage: id.clone(),
+                    stage: stage.to_string(),
                     msg: e.to_string(),
                 });
                 false
             }
             Err(p) => {
                 shared.fail(Error::StagePanicked {
-                    stage: id.clone(),
+                    stage: stage.to_string(),
                     msg: panic_message(&p),
                 });
                 false
             }
         }
     };
-    let mut ok = call(&mut || stage.start(&mut ctx));
+    // Inline consumers start first, on this thread, as their own threads
+    // would before their first message (and before this stage can emit).
+    let mut ok = downstream
+        .iter()
+        .filter_map(|t| t.inline.as_ref())
+        .all(|inl| start_inline(inl, &call))
+        && call(&id, &mut || stage.start(&mut ctx));
     while ok {
         if source {
             // Control first, then one poll.
@@ -57,7 +65,7 @@ pub(super) fn run_actor(actor: Actor, inbox: Arc<Inbox>, shared: Arc<Shared>, so
             ctx.epoch = shared.current_epoch();
             let t0 = Instant::now();
             let mut res = Poll::Done;
-            ok = call(&mut || {
+            ok = call(&id, &mut || {
                 res = stage.poll(&mut ctx)?;
                 Ok(())
             });
@@ -84,7 +92,7 @@ pub(super) fn run_actor(actor: Actor, inbox: Arc<Inbox>, shared: Arc<Shared>, so
                 }
                 let t0 = Instant::now();
                 let mut input = Some(Input { port, msg });
-                ok = call(&mut || match input.take() {
+                ok = call(&id, &mut || match input.take() {
                     Some(inp) => stage.process(inp, &mut ctx),
                     None => Ok(()),
                 });
@@ -92,7 +100,7 @@ pub(super) fn run_actor(actor: Actor, inbox: Arc<Inbox>, shared: Arc<Shared>, so
             }
             Some(Item::EndOfStream) => {
                 ctx.timestamp = None;
-                let _ = call(&mut || stage.finish(&mut ctx));
+                let _ = call(&id, &mut || stage.finish(&mut ctx));
                 break;
             }
             Some(Item::Stop) | None => break,
@@ -112,6 +120,23 @@ pub(super) fn run_actor(actor: Actor, inbox: Arc<Inbox>, shared: Arc<Shared>, so
     }
 }
 
+/// Start an inline stage: its own inline consumers first, then its
+/// `start`. False when one of them failed.
+fn start_inline(inl: &InlineStage, call: &StageCall<'_>) -> bool {
+    let mut g = inl.actor.lock();
+    let Actor {
+        stage,
+        ctx,
+        downstream,
+    } = &mut *g;
+    let started = downstream
+        .iter()
+        .filter_map(|t| t.inline.as_ref())
+        .all(|next| start_inline(next, call));
+    let id = ctx.id.clone();
+    started && call(&id, &mut || stage.start(ctx))
+}
+
 /// End an inline stage: `finish`, then its own inline consumers, then close
 /// its queued edges so end-of-stream travels on.
 fn finish_inline(inl: &InlineStage, call: &StageCall<'_>) {
@@ -122,7 +147,8 @@ fn finish_inline(inl: &InlineStage, call: &StageCall<'_>) {
         downstream,
     } = &mut *g;
     ctx.timestamp = None;
-    let _ = call(&mut || stage.finish(ctx));
+    let id = ctx.id.clone();
+    let _ = call(&id, &mut || stage.finish(ctx));
     for t in downstream.iter() {
         match &t.inline {
             Some(next) => finish_inline(next, call),
@@ -140,7 +166,8 @@ fn reset_inline(downstream: &[Target], epoch: Epoch, call: &StageCall<'_>) {
                 ctx,
                 downstream,
             } = &mut *g;
-            let _ = call(&mut || stage.reset(epoch, ctx));
+            let id = ctx.id.clone();
+            let _ = call(&id, &mut || stage.reset(epoch, ctx));
             reset_inline(downstream, epoch, call);
         }
     }
@@ -155,7 +182,8 @@ fn handle_control(
 ) -> bool {
     match c {
         Control::Cancel(epoch, ack) => {
-            let ok = call(&mut || stage.reset(epoch, ctx));
+            let id = ctx.id.clone();
+            let ok = call(&id, &mut || stage.reset(epoch, ctx));
             // Inline consumers reset with their producer.
             reset_inline(downstream, epoch, call);
             ack.ack();
