@@ -79,6 +79,10 @@ pub(crate) struct PolicyArgs {
     /// loss alone).
     #[arg(long, default_value_t = 10.0)]
     pub keypoint_weight: f64,
+    /// Feed the raw instruction embedding instead of standardising it per
+    /// channel (how checkpoints were trained before `text_norm`).
+    #[arg(long)]
+    pub no_text_norm: bool,
     /// Robot state values the head reads: 2 = the pusher's position only, 4 =
     /// position and velocity. With the velocity in its input the head learns
     /// to continue the pusher's current motion (the recorded actions follow
@@ -180,6 +184,7 @@ fn train_policy(
         vision_grid: a.vision_grid,
         vision_stack: a.vision_stack,
         keypoints: a.keypoints,
+        text_norm: !a.no_text_norm,
         state_dim: a.state_dim,
         image_size: a.image_size,
         max_prefix: (a.horizon / 2).max(1).min(a.horizon.saturating_sub(1)),
@@ -437,6 +442,7 @@ mod tests {
             vision_stack: 1,
             keypoints: 4,
             keypoint_weight: 10.0,
+            no_text_norm: false,
             state_dim: 2,
             unprefixed: 0.5,
             include_failed: true,
@@ -452,6 +458,7 @@ mod tests {
         let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu).expect("cpu");
         let mut p = Policy::load(&a.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         assert_eq!(p.config().image_size, 56);
+        assert!(p.config().text_norm && p.config().keypoints == 4);
         // DINOv2 at 56 px: 1 + 4 x 4 tokens of 384, pooled to 2 x 2 inside.
         let c = p
             .chunk(
