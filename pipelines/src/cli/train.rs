@@ -247,6 +247,15 @@ fn train_policy(
                 .flat_map(|r| r[..cfg.state_dim].iter().copied())
                 .collect();
         }
+        // Likewise every keypoint target: the head pulls its first
+        // `keypoints` towards the first targets (none without keypoints).
+        let k = 2 * cfg.keypoints;
+        for t in &mut e.frame_targets {
+            t.truncate(k);
+        }
+        if k == 0 {
+            e.frame_targets.clear();
+        }
     }
     let opts = TrainOptions {
         config: cfg,
@@ -473,5 +482,16 @@ mod tests {
             )
             .expect("chunk");
         assert_eq!(c.actions.len(), 32);
+        // The same cached features (keypoint targets included) train a head
+        // without keypoints and with the raw instruction embedding.
+        let b = PolicyArgs {
+            out: dir.path().join("plain.safetensors"),
+            keypoints: 0,
+            no_text_norm: true,
+            ..a
+        };
+        train_policy(&b, |_| {}).expect("train without keypoints");
+        let p = Policy::load(&b.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
+        assert!(!p.config().text_norm && p.config().keypoints == 0);
     }
 }
