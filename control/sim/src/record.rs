@@ -27,6 +27,9 @@ const FRAMES: &str = "frames.u8";
 const STATE: &str = "state.f32";
 const ACTIONS: &str = "actions.f32";
 const TIMES: &str = "t.f64";
+const LABELS: &str = "labels.f32";
+/// Longest label chunk the reader accepts (targets per row).
+const MAX_LABEL_HORIZON: u64 = 1024;
 /// `meta.json` larger than this is refused unread.
 const META_MAX_BYTES: u64 = 1 << 20;
 /// Largest image side accepted by the reader.
@@ -80,6 +83,14 @@ pub struct EpisodeMeta {
     pub actions: ArrayMeta,
     /// `t.f64`: N timestamps, seconds since reset.
     pub t: ArrayMeta,
+    /// `labels.f32`: N x L x 2, present in episodes driven by a policy and
+    /// labelled by the scripted expert (DAgger): row `i` is the chunk of
+    /// `L` pusher targets the expert plans from the true state at step `i`,
+    /// which is what a policy should have sent there; `actions` holds what
+    /// was sent. Absent in the expert's own recordings, where the actions
+    /// are the expert's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<ArrayMeta>,
 }
 
 fn array(file: &str, dtype: &str, shape: Vec<u64>) -> ArrayMeta {
@@ -95,6 +106,7 @@ struct Sinks {
     state: BufWriter<File>,
     actions: BufWriter<File>,
     t: BufWriter<File>,
+    labels: Option<BufWriter<File>>,
 }
 
 /// Writes one episode folder. Row `i` holds what was observed at control
@@ -156,6 +168,7 @@ impl EpisodeWriter {
             state: open(STATE)?,
             actions: open(ACTIONS)?,
             t: open(TIMES)?,
+            labels: None,
         };
         let (h, w) = (cfg.image_size, cfg.image_size);
         let meta = EpisodeMeta {
@@ -176,6 +189,7 @@ impl EpisodeWriter {
             state: array(STATE, "<f4", vec![0, 4]),
             actions: array(ACTIONS, "<f4", vec![0, 2]),
             t: array(TIMES, "<f8", vec![0]),
+            labels: None,
         };
         Ok(Self {
             dest,
@@ -196,9 +210,67 @@ impl EpisodeWriter {
         self.meta.steps == 0
     }
 
+    /// Record an expert label with every row (see [`EpisodeMeta::labels`]):
+    /// `horizon` targets per row, written by [`EpisodeWriter::push_labelled`].
+    /// Call before the first row.
+    pub fn with_labels(mut self, horizon: usize) -> Result<Self> {
+        if !self.is_empty() || horizon == 0 || horizon as u64 > MAX_LABEL_HORIZON {
+            return Err(SimError::Argument {
+                what: format!(
+                    "labels of {horizon} targets after {} rows: choose 1..={MAX_LABEL_HORIZON} targets before the first row",
+                    self.meta.steps
+                ),
+            });
+        }
+        let p = self.tmp.join(LABELS);
+        let f = File::create(&p).map_err(|e| SimError::io("create", &p, e))?;
+        if let Some(s) = self.sinks.as_mut() {
+            s.labels = Some(BufWriter::new(f));
+        }
+        self.meta.labels = Some(array(LABELS, "<f4", vec![0, horizon as u64, 2]));
+        Ok(self)
+    }
+
     /// Append one row: time `t` (seconds since reset), the camera `frame`
     /// (must be the episode's size), the robot `state` and the `action`.
+    /// A writer made [`EpisodeWriter::with_labels`] takes
+    /// [`EpisodeWriter::push_labelled`] instead.
     pub fn push(&mut self, t: f64, frame: &Image, state: [f32; 4], action: [f32; 2]) -> Result<()> {
+        self.push_row(t, frame, state, action, None)
+    }
+
+    /// [`EpisodeWriter::push`] with the row's expert `label` (the writer's
+    /// label horizon of targets).
+    pub fn push_labelled(
+        &mut self,
+        t: f64,
+        frame: &Image,
+        state: [f32; 4],
+        action: [f32; 2],
+        label: &[[f32; 2]],
+    ) -> Result<()> {
+        self.push_row(t, frame, state, action, Some(label))
+    }
+
+    fn push_row(
+        &mut self,
+        t: f64,
+        frame: &Image,
+        state: [f32; 4],
+        action: [f32; 2],
+        label: Option<&[[f32; 2]]>,
+    ) -> Result<()> {
+        let want = self.meta.labels.as_ref().map(|a| a.shape[1] as usize);
+        if want != label.map(<[_]>::len) {
+            return Err(SimError::Argument {
+                what: format!(
+                    "row with {} label targets; this episode records {}",
+                    label.map_or("no".to_string(), |l| l.len().to_string()),
+                    want.map_or("none (create it with_labels)".to_string(), |h| h
+                        .to_string())
+                ),
+            });
+        }
         if frame.width != self.meta.width
             || frame.height != self.meta.height
             || frame.rgb.len() != frame.width as usize * frame.height as usize * 3
@@ -231,6 +303,14 @@ impl EpisodeWriter {
         let ac: Vec<u8> = action.iter().flat_map(|x| x.to_le_bytes()).collect();
         w(&mut s.actions, ACTIONS, &ac)?;
         w(&mut s.t, TIMES, &t.to_le_bytes())?;
+        if let (Some(f), Some(label)) = (s.labels.as_mut(), label) {
+            let b: Vec<u8> = label
+                .iter()
+                .flatten()
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            w(f, LABELS, &b)?;
+        }
         self.meta.steps += 1;
         Ok(())
     }
@@ -243,12 +323,14 @@ impl EpisodeWriter {
                 what: "episode writer already finished".into(),
             });
         };
-        for (mut f, name) in [
+        let mut files = vec![
             (sinks.frames, FRAMES),
             (sinks.state, STATE),
             (sinks.actions, ACTIONS),
             (sinks.t, TIMES),
-        ] {
+        ];
+        files.extend(sinks.labels.map(|f| (f, LABELS)));
+        for (mut f, name) in files {
             let p = self.tmp.join(name);
             f.flush().map_err(|e| SimError::io("write", &p, e))?;
             f.get_ref()
@@ -262,6 +344,9 @@ impl EpisodeWriter {
         m.state.shape[0] = n;
         m.actions.shape[0] = n;
         m.t.shape[0] = n;
+        if let Some(l) = m.labels.as_mut() {
+            l.shape[0] = n;
+        }
         let json = serde_json::to_vec_pretty(&self.meta).map_err(|e| SimError::Argument {
             what: format!("cannot encode meta.json: {e}"),
         })?;
@@ -416,6 +501,16 @@ impl EpisodeReader {
         expect_array(&dir, &meta.state, STATE, "<f4", &[n, 4])?;
         expect_array(&dir, &meta.actions, ACTIONS, "<f4", &[n, 2])?;
         expect_array(&dir, &meta.t, TIMES, "<f8", &[n])?;
+        if let Some(l) = &meta.labels {
+            let h = l.shape.get(1).copied().unwrap_or(0);
+            if !(1..=MAX_LABEL_HORIZON).contains(&h) {
+                return Err(SimError::format(
+                    &mp,
+                    format!("labels of {h} targets per row; expected 1..={MAX_LABEL_HORIZON}"),
+                ));
+            }
+            expect_array(&dir, l, LABELS, "<f4", &[n, h, 2])?;
+        }
         Ok(Self { dir, meta })
     }
 
@@ -487,6 +582,21 @@ impl EpisodeReader {
             .chunks_exact(16)
             .map(|r| std::array::from_fn(|k| f32_at(r, k)))
             .collect())
+    }
+
+    /// The expert's labels (see [`EpisodeMeta::labels`]): targets per row
+    /// and every row's targets flattened (`N * L * 2` values), or `None`
+    /// for an episode without labels.
+    pub fn labels(&self) -> Result<Option<(usize, Vec<f32>)>> {
+        let Some(l) = &self.meta.labels else {
+            return Ok(None);
+        };
+        let buf = self.read_checked(l, 4)?;
+        let v = buf
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Ok(Some((l.shape[1] as usize, v)))
     }
 
     /// Every action row.
@@ -705,6 +815,9 @@ mod tests {
         m.state.shape[0] = n;
         m.actions.shape[0] = n;
         m.t.shape[0] = n;
+        if let Some(l) = m.labels.as_mut() {
+            l.shape[0] = n;
+        }
         fs::write(&mp, serde_json::to_vec(&m).unwrap()).unwrap();
         let e = EpisodeReader::open(&dir).unwrap_err().to_string();
         assert!(e.contains("needs"), "{e}");
@@ -753,5 +866,56 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("already exists"), "{e}");
+    }
+
+    #[test]
+    fn expert_labels_round_trip_and_are_checked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = small_cfg();
+        let mut sim = PushSim::new(cfg.clone()).unwrap();
+        let info = sim.reset(2);
+        let dir = tmp.path().join("ep");
+        let mut w = EpisodeWriter::create(&dir, &info, &cfg)
+            .unwrap()
+            .with_labels(3)
+            .unwrap();
+        let img = sim.render();
+        let e = w
+            .push(0.0, &img, [0.0; 4], [0.0; 2])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no label targets") && e.contains('3'), "{e}");
+        let e = w
+            .push_labelled(0.0, &img, [0.0; 4], [0.0; 2], &[[0.0; 2]; 2])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2 label targets"), "{e}");
+        let mut want = Vec::new();
+        for k in 0..4 {
+            let label = [[k as f32, 0.5], [1.0, -1.0], [0.25, k as f32]];
+            w.push_labelled(0.02 * k as f64, &img, [0.0; 4], [0.1; 2], &label)
+                .unwrap();
+            want.extend(label.iter().flatten());
+        }
+        w.finish(false).unwrap();
+        let r = EpisodeReader::open(&dir).unwrap();
+        assert_eq!(r.labels().unwrap(), Some((3, want)));
+        assert_eq!(r.meta().labels.as_ref().unwrap().shape, vec![4, 3, 2]);
+        // A truncated labels file is refused at open, naming it.
+        let lp = dir.join(LABELS);
+        let bytes = fs::read(&lp).unwrap();
+        fs::write(&lp, &bytes[..bytes.len() - 4]).unwrap();
+        let e = EpisodeReader::open(&dir).unwrap_err().to_string();
+        assert!(e.contains("labels.f32") && e.contains("truncated"), "{e}");
+        // An expert recording has none, and its meta.json no `labels` key.
+        let plain = tmp.path().join("plain");
+        record(&plain, 2);
+        assert_eq!(EpisodeReader::open(&plain).unwrap().labels().unwrap(), None);
+        let meta = fs::read_to_string(plain.join(META)).unwrap();
+        assert!(!meta.contains("labels"), "{meta}");
+        // Labels are chosen before the first row.
+        let mut w = EpisodeWriter::create(tmp.path().join("late"), &info, &cfg).unwrap();
+        w.push(0.0, &img, [0.0; 4], [0.0; 2]).unwrap();
+        assert!(w.with_labels(3).is_err());
     }
 }

@@ -86,6 +86,7 @@ fn dataset(dir: &Path, cfg: &Config) -> Dataset {
             frame_targets: Vec::new(),
             states: r.states().expect("states").concat(),
             actions: r.actions().expect("actions").concat(),
+            labels: Vec::new(),
         });
     }
     ds
@@ -164,6 +165,42 @@ fn a_short_training_on_recorded_expert_episodes_lowers_the_loss() {
         .expect("chunk");
     // Inside the table (0.6 m square, centred).
     assert!(c.actions.iter().all(|v| v.abs() < 0.5), "{:?}", c.actions);
+
+    // Fine-tuning from the checkpoint starts where it ended (its weights
+    // and normaliser), not from the fresh first loss.
+    let tuned = train(
+        &ds,
+        &TrainOptions {
+            steps: 20,
+            init: Some(ckpt.clone()),
+            ..opts.clone()
+        },
+        |_| {},
+    )
+    .expect("fine-tune");
+    assert_eq!(tuned.norm, t.norm);
+    let (resumed, _) = tuned.loss_drop(20);
+    assert!(
+        resumed < 0.8 * first,
+        "fine-tune starts at {resumed}, fresh at {first}"
+    );
+    // A checkpoint of another shape is refused, naming both.
+    let e = train(
+        &ds,
+        &TrainOptions {
+            config: Config {
+                d_model: 16,
+                ..cfg.clone()
+            },
+            steps: 1,
+            init: Some(ckpt),
+            ..opts.clone()
+        },
+        |_| {},
+    )
+    .expect_err("other shape")
+    .to_string();
+    assert!(e.contains("another head config"), "{e}");
 }
 
 #[test]
@@ -185,6 +222,7 @@ fn empty_or_inconsistent_data_is_refused_with_the_reason() {
         frame_targets: Vec::new(),
         states: vec![0.0; 12],
         actions: vec![0.0; 4],
+        labels: Vec::new(),
     };
     let e = train(
         &Dataset { episodes: vec![ep] },

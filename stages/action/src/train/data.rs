@@ -24,6 +24,12 @@ pub struct EpisodeFeatures {
     pub states: Vec<f32>,
     /// Commanded actions `[steps * action_dim]`, row `i` at step `i`.
     pub actions: Vec<f32>,
+    /// Expert labels `[steps * horizon * action_dim]`: row `i` is the
+    /// chunk the expert plans from the true state at step `i`, the
+    /// training target there instead of the commanded actions that follow
+    /// (an episode a policy drove, labelled by the expert: DAgger). Empty
+    /// for the expert's own episodes.
+    pub labels: Vec<f32>,
 }
 
 impl EpisodeFeatures {
@@ -44,10 +50,15 @@ impl EpisodeFeatures {
             .saturating_sub(1)
     }
 
-    /// The `horizon` actions from `step`, the last one repeated past the
-    /// end (the robot holds where the episode ended).
+    /// The training target at `step`: the expert's label there when the
+    /// episode has labels, else the `horizon` actions from `step`, the last
+    /// one repeated past the end (the robot holds where the episode ended).
     pub fn chunk_at(&self, cfg: &Config, step: usize) -> Vec<f32> {
         let (n, d) = (self.steps(cfg), cfg.action_dim);
+        if !self.labels.is_empty() {
+            let w = cfg.horizon * d;
+            return self.labels[step * w..(step + 1) * w].to_vec();
+        }
         (0..cfg.horizon)
             .flat_map(|k| {
                 let i = (step + k).min(n - 1);
@@ -147,6 +158,14 @@ impl Dataset {
                     return bad("a keypoint target is not finite".into());
                 }
             }
+            if !e.labels.is_empty() && e.labels.len() != n * cfg.horizon * cfg.action_dim {
+                return bad(format!(
+                    "{} label values for {n} steps of {} x {} (labels must be the head's horizon)",
+                    e.labels.len(),
+                    cfg.horizon,
+                    cfg.action_dim
+                ));
+            }
             if e.frames.windows(2).any(|w| w[1].0 <= w[0].0) {
                 return bad("frames are not in increasing step order".into());
             }
@@ -154,6 +173,7 @@ impl Dataset {
                 .states
                 .iter()
                 .chain(&e.actions)
+                .chain(&e.labels)
                 .chain(&e.instruction)
                 .chain(e.frames.iter().flat_map(|(_, f)| f))
                 .all(|v| v.is_finite());
@@ -311,11 +331,15 @@ impl Dataset {
                     f32_bytes(&t),
                 ));
             }
-            for (name, v) in [
+            let mut arrays = vec![
                 ("instruction", &e.instruction),
                 ("states", &e.states),
                 ("actions", &e.actions),
-            ] {
+            ];
+            if !e.labels.is_empty() {
+                arrays.push(("labels", &e.labels));
+            }
+            for (name, v) in arrays {
                 bufs.push((
                     format!("{k}.{name}"),
                     Dtype::F32,
@@ -402,6 +426,9 @@ impl Dataset {
                     .collect(),
                 states: floats(get(format!("{k}.states"))?.1),
                 actions: floats(get(format!("{k}.actions"))?.1),
+                labels: st
+                    .tensor(&format!("{k}.labels"))
+                    .map_or_else(|_| Vec::new(), |t| floats(t.data())),
             });
         }
         Ok(Some(ds))
@@ -423,6 +450,7 @@ mod tests {
                 frame_targets: vec![vec![0.5, -0.5], vec![0.25, 0.0]],
                 states: vec![0.1, 0.2, 0.3, 0.4],
                 actions: vec![0.0, 1.0],
+                labels: vec![0.5, 1.5, 2.5, 3.5],
             }],
         };
         assert!(Dataset::load(&path, "k").expect("absent").is_none());
@@ -431,5 +459,37 @@ mod tests {
         assert!(Dataset::load(&path, "other").expect("other key").is_none());
         std::fs::write(&path, b"garbage").expect("w");
         assert!(Dataset::load(&path, "k").is_err());
+    }
+
+    #[test]
+    fn labels_replace_the_commanded_actions_as_targets() {
+        let cfg = Config {
+            horizon: 2,
+            action_dim: 2,
+            state_dim: 2,
+            ..Config::default()
+        };
+        let mut e = EpisodeFeatures {
+            instruction: vec![0.0; cfg.feature_dim],
+            frames: vec![(0, vec![0.0; cfg.vision_tokens() * cfg.vision_width()])],
+            frame_targets: Vec::new(),
+            states: vec![0.0; 6],
+            actions: vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0],
+            labels: Vec::new(),
+        };
+        // Without labels: the actions that follow, the last held.
+        assert_eq!(e.chunk_at(&cfg, 2), vec![3.0, 3.0, 3.0, 3.0]);
+        e.labels = (0..12).map(|v| v as f32).collect();
+        assert_eq!(e.chunk_at(&cfg, 1), vec![4.0, 5.0, 6.0, 7.0]);
+        let ds = Dataset {
+            episodes: vec![e.clone()],
+        };
+        ds.validate(&cfg).expect("valid");
+        e.labels.pop();
+        let e = Dataset { episodes: vec![e] }
+            .validate(&cfg)
+            .expect_err("short labels")
+            .to_string();
+        assert!(e.contains("11 label values"), "{e}");
     }
 }

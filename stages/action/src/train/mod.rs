@@ -48,6 +48,11 @@ pub struct TrainOptions {
     pub keypoint_weight: f64,
     /// Report progress every this many steps.
     pub log_every: usize,
+    /// Start from this checkpoint's weights and normaliser instead of
+    /// fresh weights and a normaliser fitted on the data (fine-tuning, as
+    /// each DAgger round does on the grown dataset). Its config must equal
+    /// `config`.
+    pub init: Option<std::path::PathBuf>,
 }
 
 impl Default for TrainOptions {
@@ -63,6 +68,7 @@ impl Default for TrainOptions {
             unprefixed: 0.5,
             keypoint_weight: 10.0,
             log_every: 50,
+            init: None,
         }
     }
 }
@@ -284,14 +290,26 @@ pub fn train(
     opts.validate()?;
     let cfg = &opts.config;
     data.validate(cfg)?;
-    let norm = data.fit_normalizer(cfg);
+    let (net, norm) = match &opts.init {
+        Some(path) => {
+            let (net, norm) = TrainNet::from_checkpoint(path)?;
+            if net.config() != cfg {
+                return Err(Error::Config(format!(
+                    "{} was trained with another head config ({:?}) than asked for ({cfg:?})",
+                    path.display(),
+                    net.config()
+                )));
+            }
+            (net, norm)
+        }
+        None => (TrainNet::init(cfg, opts.seed)?, data.fit_normalizer(cfg)),
+    };
     let index: Vec<(usize, usize)> = data
         .episodes
         .iter()
         .enumerate()
         .flat_map(|(e, ep)| (0..ep.steps(cfg)).map(move |i| (e, i)))
         .collect();
-    let net = TrainNet::init(cfg, opts.seed)?;
     let mut opt = candle_nn::AdamW::new(
         net.vars(),
         candle_nn::ParamsAdamW {

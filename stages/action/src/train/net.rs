@@ -52,6 +52,60 @@ impl TrainNet {
         })
     }
 
+    /// The weights and normaliser of a checkpoint [`TrainNet::save`] wrote
+    /// (its config from its metadata), to train on from there: every tensor
+    /// is checked for its name, dtype (f32) and shape.
+    pub fn from_checkpoint(path: &Path) -> Result<(Self, Normalizer)> {
+        let cfg = Config::from_checkpoint(path)?;
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bad = |msg: String| Error::BadModel {
+            path: path.to_path_buf(),
+            msg,
+        };
+        let st = safetensors::SafeTensors::deserialize(&bytes)
+            .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+        let read = |name: &str, dims: &[usize]| -> Result<Vec<f32>> {
+            let t = st
+                .tensor(name)
+                .map_err(|e| bad(format!("tensor `{name}`: {e}")))?;
+            if t.dtype() != safetensors::Dtype::F32 || t.shape() != dims {
+                return Err(bad(format!(
+                    "tensor `{name}` is {:?} {:?}, expected F32 {dims:?}",
+                    t.dtype(),
+                    t.shape()
+                )));
+            }
+            Ok(t.data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect())
+        };
+        let dev = Device::Cpu;
+        let mut vars = BTreeMap::new();
+        for (name, dims) in tensor_shapes(&cfg) {
+            let t = Tensor::from_vec(read(&name, &dims)?, dims.as_slice(), &dev)?;
+            vars.insert(name, Var::from_tensor(&t)?);
+        }
+        let mut norm = Normalizer::identity(&cfg);
+        let shapes = norm_shapes(&cfg);
+        let mut slots: Vec<&mut Vec<f32>> = vec![
+            &mut norm.state_mean,
+            &mut norm.state_std,
+            &mut norm.action_mean,
+            &mut norm.action_std,
+        ];
+        if cfg.vision_norm {
+            slots.extend([&mut norm.vision_mean, &mut norm.vision_std]);
+        }
+        if cfg.text_norm {
+            slots.extend([&mut norm.text_mean, &mut norm.text_std]);
+        }
+        for ((name, dims), slot) in shapes.iter().zip(slots) {
+            *slot = read(name, dims)?;
+        }
+        Ok((TrainNet { cfg, vars, dev }, norm))
+    }
+
     /// The config.
     pub fn config(&self) -> &Config {
         &self.cfg
