@@ -102,3 +102,76 @@ fn eval_policy_runs_every_mode_and_delay_and_writes_its_figures() {
         side(20)
     );
 }
+
+/// DAgger's round trip through the CLI: the shipped head drives an episode
+/// while the expert labels every step, and `train policy` fine-tunes the
+/// head on it (`--init`). Needs the encoders in the model cache.
+#[test]
+fn sim_record_with_a_policy_labels_its_episodes_and_train_fine_tunes_on_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let eps = dir.path().join("dagger");
+    let head = "pipelines/data/vla-policy.safetensors";
+    let args = [
+        "sim",
+        "record",
+        "--episodes",
+        "1",
+        "--seed",
+        "11",
+        "--episode-seconds",
+        "4",
+        "--policy",
+        head,
+    ];
+    let out = edgeflow(&[&args[..], &["--out", eps.to_str().unwrap()]].concat());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\"labelled_by\":\"expert\""), "{text}");
+    let ep = eps.join("episode_000011");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ep.join("meta.json")).unwrap()).unwrap();
+    let steps = meta["steps"].as_u64().unwrap();
+    assert!(steps > 0);
+    assert_eq!(meta["labels"]["shape"], serde_json::json!([steps, 16, 2]));
+    let labels = std::fs::read(ep.join("labels.f32")).unwrap();
+    assert_eq!(labels.len() as u64, steps * 16 * 2 * 4);
+    // The labels are the expert's plans, not the commands the policy sent.
+    let actions = std::fs::read(ep.join("actions.f32")).unwrap();
+    let first = |b: &[u8], stride: usize| -> Vec<[u8; 8]> {
+        b.chunks(stride)
+            .map(|r| r[..8].try_into().unwrap())
+            .collect()
+    };
+    assert_ne!(first(&labels, 128), first(&actions, 8));
+
+    let tuned = dir.path().join("tuned.safetensors");
+    let out = edgeflow(&[
+        "train",
+        "policy",
+        "--episodes",
+        eps.to_str().unwrap(),
+        "--init",
+        head,
+        "--steps",
+        "3",
+        "--batch",
+        "4",
+        "--frame-stride",
+        "100",
+        "--out",
+        tuned.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("trained 3 steps"), "{text}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fine-tuning"));
+    // A head of another horizon cannot take these labels.
+    let e = Command::new(env!("CARGO_BIN_EXE_edgeflow"))
+        .args([&args[..], &["--horizon", "8", "--out"]].concat())
+        .arg(dir.path().join("h8"))
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&e.stderr);
+    assert!(!e.status.success() && err.contains("--horizon 16"), "{err}");
+    // The refused recording leaves no episode behind.
+    assert!(!dir.path().join("h8").join("episode_000011").exists());
+}

@@ -85,6 +85,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
                 temperature: a.temperature,
                 episode_seconds: a.episode_seconds,
                 trace: a.trace,
+                record: None,
             };
             let r = rollout(&a.checkpoint, &opts, |o| {
                 eprintln!(
@@ -147,6 +148,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
             temperature: a.temperature,
             episode_seconds: a.episode_seconds,
             trace: a.trace,
+            record: None,
         };
         let r = rollout(&a.checkpoint, &opts, |_| {})?;
         let (s, _, n) = r.totals();

@@ -11,6 +11,7 @@
 
 use anyhow::Context;
 use edgeflow_action::policy::{Observation, Policy, RtcMode};
+use edgeflow_sim::record::EpisodeWriter;
 use edgeflow_sim::{Expert, PushConfig, PushSim};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -40,6 +41,11 @@ pub(crate) struct RolloutOptions {
     pub episode_seconds: f64,
     /// Print one line per chunk ([`trace_line`] and the chunk's ends).
     pub trace: bool,
+    /// Record every episode the policy drives into `DIR/episode_<seed>/`,
+    /// each step labelled with the chunk the scripted expert plans from
+    /// the true state there (DAgger: what the policy should have done in
+    /// the states it reaches).
+    pub record: Option<std::path::PathBuf>,
 }
 
 /// How chunks are executed (the controller's modes, in simulated time).
@@ -240,6 +246,7 @@ pub(crate) fn rollout(
     };
     let mut sim = PushSim::new(sim_cfg.clone())?;
     let mut expert = Expert::new(&sim_cfg);
+    let mut labeller = Expert::new(&sim_cfg);
     let mut embeddings: BTreeMap<String, Vec<f32>> = BTreeMap::new();
     let t0 = Instant::now();
     let mut outcomes = Vec::new();
@@ -268,15 +275,37 @@ pub(crate) fn rollout(
         let mut commands: Vec<[f32; 2]> = Vec::new();
         let mut boundaries: Vec<usize> = Vec::new();
         let mut hold = sim.hold_action();
-        // One control step: the next queued action, or hold the last one.
-        let mut step =
-            |sim: &mut PushSim, queue: &mut VecDeque<[f32; 2]>, commands: &mut Vec<[f32; 2]>| {
-                if let Some(a) = queue.pop_front() {
-                    hold = a;
-                }
-                commands.push(hold);
-                sim.step(hold);
-            };
+        let mut writer = match &opts.record {
+            Some(dir) => Some(
+                EpisodeWriter::create(dir.join(format!("episode_{seed:06}")), &info, &sim_cfg)?
+                    .with_labels(cfg.horizon)?,
+            ),
+            None => None,
+        };
+        labeller.reset();
+        // One control step: the next queued action, or hold the last one;
+        // recorded with the expert's label when recording.
+        let mut step = |sim: &mut PushSim,
+                        queue: &mut VecDeque<[f32; 2]>,
+                        commands: &mut Vec<[f32; 2]>|
+         -> anyhow::Result<()> {
+            if let Some(a) = queue.pop_front() {
+                hold = a;
+            }
+            if let Some(w) = writer.as_mut() {
+                let label = labeller.chunk(&sim.true_state(), cfg.horizon);
+                w.push_labelled(
+                    sim.true_state().time,
+                    &sim.render(),
+                    sim.robot_state(),
+                    hold,
+                    &label,
+                )?;
+            }
+            commands.push(hold);
+            sim.step(hold);
+            Ok(())
+        };
         while !sim.done() {
             let img = sim.render();
             let rgb = edgeflow_vision::RgbImage::from_raw(img.width, img.height, img.rgb)
@@ -301,7 +330,7 @@ pub(crate) fn rollout(
                         if sim.done() {
                             break;
                         }
-                        step(&mut sim, &mut queue, &mut commands);
+                        step(&mut sim, &mut queue, &mut commands)?;
                     }
                     (c, 0)
                 }
@@ -313,7 +342,7 @@ pub(crate) fn rollout(
                         if sim.done() {
                             break;
                         }
-                        step(&mut sim, &mut queue, &mut commands);
+                        step(&mut sim, &mut queue, &mut commands)?;
                     }
                     (c, opts.delay.min(cfg.horizon - 1))
                 }
@@ -344,8 +373,11 @@ pub(crate) fn rollout(
                 if sim.done() {
                     break;
                 }
-                step(&mut sim, &mut queue, &mut commands);
+                step(&mut sim, &mut queue, &mut commands)?;
             }
+        }
+        if let Some(w) = writer {
+            w.finish(sim.success())?;
         }
         let (boundary, elsewhere) = smoothness(&commands, &boundaries, 1.0 / sim_cfg.control_hz);
         let o = Outcome {

@@ -17,7 +17,9 @@ pub(crate) enum SimCommand {
     /// same seeds give the same files bit for bit. The expert plans
     /// --horizon targets from the true state and executes the first
     /// --execute, as a chunked policy would. One episode_<seed> folder per
-    /// episode (the format `edgeflow sim push --record` writes).
+    /// episode (the format `edgeflow sim push --record` writes). With
+    /// --policy a trained head drives and the expert labels every step
+    /// (DAgger).
     Record(RecordArgs),
 }
 
@@ -39,6 +41,17 @@ pub(crate) struct RecordArgs {
     /// Targets executed from each chunk before planning again.
     #[arg(long, default_value_t = 8)]
     pub execute: usize,
+    /// Let this trained action head drive instead of the expert (in closed
+    /// loop, synchronous chunks, simulated time) and label every step with
+    /// the chunk the expert plans from the true state there: DAgger's data,
+    /// the states the policy reaches with what it should have done, for
+    /// `edgeflow train policy --episodes EXPERT --episodes THIS --init
+    /// POLICY`. --horizon must be the head's.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Episode timeout, simulated seconds.
+    #[arg(long, default_value_t = 20.0)]
+    pub episode_seconds: f64,
 }
 
 /// `edgeflow sim push` options.
@@ -132,7 +145,13 @@ fn record(a: &RecordArgs) -> anyhow::Result<ExitCode> {
     }
     std::fs::create_dir_all(&a.out)
         .map_err(|e| anyhow::anyhow!("creating {}: {e}", a.out.display()))?;
-    let cfg = edgeflow_sim::PushConfig::default();
+    if let Some(policy) = &a.policy {
+        return record_policy(a, policy);
+    }
+    let cfg = edgeflow_sim::PushConfig {
+        episode_seconds: a.episode_seconds,
+        ..Default::default()
+    };
     let mut sim = edgeflow_sim::PushSim::new(cfg.clone())?;
     let mut expert = edgeflow_sim::Expert::new(&cfg);
     let t0 = std::time::Instant::now();
@@ -165,6 +184,58 @@ fn record(a: &RecordArgs) -> anyhow::Result<ExitCode> {
             "successes": ok,
             "out": a.out.display().to_string(),
             "wall_seconds": t0.elapsed().as_secs_f64(),
+        })
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `edgeflow sim record --policy`: the head drives, the expert labels.
+fn record_policy(a: &RecordArgs, policy: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let head = edgeflow_action::config::Config::from_checkpoint(policy)?;
+    if head.horizon != a.horizon {
+        anyhow::bail!(
+            "{} plans {}-action chunks; record its labels with --horizon {}",
+            policy.display(),
+            head.horizon,
+            head.horizon
+        );
+    }
+    let opts = super::rollout::RolloutOptions {
+        seed: a.seed,
+        episodes: a.episodes,
+        execute: a.execute,
+        flow_steps: 10,
+        wrong_instruction: false,
+        mode: super::rollout::Mode::Sync,
+        delay: 0,
+        temperature: 1.0,
+        episode_seconds: a.episode_seconds,
+        trace: false,
+        record: Some(a.out.clone()),
+    };
+    let r = super::rollout::rollout(policy, &opts, |o| {
+        println!(
+            "{}",
+            serde_json::json!({
+                "seed": o.seed,
+                "variant": o.variant,
+                "success": o.success,
+                "expert_success": o.expert_success,
+                "seconds": o.seconds,
+            })
+        );
+    })?;
+    let (s, e, n) = r.totals();
+    println!(
+        "{}",
+        serde_json::json!({
+            "summary": true,
+            "episodes": n,
+            "successes": s,
+            "expert_successes": e,
+            "labelled_by": "expert",
+            "out": a.out.display().to_string(),
+            "wall_seconds": r.wall_s,
         })
     );
     Ok(ExitCode::SUCCESS)

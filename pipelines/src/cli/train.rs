@@ -24,16 +24,22 @@ pub(crate) enum TrainCommand {
     ///   edgeflow run pipelines/robot-expert.yaml
     ///   edgeflow train policy --episodes eps --out policy.safetensors
     /// The encoders come from the model cache (`edgeflow models fetch
-    /// dinov2-vits14 minilm-l6`).
+    /// dinov2-vits14 minilm-l6`). DAgger rounds: let the head drive while
+    /// the expert labels, then fine-tune on both:
+    ///   edgeflow sim record --policy policy.safetensors --out dagger1
+    ///   edgeflow train policy --episodes eps --episodes dagger1
+    ///     --init policy.safetensors --out policy1.safetensors
     Policy(PolicyArgs),
 }
 
 /// `edgeflow train policy` options.
 #[derive(Debug, clap::Args)]
 pub(crate) struct PolicyArgs {
-    /// Folder of recorded episodes (`episode_*/`, the simulator's format).
-    #[arg(long)]
-    pub episodes: PathBuf,
+    /// Folder of recorded episodes (`episode_*/`, the simulator's format);
+    /// repeat it to train on several (the expert's, then each DAgger
+    /// round's from `edgeflow sim record --policy`).
+    #[arg(long, required = true)]
+    pub episodes: Vec<PathBuf>,
     /// Checkpoint to write (safetensors).
     #[arg(long)]
     pub out: PathBuf,
@@ -99,9 +105,10 @@ pub(crate) struct PolicyArgs {
     pub include_failed: bool,
     /// Cache of the encoded features: reused when it was made from the
     /// same episodes with the same encoder settings, written otherwise
-    /// (encoding is most of a short run's time).
+    /// (encoding is most of a short run's time). One per --episodes
+    /// folder, in the same order, when several are given.
     #[arg(long)]
-    pub features: Option<PathBuf>,
+    pub features: Vec<PathBuf>,
     /// After training, roll the checkpoint out in closed loop for this many
     /// held-out seeds (from 100000) in simulated time and print its success
     /// rate beside the expert's (`edgeflow eval policy` does the same).
@@ -110,6 +117,10 @@ pub(crate) struct PolicyArgs {
     /// Loss curve PNG (default: OUT with extension .png).
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Fine-tune this checkpoint (its weights, normaliser and shape; the
+    /// shape options are then ignored) instead of training fresh weights.
+    #[arg(long)]
+    pub init: Option<PathBuf>,
 }
 
 /// Run a trainer.
@@ -152,6 +163,7 @@ pub(super) fn run(c: TrainCommand) -> anyhow::Result<ExitCode> {
             temperature: 1.0,
             episode_seconds: 20.0,
             trace: false,
+            record: None,
         };
         let r = super::rollout::rollout(&a.out, &opts, |_| {})?;
         println!(
@@ -179,56 +191,70 @@ fn train_policy(
     a: &PolicyArgs,
     progress: impl FnMut(&edgeflow_action::train::Progress),
 ) -> anyhow::Result<Summary> {
-    let cfg = Config {
-        horizon: a.horizon,
-        vision_grid: a.vision_grid,
-        vision_stack: a.vision_stack,
-        keypoints: a.keypoints,
-        text_norm: !a.no_text_norm,
-        state_dim: a.state_dim,
-        image_size: a.image_size,
-        max_prefix: (a.horizon / 2).max(1).min(a.horizon.saturating_sub(1)),
-        ..Config::default()
+    let cfg = match &a.init {
+        Some(p) => {
+            let c =
+                Config::from_checkpoint(p).with_context(|| format!("--init {}", p.display()))?;
+            eprintln!(
+                "fine-tuning {}: its shape (horizon {}, keypoints {}, image {} px) replaces the shape options",
+                p.display(),
+                c.horizon,
+                c.keypoints,
+                c.image_size
+            );
+            c
+        }
+        None => shape_config(a),
     };
     cfg.validate()?;
     if a.frame_stride == 0 {
         bail!("--frame-stride must be at least 1");
     }
-    let episodes = list_episodes(&a.episodes)?;
+    if !a.features.is_empty() && a.features.len() != a.episodes.len() {
+        bail!(
+            "{} --features for {} --episodes: give one cache per episode folder, in the same order, or none",
+            a.features.len(),
+            a.episodes.len()
+        );
+    }
     let t0 = Instant::now();
-    let key = serde_json::json!({
-        "image_size": cfg.image_size,
-        "vision_grid": cfg.vision_grid,
-        "vision_stack": cfg.vision_stack,
-        "frame_stride": a.frame_stride,
-        "keypoint_targets": "blocks red, blue; zones green, yellow; v1",
-        "include_failed": a.include_failed,
-        "episodes": episodes
-            .iter()
-            .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string())
-            .collect::<Vec<_>>(),
-    })
-    .to_string();
-    let cached = match &a.features {
-        Some(f) => Dataset::load(f, &key)?,
-        None => None,
-    };
-    let data = match cached {
-        Some(d) => {
-            eprintln!(
-                "features: reusing {}",
-                a.features.as_deref().unwrap_or(Path::new("")).display()
-            );
-            d
-        }
-        None => {
-            let d = encode_episodes(&episodes, &cfg, a)?;
-            if let Some(f) = &a.features {
-                d.save(f, &key)?;
+    let mut data = Dataset::default();
+    for (k, dir) in a.episodes.iter().enumerate() {
+        let episodes = list_episodes(dir)?;
+        let key = serde_json::json!({
+            "image_size": cfg.image_size,
+            "vision_grid": cfg.vision_grid,
+            "vision_stack": cfg.vision_stack,
+            "frame_stride": a.frame_stride,
+            "keypoint_targets": "blocks red, blue; zones green, yellow; v1",
+            "labels": cfg.horizon,
+            "include_failed": a.include_failed,
+            "episodes": episodes
+                .iter()
+                .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string())
+                .collect::<Vec<_>>(),
+        })
+        .to_string();
+        let cache = a.features.get(k);
+        let cached = match cache {
+            Some(f) => Dataset::load(f, &key)?,
+            None => None,
+        };
+        let d = match (cached, cache) {
+            (Some(d), Some(f)) => {
+                eprintln!("features: reusing {}", f.display());
+                d
             }
-            d
-        }
-    };
+            _ => {
+                let d = encode_episodes(&episodes, &cfg, a)?;
+                if let Some(f) = cache {
+                    d.save(f, &key)?;
+                }
+                d
+            }
+        };
+        data.episodes.extend(d.episodes);
+    }
     eprintln!(
         "features: {} episodes, {} samples, {:.0} s",
         data.episodes.len(),
@@ -237,7 +263,6 @@ fn train_policy(
     );
     // The cache keeps every recorded state value; the head reads the first
     // state_dim of each row.
-    let mut data = data;
     for e in &mut data.episodes {
         let w = e.states.len() / (e.actions.len() / cfg.action_dim).max(1);
         if w > cfg.state_dim {
@@ -265,6 +290,7 @@ fn train_policy(
         seed: a.seed,
         unprefixed: a.unprefixed,
         keypoint_weight: a.keypoint_weight,
+        init: a.init.clone(),
         ..TrainOptions::default()
     };
     let trained = train(&data, &opts, progress)?;
@@ -283,6 +309,21 @@ fn train_policy(
         plot,
         y_decades: (info.y_min_decade, info.y_max_decade),
     })
+}
+
+/// The head's shape from the shape options.
+fn shape_config(a: &PolicyArgs) -> Config {
+    Config {
+        horizon: a.horizon,
+        vision_grid: a.vision_grid,
+        vision_stack: a.vision_stack,
+        keypoints: a.keypoints,
+        text_norm: !a.no_text_norm,
+        state_dim: a.state_dim,
+        image_size: a.image_size,
+        max_prefix: (a.horizon / 2).max(1).min(a.horizon.saturating_sub(1)),
+        ..Config::default()
+    }
 }
 
 fn list_episodes(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -334,7 +375,9 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
     for (k, p) in paths.iter().enumerate() {
         let r = EpisodeReader::open(p).with_context(|| format!("episode {}", p.display()))?;
         let meta = r.meta().clone();
-        if !meta.success && !a.include_failed {
+        // A labelled (DAgger) episode teaches from wherever the policy
+        // went, failed or not: that is its point.
+        if !meta.success && !a.include_failed && meta.labels.is_none() {
             skipped += 1;
             continue;
         }
@@ -387,6 +430,16 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
             frame_targets,
             states: r.states()?.concat(),
             actions: r.actions()?.concat(),
+            labels: match r.labels()? {
+                None => Vec::new(),
+                Some((h, v)) if h == cfg.horizon => v,
+                Some((h, _)) => bail!(
+                    "{}: labelled with {h}-target chunks, the head's horizon is {}; record it with --horizon {}",
+                    p.display(),
+                    cfg.horizon,
+                    cfg.horizon
+                ),
+            },
         });
         eprintln!(
             "encoded {}/{} {} ({} steps)",
@@ -438,7 +491,7 @@ mod tests {
             w.finish(false).expect("finish");
         }
         let a = PolicyArgs {
-            episodes: eps,
+            episodes: vec![eps],
             out: dir.path().join("head.safetensors"),
             steps: 20,
             seed: 0,
@@ -455,9 +508,10 @@ mod tests {
             state_dim: 2,
             unprefixed: 0.5,
             include_failed: true,
-            features: Some(dir.path().join("features.safetensors")),
+            features: vec![dir.path().join("features.safetensors")],
             eval_seeds: 0,
             plot: None,
+            init: None,
         };
         let mut logs = 0;
         let s = train_policy(&a, |_| logs += 1).expect("train");
