@@ -89,10 +89,6 @@ pub(crate) struct PolicyArgs {
     /// channel (how checkpoints were trained before `text_norm`).
     #[arg(long)]
     pub no_text_norm: bool,
-    /// Do not add the instruction to every conditioning token (how
-    /// checkpoints were trained before `goal_broadcast`).
-    #[arg(long)]
-    pub no_goal_broadcast: bool,
     /// Robot state values the head reads: 2 = the pusher's position only, 4 =
     /// position and velocity. With the velocity in its input the head learns
     /// to continue the pusher's current motion (the recorded actions follow
@@ -323,7 +319,6 @@ fn shape_config(a: &PolicyArgs) -> Config {
         vision_stack: a.vision_stack,
         keypoints: a.keypoints,
         text_norm: !a.no_text_norm,
-        goal_broadcast: !a.no_goal_broadcast,
         state_dim: a.state_dim,
         image_size: a.image_size,
         max_prefix: (a.horizon / 2).max(1).min(a.horizon.saturating_sub(1)),
@@ -510,7 +505,6 @@ mod tests {
             keypoints: 4,
             keypoint_weight: 10.0,
             no_text_norm: false,
-            no_goal_broadcast: false,
             state_dim: 2,
             unprefixed: 0.5,
             include_failed: true,

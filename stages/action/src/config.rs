@@ -85,15 +85,6 @@ pub struct Config {
     /// frame. 0: positions only. Checkpoints from before this field read 0.
     #[serde(default)]
     pub keypoint_relative_scale: f32,
-    /// Add the instruction's token to every conditioning token (vision,
-    /// keypoints, state) before the transformer, so each block's MLP sees
-    /// each keypoint together with the goal ("this is the block I am asked
-    /// to push") instead of relying on attention to route one instruction
-    /// token. Without it a head trained on the push task sampled chunks
-    /// towards either block whatever the instruction said. Checkpoints from
-    /// before this field read false.
-    #[serde(default)]
-    pub goal_broadcast: bool,
     /// Hidden width of the keypoint scorer.
     #[serde(default = "keypoint_hidden")]
     pub keypoint_hidden: usize,
@@ -140,7 +131,6 @@ impl Default for Config {
             text_norm: true,
             keypoints: 8,
             keypoint_relative_scale: 0.3,
-            goal_broadcast: true,
             keypoint_hidden: 128,
             horizon: 16,
             d_model: 128,

@@ -299,11 +299,6 @@ impl ActionHead {
                 dev.concat(&[&v, &kp, &l, &s], 1)?
             }
         };
-        let c = if self.cfg.goal_broadcast {
-            dev.add(&c, &l)?
-        } else {
-            c
-        };
         let pos = dev.narrow(&self.pos, 0, 0, self.cfg.cond_tokens())?;
         Ok(dev.add(&c, &pos)?)
     }

@@ -71,10 +71,6 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
         keypoints: 0,
         ..small()
     });
-    twins_agree(Config {
-        goal_broadcast: false,
-        ..small()
-    });
 }
 
 fn twins_agree(cfg: Config) {

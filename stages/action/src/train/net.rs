@@ -209,11 +209,6 @@ impl TrainNet {
             let v = self.linear("vision_in", vision)?;
             (Tensor::cat(&[&v, &l, &s], 1)?, None)
         };
-        let c = if self.cfg.goal_broadcast {
-            c.broadcast_add(&l)?
-        } else {
-            c
-        };
         let pos = self.var("pos")?.narrow(0, 0, self.cfg.cond_tokens())?;
         Ok((c.broadcast_add(&pos)?, kp))
     }
