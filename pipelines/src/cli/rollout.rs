@@ -293,14 +293,9 @@ pub(crate) fn rollout(
                 hold = a;
             }
             if let Some(w) = writer.as_mut() {
-                let label = labeller.chunk(&sim.true_state(), cfg.horizon);
-                w.push_labelled(
-                    sim.true_state().time,
-                    &sim.render(),
-                    sim.robot_state(),
-                    hold,
-                    &label,
-                )?;
+                let truth = sim.true_state();
+                let label = labeller.chunk(&truth, cfg.horizon);
+                w.push_labelled(truth.time, &sim.render(), sim.robot_state(), hold, &label)?;
             }
             commands.push(hold);
             sim.step(hold);

@@ -143,11 +143,11 @@ fn record(a: &RecordArgs) -> anyhow::Result<ExitCode> {
             a.execute
         );
     }
-    std::fs::create_dir_all(&a.out)
-        .map_err(|e| anyhow::anyhow!("creating {}: {e}", a.out.display()))?;
     if let Some(policy) = &a.policy {
         return record_policy(a, policy);
     }
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| anyhow::anyhow!("creating {}: {e}", a.out.display()))?;
     let cfg = edgeflow_sim::PushConfig {
         episode_seconds: a.episode_seconds,
         ..Default::default()
@@ -200,6 +200,8 @@ fn record_policy(a: &RecordArgs, policy: &std::path::Path) -> anyhow::Result<Exi
             head.horizon
         );
     }
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| anyhow::anyhow!("creating {}: {e}", a.out.display()))?;
     let opts = super::rollout::RolloutOptions {
         seed: a.seed,
         episodes: a.episodes,
