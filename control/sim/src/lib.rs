@@ -56,5 +56,5 @@ pub use render::{table_to_pixel, Image, PUSHER_RGB, TABLE_RGB, WALL_RGB};
 pub use sim::PushSim;
 pub use task::{
     BlockColour, BlockState, EpisodeInfo, PushConfig, TrueState, Variant, Workspace, ZoneColour,
-    ZoneState, BLOCK_HALF, PUSHER_RADIUS, TABLE_HALF, WALL_THICKNESS, ZONE_HALF,
+    ZoneState, BLOCK_HALF, PRIVILEGED_DIM, PUSHER_RADIUS, TABLE_HALF, WALL_THICKNESS, ZONE_HALF,
 };

@@ -368,6 +368,21 @@ mod tests {
     use crate::rng::SplitMix64;
     use crate::Expert;
 
+    #[test]
+    fn privileged_state_is_the_robot_state_then_blocks_and_zones() {
+        let mut sim = PushSim::new(PushConfig::default()).unwrap();
+        sim.reset(5);
+        sim.step([0.05, -0.02]);
+        let (t, p) = (sim.true_state(), sim.true_state().privileged());
+        assert_eq!(p.len(), crate::PRIVILEGED_DIM);
+        assert_eq!(p[..4], sim.robot_state());
+        assert_eq!(p[4..6], t.blocks[0].pos);
+        assert_eq!(p[6], t.blocks[0].angle.cos());
+        assert_eq!(p[8..10], t.blocks[1].pos);
+        assert_eq!(p[12..14], t.zones[0].pos);
+        assert_eq!(p[14..16], t.zones[1].pos);
+    }
+
     /// Run `steps` control steps from `seed`: the expert for a while, then
     /// random targets; return the bit patterns of every state.
     fn trajectory(sim: &mut PushSim, seed: u64, steps: usize) -> Vec<Vec<u32>> {

@@ -393,7 +393,29 @@ impl TrueState {
     pub fn goal_distance(&self) -> f32 {
         dist(self.goal_block().pos, self.goal_zone().pos)
     }
+
+    /// The privileged observation, [`PRIVILEGED_DIM`] values: the robot
+    /// state (pusher x, y, vx, vy, as [`crate::PushSim::robot_state`]),
+    /// then each block (red, blue) as x, y, cos(angle), sin(angle), then
+    /// each zone (green, yellow) as x, y. What a policy would see with
+    /// perfect perception: training one on it tells a perception fault from
+    /// an imitation fault. A robot never reports it.
+    pub fn privileged(&self) -> Vec<f32> {
+        let mut s = Vec::with_capacity(PRIVILEGED_DIM);
+        s.extend(self.pusher_pos);
+        s.extend(self.pusher_vel);
+        for b in &self.blocks {
+            s.extend([b.pos[0], b.pos[1], b.angle.cos(), b.angle.sin()]);
+        }
+        for z in &self.zones {
+            s.extend(z.pos);
+        }
+        s
+    }
 }
+
+/// Length of [`TrueState::privileged`].
+pub const PRIVILEGED_DIM: usize = 16;
 
 /// Distance between two points.
 pub(crate) fn dist(a: [f32; 2], b: [f32; 2]) -> f32 {

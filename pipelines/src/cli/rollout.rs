@@ -234,11 +234,21 @@ pub(crate) fn rollout(
         opts.execute,
         cfg.horizon
     );
-    let vision = edgeflow_dinov2::VisionEncoder::new(
-        edgeflow_dinov2::load(&edgeflow_dinov2::default_weights()?, &dev)?,
-        edgeflow_vision::Preprocess::square(cfg.image_size),
-        dev.clone(),
-    );
+    // A privileged head reads the true state and no image.
+    let vision = match cfg.privileged {
+        true => {
+            eprintln!(
+                "{}: a privileged head, fed the simulator's true state (a diagnostic; it cannot run on a robot)",
+                checkpoint.display()
+            );
+            None
+        }
+        false => Some(edgeflow_dinov2::VisionEncoder::new(
+            edgeflow_dinov2::load(&edgeflow_dinov2::default_weights()?, &dev)?,
+            edgeflow_vision::Preprocess::square(cfg.image_size),
+            dev.clone(),
+        )),
+    };
     let text = edgeflow_minilm::Encoder::from_cache(&dev)?;
     let sim_cfg = PushConfig {
         episode_seconds: opts.episode_seconds,
@@ -302,14 +312,22 @@ pub(crate) fn rollout(
             Ok(())
         };
         while !sim.done() {
-            let img = sim.render();
-            let rgb = edgeflow_vision::RgbImage::from_raw(img.width, img.height, img.rgb)
-                .context("frame size")?;
-            let (tokens, _, _) = vision.tokens(&rgb)?;
-            let obs = Observation {
-                vision: tokens,
-                instruction: emb.clone(),
-                state: sim.robot_state().to_vec(),
+            let obs = match &vision {
+                Some(vision) => {
+                    let img = sim.render();
+                    let rgb = edgeflow_vision::RgbImage::from_raw(img.width, img.height, img.rgb)
+                        .context("frame size")?;
+                    Observation {
+                        vision: vision.tokens(&rgb)?.0,
+                        instruction: emb.clone(),
+                        state: sim.robot_state().to_vec(),
+                    }
+                }
+                None => Observation {
+                    vision: vec![0.0; cfg.vision_tokens() * cfg.vision_width()],
+                    instruction: emb.clone(),
+                    state: sim.true_state().privileged(),
+                },
             };
             let ad = cfg.action_dim;
             let trace = if opts.trace {
@@ -407,10 +425,15 @@ fn trace_line(
     sim_cfg: &PushConfig,
 ) -> anyhow::Result<String> {
     let cfg = policy.config();
-    let mut v = cfg.pool(&obs.vision)?;
-    policy.head().normalizer().vision(cfg, &mut v);
-    let t = edgeflow_runtime::Tensor::from_vec(v, &[1, cfg.vision_tokens(), cfg.vision_width()])?;
-    let kp = policy.head().keypoints(dev, &t)?;
+    let kp = if cfg.keypoints > 0 {
+        let mut v = cfg.pool(&obs.vision)?;
+        policy.head().normalizer().vision(cfg, &mut v);
+        let t =
+            edgeflow_runtime::Tensor::from_vec(v, &[1, cfg.vision_tokens(), cfg.vision_width()])?;
+        policy.head().keypoints(dev, &t)?
+    } else {
+        Vec::new()
+    };
     let ts = sim.true_state();
     let truth: Vec<[f32; 2]> = ts
         .blocks

@@ -96,6 +96,14 @@ pub(crate) struct PolicyArgs {
     /// (the "copycat" failure of behaviour cloning).
     #[arg(long, default_value_t = 2)]
     pub state_dim: usize,
+    /// Train a diagnostic head on the simulator's true state (robot, blocks,
+    /// zones: what perfect perception would give) instead of the camera:
+    /// if it cannot follow the expert either, the fault is in imitation,
+    /// not perception. The vision and state-size options are then ignored;
+    /// `edgeflow eval policy` feeds such a head the true state. It cannot
+    /// run on a robot.
+    #[arg(long)]
+    pub privileged: bool,
     /// Fraction of training samples with no frozen prefix (the rest train
     /// real-time chunking's inpainting of a frozen prefix).
     #[arg(long, default_value_t = 0.5)]
@@ -229,6 +237,7 @@ fn train_policy(
             "keypoint_targets": "blocks red, blue; zones green, yellow; v1",
             "labels": cfg.horizon,
             "include_failed": a.include_failed,
+            "privileged": cfg.privileged,
             "episodes": episodes
                 .iter()
                 .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string())
@@ -313,7 +322,7 @@ fn train_policy(
 
 /// The head's shape from the shape options.
 fn shape_config(a: &PolicyArgs) -> Config {
-    Config {
+    let c = Config {
         horizon: a.horizon,
         vision_grid: a.vision_grid,
         vision_stack: a.vision_stack,
@@ -323,6 +332,19 @@ fn shape_config(a: &PolicyArgs) -> Config {
         image_size: a.image_size,
         max_prefix: (a.horizon / 2).max(1).min(a.horizon.saturating_sub(1)),
         ..Config::default()
+    };
+    if !a.privileged {
+        return c;
+    }
+    // No image: the CLS slot and one zero vision token, unscaled.
+    Config {
+        privileged: true,
+        state_dim: edgeflow_sim::PRIVILEGED_DIM,
+        vision_grid: 1,
+        vision_stack: 1,
+        vision_norm: false,
+        keypoints: 0,
+        ..c
     }
 }
 
@@ -363,11 +385,15 @@ fn keypoint_targets(s: &edgeflow_sim::TrueState) -> Vec<f32> {
 
 fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::Result<Dataset> {
     let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu)?;
-    let vision = edgeflow_dinov2::VisionEncoder::new(
-        edgeflow_dinov2::load(&edgeflow_dinov2::default_weights()?, &dev)?,
-        edgeflow_vision::Preprocess::square(cfg.image_size),
-        dev.clone(),
-    );
+    // A privileged head sees no image: no vision encoder.
+    let vision = match cfg.privileged {
+        true => None,
+        false => Some(edgeflow_dinov2::VisionEncoder::new(
+            edgeflow_dinov2::load(&edgeflow_dinov2::default_weights()?, &dev)?,
+            edgeflow_vision::Preprocess::square(cfg.image_size),
+            dev.clone(),
+        )),
+    };
     let text = edgeflow_minilm::Encoder::from_cache(&dev)?;
     let mut instructions: HashMap<String, Vec<f32>> = HashMap::new();
     let mut ds = Dataset::default();
@@ -399,12 +425,26 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
         let truth = r
             .true_states(&sim_cfg)
             .with_context(|| format!("replaying {} for keypoint targets", p.display()))?;
-        let frame_targets = steps
-            .iter()
-            .map(|&i| keypoint_targets(&truth[i as usize]))
-            .collect();
+        let (frame_targets, states) = match vision {
+            // One all-zero frame; the state is the true state.
+            None => {
+                frames.push((0, vec![0.0; cfg.vision_tokens() * cfg.vision_width()]));
+                (
+                    Vec::new(),
+                    truth.iter().flat_map(|t| t.privileged()).collect(),
+                )
+            }
+            Some(_) => (
+                steps
+                    .iter()
+                    .map(|&i| keypoint_targets(&truth[i as usize]))
+                    .collect(),
+                r.states()?.concat(),
+            ),
+        };
         // Several frames per forward pass: larger products, faster per frame.
         for batch in steps.chunks(16) {
+            let Some(vision) = vision.as_ref() else { break };
             let imgs = batch
                 .iter()
                 .map(|&i| {
@@ -428,7 +468,7 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
             instruction,
             frames,
             frame_targets,
-            states: r.states()?.concat(),
+            states,
             actions: r.actions()?.concat(),
             labels: match r.labels()? {
                 None => Vec::new(),
@@ -506,6 +546,7 @@ mod tests {
             keypoint_weight: 10.0,
             no_text_norm: false,
             state_dim: 2,
+            privileged: false,
             unprefixed: 0.5,
             include_failed: true,
             features: vec![dir.path().join("features.safetensors")],
@@ -547,5 +588,35 @@ mod tests {
         train_policy(&b, |_| {}).expect("train without keypoints");
         let p = Policy::load(&b.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         assert!(!p.config().text_norm && p.config().keypoints == 0);
+        // A privileged head from the same recordings: the true state, no
+        // image (and no vision encoder), then driven in closed loop by the
+        // true state.
+        let c = PolicyArgs {
+            out: dir.path().join("privileged.safetensors"),
+            privileged: true,
+            features: Vec::new(),
+            ..b
+        };
+        train_policy(&c, |_| {}).expect("train privileged");
+        let p = Policy::load(&c.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
+        let pc = p.config();
+        assert!(pc.privileged && pc.keypoints == 0 && !pc.vision_norm);
+        assert_eq!(pc.state_dim, edgeflow_sim::PRIVILEGED_DIM);
+        let opts = super::super::rollout::RolloutOptions {
+            seed: 100_000,
+            episodes: 1,
+            execute: 8,
+            flow_steps: 2,
+            wrong_instruction: false,
+            mode: super::super::rollout::Mode::Sync,
+            delay: 0,
+            temperature: 1.0,
+            episode_seconds: 0.5,
+            trace: true,
+            record: None,
+        };
+        let r = super::super::rollout::rollout(&c.out, &opts, |_| {}).expect("rollout");
+        assert_eq!(r.outcomes.len(), 1);
+        assert!((r.outcomes[0].seconds - 0.5).abs() < 0.03);
     }
 }

@@ -88,6 +88,16 @@ pub struct Config {
     /// Hidden width of the keypoint scorer.
     #[serde(default = "keypoint_hidden")]
     pub keypoint_hidden: usize,
+    /// A diagnostic head that reads the simulator's true state (robot,
+    /// blocks and zones; `edgeflow_sim::TrueState::privileged`) as its
+    /// state instead of seeing the scene: its vision input is all zeros.
+    /// Training one on the same episodes as a vision head tells an
+    /// imitation fault (the head cannot follow the expert even knowing
+    /// where everything is) from a perception fault. It cannot run on a
+    /// robot. Needs `keypoints` 0. Checkpoints from before this field read
+    /// false.
+    #[serde(default)]
+    pub privileged: bool,
     /// Actions per chunk H.
     pub horizon: usize,
     /// Transformer width.
@@ -132,6 +142,7 @@ impl Default for Config {
             keypoints: 8,
             keypoint_relative_scale: 0.3,
             keypoint_hidden: 128,
+            privileged: false,
             horizon: 16,
             d_model: 128,
             n_layers: 4,
@@ -233,6 +244,13 @@ impl Config {
                 "state_dim",
                 self.state_dim.to_string(),
                 "at least action_dim (actions are taken relative to the state's first values)",
+            );
+        }
+        if self.privileged && self.keypoints > 0 {
+            return bad(
+                "keypoints",
+                self.keypoints.to_string(),
+                "0 in a privileged head (it reads the true state, not the image)",
             );
         }
         if self.action_dim == 0 || self.action_dim > 64 {
@@ -698,14 +716,22 @@ mod tests {
             ..c.clone()
         };
         assert!(bad.validate().is_err());
+        let seeing = Config {
+            privileged: true,
+            ..c.clone()
+        };
+        let e = seeing.validate().expect_err("privileged with keypoints");
+        assert!(e.to_string().contains("privileged"), "{e}");
         let m = c.metadata().expect("meta");
         let back: Config = serde_json::from_str(&m[CONFIG_KEY]).expect("json");
         assert_eq!(back, c);
         // A checkpoint written before `vision_stack` existed reads 1.
         let mut v: serde_json::Value = serde_json::from_str(&m[CONFIG_KEY]).expect("v");
         v.as_object_mut().expect("obj").remove("vision_stack");
+        v.as_object_mut().expect("obj").remove("privileged");
         let old: Config = serde_json::from_value(v).expect("old");
         assert_eq!(old.vision_stack, 1);
+        assert!(!old.privileged);
     }
 
     #[test]

@@ -73,6 +73,20 @@ impl StageFactory for ActionHeadKind {
                 .into());
         }
         let mut policy = Policy::load(&path, &dev, steps, rtc, seed)?;
+        if policy.config().privileged {
+            return Err(p
+                .error(
+                    "model",
+                    format!(
+                        "{} is a privileged diagnostic head: it reads the simulator's true state, \
+                         which no camera or robot gives; evaluate it with `edgeflow eval policy \
+                         --checkpoint {}` and train a vision head for pipelines",
+                        path.display(),
+                        path.display()
+                    ),
+                )
+                .into());
+        }
         policy.temperature = temperature as f32;
         let dt = Duration::from_secs_f64(1.0 / policy.config().control_hz);
         Ok(Box::new(ActionHeadStage {
