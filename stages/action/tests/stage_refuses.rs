@@ -1,0 +1,61 @@
+//! The `action_head` stage refuses a privileged diagnostic head: it reads
+//! the simulator's true state, which no robot reports.
+
+use edgeflow_action::config::{Config, Normalizer};
+use edgeflow_action::stage::ActionHeadKind;
+use edgeflow_action::train::TrainNet;
+use edgeflow_graph::{BuildEnv, DeviceOpener, Params, StageFactory};
+use edgeflow_runtime::DeviceSpec;
+
+fn build(path: &std::path::Path) -> Result<(), String> {
+    let mut values = std::collections::BTreeMap::new();
+    values.insert(
+        "model".to_string(),
+        serde_json::Value::String(path.display().to_string()),
+    );
+    let env = BuildEnv {
+        stage_id: "head".into(),
+        device: DeviceSpec::Cpu,
+        threads: 1,
+        base_dir: path.parent().expect("dir").to_path_buf(),
+        device_opener: Some(DeviceOpener::new(edgeflow_backends::open)),
+    };
+    ActionHeadKind
+        .build(&Params::new("head", values), &env)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_privileged_head_is_refused_with_what_to_do_and_a_vision_head_builds() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let small = Config {
+        feature_dim: 24,
+        vision_grid: 1,
+        horizon: 8,
+        d_model: 32,
+        n_layers: 1,
+        n_heads: 4,
+        mlp_dim: 48,
+        max_prefix: 4,
+        keypoints: 0,
+        ..Config::default()
+    };
+    let privileged = Config {
+        privileged: true,
+        state_dim: 16,
+        vision_norm: false,
+        ..small.clone()
+    };
+    for (name, cfg) in [("seeing", &small), ("privileged", &privileged)] {
+        let net = TrainNet::init(cfg, 0).expect("init");
+        net.save(
+            &Normalizer::identity(cfg),
+            &dir.path().join(format!("{name}.safetensors")),
+        )
+        .expect("save");
+    }
+    build(&dir.path().join("seeing.safetensors")).expect("a vision head builds");
+    let e = build(&dir.path().join("privileged.safetensors")).expect_err("refused");
+    assert!(e.contains("privileged") && e.contains("eval policy"), "{e}");
+}
