@@ -131,9 +131,28 @@ pub(crate) struct PolicyArgs {
     pub init: Option<PathBuf>,
 }
 
+/// Keep freed memory in the process while training. Every training step
+/// allocates and frees the same few-megabyte tensors; glibc by default
+/// serves blocks that size with fresh mmaps and trims the heap top back to
+/// the kernel, so each step page-faults its memory in again (and, on
+/// several cores, flushes other cores' TLBs). A fixed 32 MB mmap threshold
+/// and a 1 GB trim threshold let the heap reuse them: 100 steps of a
+/// privileged head at batch 64 took 15 s instead of 35 s on a 2-core AMD
+/// EPYC (Zen 4). The cost is up to 1 GB of freed memory kept until exit.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets glibc allocator tunables, under glibc's own
+    // lock; it takes no pointers and is valid at any time.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
 /// Run a trainer.
 pub(super) fn run(c: TrainCommand) -> anyhow::Result<ExitCode> {
     let TrainCommand::Policy(a) = c;
+    keep_freed_memory();
     let s = train_policy(&a, |p| {
         let kp = p.keypoint_rmse.map_or(String::new(), |e| {
             format!(
