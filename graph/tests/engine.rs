@@ -915,3 +915,59 @@ edges:
     let m = within(20, move || p.run(None).unwrap());
     assert_eq!(m.stages[3].processed, 3);
 }
+
+/// A source whose send is refused because its epoch was just cancelled
+/// (a cancel racing a host's push) keeps running: the next epoch's
+/// messages still flow, and the source ends only when it says so.
+#[test]
+fn a_source_refused_by_a_cancel_goes_on_to_the_next_epoch() {
+    struct CancelThenEmit {
+        first: Option<edgeflow_graph::Epoch>,
+    }
+    impl Stage for CancelThenEmit {
+        fn poll(&mut self, ctx: &mut StageCtx) -> StageResult<Poll> {
+            match self.first {
+                None => {
+                    let e = ctx.epoch();
+                    self.first = Some(e);
+                    ctx.cancel_epoch(e);
+                    // Refused: `Err(Cancelled)` leaves poll.
+                    ctx.emit(0, Payload::text("cancelled"))?;
+                    Ok(Poll::Continue)
+                }
+                Some(e) if ctx.current_epoch() > e => {
+                    ctx.emit(0, Payload::text("after"))?;
+                    Ok(Poll::Done)
+                }
+                Some(_) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    Ok(Poll::Idle)
+                }
+            }
+        }
+    }
+    let mut r = Registry::builtin();
+    kind(&mut r, "cancel_then_emit", &[], &["out"], |_| {
+        Box::new(CancelThenEmit { first: None })
+    });
+    let yaml = r#"
+stages:
+  - { id: src, kind: cancel_then_emit }
+  - { id: out, kind: host_out }
+edges:
+  - { from: src.out, to: out.in }
+"#;
+    let running = edgeflow_graph::Pipeline::from_yaml(yaml, &r)
+        .unwrap()
+        .start()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let e2 = running.new_epoch();
+    let m = running
+        .pull("out", Duration::from_secs(10))
+        .unwrap()
+        .expect("the source outlived the refused send");
+    assert_eq!(m.payload.as_text(), Some("after"));
+    assert_eq!(m.epoch, e2);
+    running.stop();
+}

@@ -64,7 +64,10 @@ pub(super) fn run_actor(actor: Actor, inbox: Arc<Inbox>, shared: Arc<Shared>, so
             ctx.deadline = None;
             ctx.epoch = shared.current_epoch();
             let t0 = Instant::now();
-            let mut res = Poll::Done;
+            // A poll whose emit was refused because its epoch was cancelled
+            // returns `Cancelled` (which `call` counts as fine): nothing
+            // went out, and the source goes on (Idle), not to its end.
+            let mut res = Poll::Idle;
             ok = call(&id, &mut || {
                 res = stage.poll(&mut ctx)?;
                 Ok(())
