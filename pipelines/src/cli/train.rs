@@ -136,9 +136,10 @@ pub(crate) struct PolicyArgs {
 /// serves blocks that size with fresh mmaps and trims the heap top back to
 /// the kernel, so each step page-faults its memory in again (and, on
 /// several cores, flushes other cores' TLBs). A fixed 32 MB mmap threshold
-/// and a 1 GB trim threshold let the heap reuse them: 100 steps of a
-/// privileged head at batch 64 took 15 s instead of 35 s on a 2-core AMD
-/// EPYC (Zen 4). The cost is up to 1 GB of freed memory kept until exit.
+/// and a 1 GB trim threshold let the heap reuse them: 200 steps of a
+/// privileged head at batch 64 took 23-25 s instead of 50-54 s (runs
+/// interleaved with a build without this call) on a 2-core AMD EPYC
+/// (Zen 4). The cost is up to 1 GB of freed memory kept until exit.
 fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets glibc allocator tunables, under glibc's own
@@ -461,26 +462,28 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
                 r.states()?.concat(),
             ),
         };
-        // Several frames per forward pass: larger products, faster per frame.
-        for batch in steps.chunks(16) {
-            let Some(vision) = vision.as_ref() else { break };
-            let imgs = batch
-                .iter()
-                .map(|&i| {
-                    let img = r.frame(i)?;
-                    edgeflow_vision::RgbImage::from_raw(img.width, img.height, img.rgb)
-                        .context("frame size")
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            let (tokens, gh, gw) = vision.tokens_batch(&imgs)?;
-            if gh != gw {
-                bail!(
-                    "{}: a {gh}x{gw} patch grid; the head takes square grids",
-                    p.display()
-                );
-            }
-            for (&i, t) in batch.iter().zip(&tokens) {
-                frames.push((i as usize, cfg.pool(t)?));
+        // Several frames per forward pass: larger products, faster per
+        // frame (a privileged head has none).
+        if let Some(vision) = &vision {
+            for batch in steps.chunks(16) {
+                let imgs = batch
+                    .iter()
+                    .map(|&i| {
+                        let img = r.frame(i)?;
+                        edgeflow_vision::RgbImage::from_raw(img.width, img.height, img.rgb)
+                            .context("frame size")
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let (tokens, gh, gw) = vision.tokens_batch(&imgs)?;
+                if gh != gw {
+                    bail!(
+                        "{}: a {gh}x{gw} patch grid; the head takes square grids",
+                        p.display()
+                    );
+                }
+                for (&i, t) in batch.iter().zip(&tokens) {
+                    frames.push((i as usize, cfg.pool(t)?));
+                }
             }
         }
         ds.episodes.push(EpisodeFeatures {
