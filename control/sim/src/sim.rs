@@ -369,18 +369,20 @@ mod tests {
     use crate::Expert;
 
     #[test]
-    fn privileged_state_is_the_robot_state_then_blocks_and_zones() {
+    fn privileged_state_is_the_position_then_blocks_zones_and_velocity() {
         let mut sim = PushSim::new(PushConfig::default()).unwrap();
         sim.reset(5);
         sim.step([0.05, -0.02]);
         let (t, p) = (sim.true_state(), sim.true_state().privileged());
         assert_eq!(p.len(), crate::PRIVILEGED_DIM);
-        assert_eq!(p[..4], sim.robot_state());
-        assert_eq!(p[4..6], t.blocks[0].pos);
-        assert_eq!(p[6], t.blocks[0].angle.cos());
-        assert_eq!(p[8..10], t.blocks[1].pos);
-        assert_eq!(p[12..14], t.zones[0].pos);
-        assert_eq!(p[14..16], t.zones[1].pos);
+        let r = sim.robot_state();
+        assert_eq!(p[..2], r[..2]);
+        assert_eq!(p[2..4], t.blocks[0].pos);
+        assert_eq!(p[4], t.blocks[0].angle.cos());
+        assert_eq!(p[6..8], t.blocks[1].pos);
+        assert_eq!(p[10..12], t.zones[0].pos);
+        assert_eq!(p[12..14], t.zones[1].pos);
+        assert_eq!(p[14..16], r[2..4]);
     }
 
     /// Run `steps` control steps from `seed`: the expert for a while, then

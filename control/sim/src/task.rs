@@ -394,22 +394,24 @@ impl TrueState {
         dist(self.goal_block().pos, self.goal_zone().pos)
     }
 
-    /// The privileged observation, [`PRIVILEGED_DIM`] values: the robot
-    /// state (pusher x, y, vx, vy, as [`crate::PushSim::robot_state`]),
-    /// then each block (red, blue) as x, y, cos(angle), sin(angle), then
-    /// each zone (green, yellow) as x, y. What a policy would see with
-    /// perfect perception: training one on it tells a perception fault from
-    /// an imitation fault. A robot never reports it.
+    /// The privileged observation, [`PRIVILEGED_DIM`] values: the pusher's
+    /// position (x, y), each block (red, blue) as x, y, cos(angle),
+    /// sin(angle), each zone (green, yellow) as x, y, and last the pusher's
+    /// velocity (vx, vy), so a head that reads the first
+    /// `PRIVILEGED_DIM - 2` values sees the scene without the velocity.
+    /// What a policy would see with perfect perception: training one on it
+    /// tells a perception fault from an imitation fault. A robot never
+    /// reports it.
     pub fn privileged(&self) -> Vec<f32> {
         let mut s = Vec::with_capacity(PRIVILEGED_DIM);
         s.extend(self.pusher_pos);
-        s.extend(self.pusher_vel);
         for b in &self.blocks {
             s.extend([b.pos[0], b.pos[1], b.angle.cos(), b.angle.sin()]);
         }
         for z in &self.zones {
             s.extend(z.pos);
         }
+        s.extend(self.pusher_vel);
         s
     }
 }

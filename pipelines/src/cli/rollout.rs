@@ -413,10 +413,11 @@ pub(crate) fn rollout(
     })
 }
 
-/// One chunk's diagnostics: the step, the pusher, the head's first four
-/// keypoints (metres) beside the true red and blue blocks and green and
-/// yellow zones they are trained to find, and what the scripted expert
-/// would plan from the same state (its first and last target).
+/// One chunk's diagnostics: the step, the pusher, the named block and zone,
+/// the head's first four keypoints (metres) beside the true red and blue
+/// blocks and green and yellow zones they are trained to find (heads with
+/// keypoints), and what the scripted expert would plan from the same state
+/// (its first and last target).
 fn trace_line(
     policy: &Policy,
     dev: &edgeflow_runtime::Device,
@@ -441,10 +442,14 @@ fn trace_line(
         .map(|b| b.pos)
         .chain(ts.zones.iter().map(|z| z.pos))
         .collect();
+    let (b, z) = (ts.goal_block().pos, ts.goal_zone().pos);
     let mut line = format!(
-        "step {:>4} pusher [{:.3},{:.3}] keypoint/true",
-        ts.step, obs.state[0], obs.state[1]
+        "step {:>4} pusher [{:.3},{:.3}] block [{:.3},{:.3}] zone [{:.3},{:.3}]",
+        ts.step, obs.state[0], obs.state[1], b[0], b[1], z[0], z[1]
     );
+    if !kp.is_empty() {
+        line += " keypoint/true";
+    }
     let h = edgeflow_sim::TABLE_HALF;
     for (i, p) in truth.iter().enumerate().take(kp.len() / 2) {
         line += &format!(

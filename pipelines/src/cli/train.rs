@@ -99,9 +99,10 @@ pub(crate) struct PolicyArgs {
     /// Train a diagnostic head on the simulator's true state (robot, blocks,
     /// zones: what perfect perception would give) instead of the camera:
     /// if it cannot follow the expert either, the fault is in imitation,
-    /// not perception. The vision and state-size options are then ignored;
-    /// `edgeflow eval policy` feeds such a head the true state. It cannot
-    /// run on a robot.
+    /// not perception. The vision options are then ignored; `--state-dim 2`
+    /// (the default) leaves the pusher's velocity out of the true state as
+    /// it does out of the robot state, 4 keeps it. `edgeflow eval policy`
+    /// feeds such a head the true state. It cannot run on a robot.
     #[arg(long)]
     pub privileged: bool,
     /// Fraction of training samples with no frozen prefix (the rest train
@@ -219,6 +220,12 @@ fn train_policy(
     a: &PolicyArgs,
     progress: impl FnMut(&edgeflow_action::train::Progress),
 ) -> anyhow::Result<Summary> {
+    if !matches!(a.state_dim, 2 | 4) {
+        bail!(
+            "--state-dim {}: the robot state is x, y, vx, vy; give 2 (position) or 4 (with velocity)",
+            a.state_dim
+        );
+    }
     let cfg = match &a.init {
         Some(p) => {
             let c =
@@ -257,7 +264,10 @@ fn train_policy(
             "keypoint_targets": "blocks red, blue; zones green, yellow; v1",
             "labels": cfg.horizon,
             "include_failed": a.include_failed,
-            "privileged": cfg.privileged,
+            // The true state's layout, when the cache holds it.
+            "privileged": cfg
+                .privileged
+                .then_some("pusher x, y; blocks; zones; pusher vx, vy; v2"),
             "episodes": episodes
                 .iter()
                 .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string())
@@ -359,7 +369,9 @@ fn shape_config(a: &PolicyArgs) -> Config {
     // No image: the CLS slot and one zero vision token, unscaled.
     Config {
         privileged: true,
-        state_dim: edgeflow_sim::PRIVILEGED_DIM,
+        // The velocity comes last in the true state: reading all but its
+        // two values leaves it out.
+        state_dim: edgeflow_sim::PRIVILEGED_DIM - (4 - a.state_dim),
         vision_grid: 1,
         vision_stack: 1,
         vision_norm: false,
@@ -623,7 +635,8 @@ mod tests {
         let p = Policy::load(&c.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         let pc = p.config();
         assert!(pc.privileged && pc.keypoints == 0 && !pc.vision_norm);
-        assert_eq!(pc.state_dim, edgeflow_sim::PRIVILEGED_DIM);
+        // --state-dim 2: the true state without the pusher's velocity.
+        assert_eq!(pc.state_dim, edgeflow_sim::PRIVILEGED_DIM - 2);
         let opts = super::super::rollout::RolloutOptions {
             seed: 100_000,
             episodes: 1,
