@@ -5,7 +5,7 @@
 //! `edgeflow_action::train`.
 
 use anyhow::{bail, Context};
-use edgeflow_action::config::Config;
+use edgeflow_action::config::{Config, Prediction};
 use edgeflow_action::train::{plot::plot_loss, train, Dataset, EpisodeFeatures, TrainOptions};
 use edgeflow_sim::record::EpisodeReader;
 use std::collections::HashMap;
@@ -89,6 +89,12 @@ pub(crate) struct PolicyArgs {
     /// channel (how checkpoints were trained before `text_norm`).
     #[arg(long)]
     pub no_text_norm: bool,
+    /// What the network predicts: `velocity` (the flow velocity, pi0's
+    /// choice) or `sample` (the clean chunk; the sampler's velocity is
+    /// derived from it, and the loss is the chunk's own error, which suits
+    /// a deterministic expert).
+    #[arg(long, default_value = "velocity", value_parser = parse_prediction)]
+    pub prediction: Prediction,
     /// Robot state values the head reads: 2 = the pusher's position only, 4 =
     /// position and velocity. With the velocity in its input the head learns
     /// to continue the pusher's current motion (the recorded actions follow
@@ -350,6 +356,14 @@ fn train_policy(
     })
 }
 
+fn parse_prediction(s: &str) -> Result<Prediction, String> {
+    match s {
+        "velocity" => Ok(Prediction::Velocity),
+        "sample" => Ok(Prediction::Sample),
+        _ => Err(format!("`{s}`: give `velocity` or `sample`")),
+    }
+}
+
 /// The head's shape from the shape options.
 fn shape_config(a: &PolicyArgs) -> Config {
     let c = Config {
@@ -358,6 +372,7 @@ fn shape_config(a: &PolicyArgs) -> Config {
         vision_stack: a.vision_stack,
         keypoints: a.keypoints,
         text_norm: !a.no_text_norm,
+        prediction: a.prediction,
         state_dim: a.state_dim,
         image_size: a.image_size,
         max_prefix: (a.horizon / 2).max(1).min(a.horizon.saturating_sub(1)),
@@ -579,6 +594,7 @@ mod tests {
             keypoints: 4,
             keypoint_weight: 10.0,
             no_text_norm: false,
+            prediction: Prediction::Velocity,
             state_dim: 2,
             privileged: false,
             unprefixed: 0.5,

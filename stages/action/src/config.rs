@@ -98,6 +98,11 @@ pub struct Config {
     /// false.
     #[serde(default)]
     pub privileged: bool,
+    /// What the network's output is: the flow velocity (pi0's choice) or
+    /// the clean chunk itself, from which the sampler's velocity follows.
+    /// Checkpoints from before this field read `velocity`.
+    #[serde(default)]
+    pub prediction: Prediction,
     /// Actions per chunk H.
     pub horizon: usize,
     /// Transformer width.
@@ -119,6 +124,38 @@ pub struct Config {
     /// training features were cached: the pipeline's `vision_encoder`
     /// must use the same `image_size` (and `resize: stretch`).
     pub image_size: u32,
+}
+
+/// What the action head's network predicts for each action token; either
+/// way [`crate::model::ActionHead::velocity`] hands the ODE sampler a
+/// velocity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Prediction {
+    /// The flow velocity `x1 - x0` (trained on it directly, as pi0).
+    #[default]
+    Velocity,
+    /// The clean chunk `x1`; the velocity at flow time `t` is
+    /// `(x1_hat - x_t) / (1 - t)`, and the loss is on `x1_hat`. The loss is
+    /// then the chunk's own error at every flow time, not an error that
+    /// grows as `1 / (1 - t)` near the data: a regression-quality fit where
+    /// the demonstrations are (nearly) deterministic, as a scripted
+    /// expert's are.
+    Sample,
+}
+
+impl Prediction {
+    /// The velocity weight of a token at flow time `t` under sample
+    /// prediction: `1 / (1 - t)`, capped so that `t` near 1 stays finite
+    /// (the Euler sampler never evaluates `t = 1`; a frozen prefix token,
+    /// `t = 1`, gets 0).
+    pub fn sample_weight(t: f32) -> f32 {
+        if t >= 1.0 {
+            0.0
+        } else {
+            1.0 / (1.0 - t).max(1e-3)
+        }
+    }
 }
 
 fn one() -> usize {
@@ -143,6 +180,7 @@ impl Default for Config {
             keypoint_relative_scale: 0.3,
             keypoint_hidden: 128,
             privileged: false,
+            prediction: Prediction::Velocity,
             horizon: 16,
             d_model: 128,
             n_layers: 4,
@@ -729,9 +767,18 @@ mod tests {
         let mut v: serde_json::Value = serde_json::from_str(&m[CONFIG_KEY]).expect("v");
         v.as_object_mut().expect("obj").remove("vision_stack");
         v.as_object_mut().expect("obj").remove("privileged");
+        v.as_object_mut().expect("obj").remove("prediction");
         let old: Config = serde_json::from_value(v).expect("old");
         assert_eq!(old.vision_stack, 1);
         assert!(!old.privileged);
+        assert_eq!(old.prediction, Prediction::Velocity);
+        // The prediction is written in lower case.
+        let sample = Config {
+            prediction: Prediction::Sample,
+            ..c.clone()
+        };
+        let m = sample.metadata().expect("meta");
+        assert!(m[CONFIG_KEY].contains(r#""prediction":"sample""#));
     }
 
     #[test]

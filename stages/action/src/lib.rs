@@ -23,7 +23,7 @@ pub mod rng;
 pub mod stage;
 pub mod train;
 
-pub use config::{Config, Normalizer};
+pub use config::{Config, Normalizer, Prediction};
 pub use error::{Error, Result};
 pub use model::ActionHead;
 pub use policy::{Chunk, Observation, Policy, RtcMode};

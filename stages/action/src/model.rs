@@ -14,10 +14,11 @@
 //!
 //! Blocks `blocks.{i}`: `z += attn(ln1(z))` (every token sees every
 //! token), `z += fc2(silu(fc1(ln2(z))))`; then `ln_f` and `action_out` on
-//! the action tokens give the velocity `[b, H, action_dim]`.
+//! the action tokens give the output `[b, H, action_dim]`: the velocity, or
+//! the clean chunk ([`crate::config::Prediction`]).
 //! The checkpoint also holds the [`Normalizer`] as `norm.*`.
 
-use crate::config::{spatial_softmax, Config, Normalizer};
+use crate::config::{spatial_softmax, Config, Normalizer, Prediction};
 use crate::{Error, Result};
 use edgeflow_nn::{Attention, LayerNorm, Linear, Masking, Projections, VarBuilder};
 use edgeflow_runtime::{Device, Tensor};
@@ -323,11 +324,56 @@ impl ActionHead {
         ))
     }
 
-    /// The velocity `[b, H, action_dim]` of noisy normalised actions
-    /// `x[b, H, action_dim]` whose per-token flow times are embedded in
-    /// `temb[b, H, d_model]` ([`crate::config::time_embeddings`]), given
-    /// [`Self::condition`]'s tokens.
+    /// The flow velocity `[b, H, action_dim]` of noisy normalised actions
+    /// `x[b, H, action_dim]` at per-token flow times `times[b * H]` (a
+    /// frozen prefix token, `t = 1`, gets 0), given [`Self::condition`]'s
+    /// tokens: [`Self::forward`]'s output, or derived from its clean chunk
+    /// ([`Prediction::Sample`]).
     pub fn velocity(
+        &self,
+        dev: &Device,
+        cond: &Tensor,
+        x: &Tensor,
+        times: &[f32],
+    ) -> Result<Tensor> {
+        let (d, ad) = (self.cfg.d_model, self.cfg.action_dim);
+        let dims = x.dims().to_vec();
+        if dims.len() != 3 || dims[0] * dims[1] != times.len() {
+            return Err(Error::BadInput(format!(
+                "{} flow times for noisy actions of dims {dims:?}",
+                times.len()
+            )));
+        }
+        let temb = dev.place(&Tensor::from_vec(
+            crate::config::time_embeddings(times, d),
+            &[dims[0], dims[1], d],
+        )?)?;
+        let out = self.forward(dev, cond, x, &temb)?;
+        let w: Vec<f32> = match self.cfg.prediction {
+            Prediction::Velocity => times
+                .iter()
+                .flat_map(|&t| std::iter::repeat_n(if t >= 1.0 { 0.0 } else { 1.0 }, ad))
+                .collect(),
+            Prediction::Sample => {
+                let w: Vec<f32> = times
+                    .iter()
+                    .flat_map(|&t| std::iter::repeat_n(Prediction::sample_weight(t), ad))
+                    .collect();
+                let w = dev.place(&Tensor::from_vec(w, &dims)?)?;
+                return Ok(dev.mul(&dev.sub(&out, x)?, &w)?);
+            }
+        };
+        let w = dev.place(&Tensor::from_vec(w, &dims)?)?;
+        Ok(dev.mul(&out, &w)?)
+    }
+
+    /// The network's output `[b, H, action_dim]` for noisy normalised
+    /// actions `x[b, H, action_dim]` whose per-token flow times are
+    /// embedded in `temb[b, H, d_model]`
+    /// ([`crate::config::time_embeddings`]), given [`Self::condition`]'s
+    /// tokens: the velocity or the clean chunk, as the config's
+    /// `prediction` says.
+    pub fn forward(
         &self,
         dev: &Device,
         cond: &Tensor,

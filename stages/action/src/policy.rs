@@ -11,7 +11,7 @@
 //! ops do not give and which would double or triple each step's cost on a
 //! 2-core machine), and the frozen actions are exact, not softly guided.
 
-use crate::config::{time_embeddings, Config, Normalizer};
+use crate::config::{Config, Normalizer};
 use crate::model::ActionHead;
 use crate::rng::Rng;
 use crate::{Error, Result};
@@ -214,19 +214,13 @@ impl Policy {
             .collect();
         let fixed = norm.actions(&obs.state, &prefix[..frozen * ad]);
         x0[..frozen * ad].copy_from_slice(&fixed);
-        let mask: Vec<f32> = (0..h)
-            .flat_map(|j| std::iter::repeat_n(if j < frozen { 0.0 } else { 1.0 }, ad))
-            .collect();
-        let mask = place(mask, &[1, h, ad])?;
         let head = &self.head;
         let x = self.sampler.sample::<Error, _, _>(
             dev,
             &place(x0, &[1, h, ad])?,
             |x, t| {
                 let times: Vec<f32> = (0..h).map(|j| if j < frozen { 1.0 } else { t }).collect();
-                let temb = place(time_embeddings(&times, cfg.d_model), &[1, h, cfg.d_model])?;
-                let v = head.velocity(dev, &cond, x, &temb)?;
-                Ok(dev.mul(&v, &mask)?)
+                head.velocity(dev, &cond, x, &times)
             },
             cancelled,
         )?;

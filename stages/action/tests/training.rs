@@ -8,7 +8,7 @@
 //! instruction is the variant as a one-hot vector, so this checks the
 //! learning machinery on real states and actions, not the policy.
 
-use edgeflow_action::config::Config;
+use edgeflow_action::config::{Config, Prediction};
 use edgeflow_action::policy::{Observation, Policy, RtcMode};
 use edgeflow_action::train::{plot::plot_loss, train, Dataset, EpisodeFeatures, TrainOptions};
 use edgeflow_sim::record::{EpisodeReader, EpisodeWriter};
@@ -201,6 +201,65 @@ fn a_short_training_on_recorded_expert_episodes_lowers_the_loss() {
     .expect_err("other shape")
     .to_string();
     assert!(e.contains("another head config"), "{e}");
+}
+
+/// A head that predicts the clean chunk: its loss is the chunk's own
+/// squared error (normalised units), which starts near the actions'
+/// variance (about 1) and must fall well below it; the checkpoint samples
+/// chunks on the table through the derived velocity.
+#[test]
+fn a_sample_predicting_head_learns_the_chunk_itself() {
+    let dir = tempfile::tempdir().expect("tmp");
+    record(dir.path(), 0..4);
+    let cfg = Config {
+        prediction: Prediction::Sample,
+        ..small()
+    };
+    let ds = dataset(dir.path(), &cfg);
+    let opts = TrainOptions {
+        config: cfg.clone(),
+        steps: 300,
+        batch: 32,
+        lr: 2e-3,
+        warmup: 10,
+        seed: 7,
+        log_every: 50,
+        ..TrainOptions::default()
+    };
+    let t = train(&ds, &opts, |_| {}).expect("train");
+    let (first, last) = t.loss_drop(20);
+    eprintln!("sample prediction: loss {first:.4} -> {last:.4}");
+    assert!(
+        first > 0.5,
+        "the first loss {first} is not the chunk's variance"
+    );
+    assert!(last < 0.5 * first, "loss {first} -> {last}: did not fall");
+    let ckpt = dir.path().join("sample.safetensors");
+    t.save(&ckpt).expect("save");
+    assert_eq!(
+        Config::from_checkpoint(&ckpt).expect("cfg").prediction,
+        Prediction::Sample
+    );
+    let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu).expect("cpu");
+    let mut p = Policy::load(&ckpt, &dev, 10, RtcMode::Prefix, 0).expect("load");
+    let ep = &ds.episodes[0];
+    let c = p
+        .chunk(
+            &Observation {
+                vision: ep.frames[0].1.clone(),
+                instruction: ep.instruction.clone(),
+                state: ep.states[..4].to_vec(),
+            },
+            &[],
+            0,
+            || false,
+        )
+        .expect("chunk");
+    assert!(
+        c.actions.iter().all(|v| v.is_finite() && v.abs() < 0.5),
+        "{:?}",
+        c.actions
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! same function on the same weights; sampling freezes the RTC prefix and
 //! stops on cancel.
 
-use edgeflow_action::config::{time_embeddings, Config, Normalizer};
+use edgeflow_action::config::{time_embeddings, Config, Normalizer, Prediction};
 use edgeflow_action::model::ActionHead;
 use edgeflow_action::policy::{Observation, Policy, RtcMode};
 use edgeflow_action::rng::Rng;
@@ -71,6 +71,10 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
         keypoints: 0,
         ..small()
     });
+    twins_agree(Config {
+        prediction: Prediction::Sample,
+        ..small()
+    });
 }
 
 fn twins_agree(cfg: Config) {
@@ -110,7 +114,7 @@ fn twins_agree(cfg: Config) {
         )
         .expect("cond");
     let got = head
-        .velocity(
+        .forward(
             &dev,
             &cond,
             &rt(&x, &[b, h, ad]),
@@ -119,6 +123,26 @@ fn twins_agree(cfg: Config) {
         .expect("v")
         .to_vec_f32()
         .expect("host");
+    // The sampler's velocity from that output: the output itself, or
+    // (x1_hat - x) / (1 - t) from a predicted clean chunk; 0 on frozen
+    // tokens either way.
+    let vel = head
+        .velocity(&dev, &cond, &rt(&x, &[b, h, ad]), &times)
+        .expect("velocity")
+        .to_vec_f32()
+        .expect("host");
+    for (i, v) in vel.iter().enumerate() {
+        let t = times[i / ad];
+        let want = match (t >= 1.0, cfg.prediction) {
+            (true, _) => 0.0,
+            (false, Prediction::Velocity) => got[i],
+            (false, Prediction::Sample) => (got[i] - x[i]) / (1.0 - t).max(1e-3),
+        };
+        assert!(
+            (v - want).abs() <= 1e-5 * want.abs().max(1.0),
+            "velocity {i} at t {t}: {v} vs {want}"
+        );
+    }
 
     let ct = |v: &[f32], d: &[usize]| net.tensor(v.to_vec(), d).expect("ct");
     let c2 = net
@@ -130,7 +154,7 @@ fn twins_agree(cfg: Config) {
         )
         .expect("cond");
     let want: Vec<f32> = net
-        .velocity(&c2, &ct(&x, &[b, h, ad]), &ct(&temb, &[b, h, cfg.d_model]))
+        .forward(&c2, &ct(&x, &[b, h, ad]), &ct(&temb, &[b, h, cfg.d_model]))
         .expect("v")
         .flatten_all()
         .expect("flat")

@@ -10,7 +10,7 @@ pub mod plot;
 pub use data::{Dataset, EpisodeFeatures};
 pub use net::{write_checkpoint, TrainNet};
 
-use crate::config::{time_embeddings, Config, Normalizer};
+use crate::config::{time_embeddings, Config, Normalizer, Prediction};
 use crate::rng::Rng;
 use crate::{Error, Result};
 use candle_nn::Optimizer;
@@ -235,7 +235,10 @@ fn draw_batch(
                 } else {
                     b.x.push(t * av + (1.0 - t) * n);
                 }
-                b.target.push(av - n);
+                b.target.push(match cfg.prediction {
+                    Prediction::Velocity => av - n,
+                    Prediction::Sample => av,
+                });
             }
         }
     }
@@ -265,7 +268,8 @@ fn batch_loss(
     let mask = net.tensor(b.mask, &[batch, h, 1])?;
     let origin = net.tensor(b.origin, &[batch, 1, 2])?;
     let (cond, kp) = net.condition_and_keypoints(&vision, &text, &state, &origin)?;
-    let v = net.velocity(&cond, &x, &temb)?;
+    // The velocity, or the clean chunk: either way the target's kind.
+    let v = net.forward(&cond, &x, &temb)?;
     let err = (v - target)?.broadcast_mul(&mask)?;
     let flow = (err.sqr()?.sum_all()? / (kept.max(1.0) as f64 * ad as f64))?;
     let supervised = b.keypoint_target.len() / batch.max(1) / 2;

@@ -228,8 +228,8 @@ impl TrainNet {
             .reshape((b, k, 2))?)
     }
 
-    /// [`crate::model::ActionHead::velocity`].
-    pub fn velocity(&self, cond: &Tensor, x: &Tensor, temb: &Tensor) -> Result<Tensor> {
+    /// [`crate::model::ActionHead::forward`].
+    pub fn forward(&self, cond: &Tensor, x: &Tensor, temb: &Tensor) -> Result<Tensor> {
         let (tc, h) = (self.cfg.cond_tokens(), self.cfg.horizon);
         let a = self.linear("action_in", x)?;
         let at = Tensor::cat(&[&a, temb], 2)?;
