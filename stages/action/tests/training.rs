@@ -92,6 +92,38 @@ fn dataset(dir: &Path, cfg: &Config) -> Dataset {
     ds
 }
 
+/// A short run's options: batch 32, lr 2e-3 after 10 warm-up steps, seed 7.
+fn short(cfg: &Config, steps: usize) -> TrainOptions {
+    TrainOptions {
+        config: cfg.clone(),
+        steps,
+        batch: 32,
+        lr: 2e-3,
+        warmup: 10,
+        seed: 7,
+        log_every: 50,
+        ..TrainOptions::default()
+    }
+}
+
+/// The chunk a checkpoint samples from the first episode's first step.
+fn first_chunk(ckpt: &Path, ds: &Dataset) -> edgeflow_action::Chunk {
+    let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu).expect("cpu");
+    let mut p = Policy::load(ckpt, &dev, 10, RtcMode::Prefix, 0).expect("load");
+    let ep = &ds.episodes[0];
+    p.chunk(
+        &Observation {
+            vision: ep.frames[0].1.clone(),
+            instruction: ep.instruction.clone(),
+            state: ep.states[..4].to_vec(),
+        },
+        &[],
+        0,
+        || false,
+    )
+    .expect("chunk")
+}
+
 #[test]
 fn a_short_training_on_recorded_expert_episodes_lowers_the_loss() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -99,16 +131,7 @@ fn a_short_training_on_recorded_expert_episodes_lowers_the_loss() {
     let cfg = small();
     let ds = dataset(dir.path(), &cfg);
     assert_eq!(ds.episodes.len(), 4);
-    let opts = TrainOptions {
-        config: cfg.clone(),
-        steps: 150,
-        batch: 32,
-        lr: 2e-3,
-        warmup: 10,
-        seed: 7,
-        log_every: 50,
-        ..TrainOptions::default()
-    };
+    let opts = short(&cfg, 150);
     let mut lines = 0;
     let t = train(&ds, &opts, |p| {
         lines += 1;
@@ -148,21 +171,7 @@ fn a_short_training_on_recorded_expert_episodes_lowers_the_loss() {
 
     let ckpt = dir.path().join("policy.safetensors");
     t.save(&ckpt).expect("save");
-    let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu).expect("cpu");
-    let mut p = Policy::load(&ckpt, &dev, 10, RtcMode::Prefix, 0).expect("load");
-    let ep = &ds.episodes[0];
-    let c = p
-        .chunk(
-            &Observation {
-                vision: ep.frames[0].1.clone(),
-                instruction: ep.instruction.clone(),
-                state: ep.states[..4].to_vec(),
-            },
-            &[],
-            0,
-            || false,
-        )
-        .expect("chunk");
+    let c = first_chunk(&ckpt, &ds);
     // Inside the table (0.6 m square, centred).
     assert!(c.actions.iter().all(|v| v.abs() < 0.5), "{:?}", c.actions);
 
@@ -216,16 +225,7 @@ fn a_sample_predicting_head_learns_the_chunk_itself() {
         ..small()
     };
     let ds = dataset(dir.path(), &cfg);
-    let opts = TrainOptions {
-        config: cfg.clone(),
-        steps: 300,
-        batch: 32,
-        lr: 2e-3,
-        warmup: 10,
-        seed: 7,
-        log_every: 50,
-        ..TrainOptions::default()
-    };
+    let opts = short(&cfg, 300);
     let t = train(&ds, &opts, |_| {}).expect("train");
     let (first, last) = t.loss_drop(20);
     eprintln!("sample prediction: loss {first:.4} -> {last:.4}");
@@ -240,21 +240,7 @@ fn a_sample_predicting_head_learns_the_chunk_itself() {
         Config::from_checkpoint(&ckpt).expect("cfg").prediction,
         Prediction::Sample
     );
-    let dev = edgeflow_backends::open(edgeflow_runtime::DeviceSpec::Cpu).expect("cpu");
-    let mut p = Policy::load(&ckpt, &dev, 10, RtcMode::Prefix, 0).expect("load");
-    let ep = &ds.episodes[0];
-    let c = p
-        .chunk(
-            &Observation {
-                vision: ep.frames[0].1.clone(),
-                instruction: ep.instruction.clone(),
-                state: ep.states[..4].to_vec(),
-            },
-            &[],
-            0,
-            || false,
-        )
-        .expect("chunk");
+    let c = first_chunk(&ckpt, &ds);
     assert!(
         c.actions.iter().all(|v| v.is_finite() && v.abs() < 0.5),
         "{:?}",
