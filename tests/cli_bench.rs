@@ -153,3 +153,39 @@ fn bench_control_refuses_a_bad_rate() {
     assert!(err.contains("--rate-hz"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A tiny `bench thinker` on the cached SmolLM2 (`edgeflow models fetch
+/// smollm2`) reports how long loading took and the resident memory it
+/// added beside the file's size.
+#[test]
+fn bench_thinker_reports_load_time_and_resident_memory() {
+    if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("skipped: EDGEFLOW_SKIP_MODEL_TESTS=1");
+        return;
+    }
+    let out = edgeflow(&[
+        "bench",
+        "thinker",
+        "--runs",
+        "1",
+        "--prompt-tokens",
+        "8",
+        "--decode-tokens",
+        "4",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let row = |name: &str| -> String {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no `{name}` row in:\n{stdout}"))
+            .to_string()
+    };
+    assert!(row("load ").contains(" s "), "{stdout}");
+    let mem = row("resident memory added by loading");
+    assert!(
+        mem.contains("MiB") && mem.contains("x the") && mem.contains("MiB file"),
+        "{mem}"
+    );
+}

@@ -175,6 +175,23 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// This process's resident memory now and at its peak, MB (`VmRSS`,
+/// `VmHWM` of `/proc/self/status`); `None` where there is no such file.
+pub(crate) fn resident_mb() -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kb: f64 = line[name.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kb / 1024.0)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
 /// Threads of the CPU backend's pool (`RAYON_NUM_THREADS`, which `main`
 /// pins, else every core).
 pub(crate) fn pool_threads() -> usize {
@@ -188,6 +205,19 @@ pub(crate) fn pool_threads() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resident_memory_grows_with_what_the_process_touches() {
+        let (before, _) = resident_mb().expect("/proc/self/status");
+        let v = vec![1u8; 64 << 20];
+        let (after, peak) = resident_mb().expect("again");
+        assert!(
+            after - before > 50.0,
+            "{before} -> {after} MB after touching 64 MiB"
+        );
+        assert!(peak >= after);
+        drop(v);
+    }
 
     struct Demo;
     impl Bench for Demo {

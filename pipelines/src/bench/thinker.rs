@@ -65,12 +65,16 @@ struct Ours {
     prompt_len: usize,
     weight_gbs: f64,
     mb_per_token: f64,
+    load_s: f64,
+    /// Resident MB added by loading, the peak after the runs, the file's MB.
+    resident: Option<(f64, f64, f64)>,
     summary: String,
     profile: String,
 }
 
 fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Ours> {
     let dev = edgeflow_backends::open(spec)?;
+    let rss0 = super::resident_mb();
     let t = Instant::now();
     let gguf = edgeflow_runtime::weights::GgufFile::open(path)?;
     let cfg = edgeflow_llm::Config {
@@ -80,6 +84,7 @@ fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Our
     let tok = TextTokenizer::from_gguf(&gguf)?;
     let mut model = Llama::load(&edgeflow_llm::VarBuilder::from_reader(gguf, &dev), &cfg)?;
     let load_s = t.elapsed().as_secs_f64();
+    let rss_loaded = super::resident_mb();
     let filler = "The history of the printing press begins in the fifteenth century, when \
                   movable type changed how books were made, sold and read across Europe. ";
     let text = tok.render_chat(
@@ -125,6 +130,11 @@ fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Our
     } else {
         String::new()
     };
+    let file_mb = std::fs::metadata(path).map_or(f64::NAN, |m| m.len() as f64 / (1 << 20) as f64);
+    let resident = match (rss0, rss_loaded, super::resident_mb()) {
+        (Some((r0, _)), Some((r1, _)), Some((_, peak))) => Some((r1 - r0, peak, file_mb)),
+        _ => None,
+    };
     let (pre, dec) = (median(pre), median(dec));
     let bytes = model.weight_bytes_per_token() as f64;
     let c = model.config();
@@ -134,6 +144,8 @@ fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Our
         prompt_len: ids.len(),
         weight_gbs: bytes * dec / 1e9,
         mb_per_token: bytes / 1e6,
+        load_s,
+        resident,
         summary: format!(
             "model: {} layers, d={}, {} heads / {} KV heads, vocab {}; {:.1} MB of weights, loaded in {:.2} s",
             c.n_layer,
@@ -297,6 +309,18 @@ impl Bench for ThinkerArgs {
                 r.rows.extend([prefill, decode, bandwidth]);
                 r.peer_missing("prefill / decode vs llama.cpp", Peer::LlamaCpp.missing());
             }
+        }
+        r.rows.push(
+            Row::new("load", ours.load_s, "s")
+                .note("open the GGUF, read the tokenizer, place every weight on the device"),
+        );
+        if let Some((added, peak, file_mb)) = ours.resident {
+            r.rows.push(
+                Row::new("resident memory added by loading", added, "MiB").note(format!(
+                    "{:.2}x the {file_mb:.0} MiB file; process peak after the runs {peak:.0} MiB",
+                    added / file_mb
+                )),
+            );
         }
         r.notes
             .push("ratio = our tokens/s / llama.cpp's (above 1: ours faster)".into());
