@@ -493,7 +493,7 @@ impl Backend for CpuBackend {
         if let Some(p) = PackedWeights::pack(t)? {
             return Ok(p);
         }
-        huge_pages::advise(t);
+        huge_pages::advise_later(t);
         Ok(t.clone())
     }
 

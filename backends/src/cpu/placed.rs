@@ -63,7 +63,7 @@ impl PackedWeights {
         let Some(bytes) = gemv::pack(fmt, &q.data()?, n, k) else {
             return Ok(None);
         };
-        huge_pages::advise_range(bytes.as_ptr() as usize, bytes.len());
+        huge_pages::advise_range_later(bytes.as_ptr() as usize, bytes.len());
         let p = PackedWeights {
             fmt,
             dtype: q.dtype(),
