@@ -145,15 +145,17 @@ pub enum Prediction {
 }
 
 impl Prediction {
-    /// The velocity weight of a token at flow time `t` under sample
-    /// prediction: `1 / (1 - t)`, capped so that `t` near 1 stays finite
-    /// (the Euler sampler never evaluates `t = 1`; a frozen prefix token,
-    /// `t = 1`, gets 0).
-    pub fn sample_weight(t: f32) -> f32 {
-        if t >= 1.0 {
-            0.0
-        } else {
-            1.0 / (1.0 - t).max(1e-3)
+    /// What the network's output (less `x_t` for [`Prediction::Sample`])
+    /// is multiplied by to give the velocity of a token at flow time `t`:
+    /// 1 for the velocity itself; `1 / (1 - t)` for a predicted chunk,
+    /// capped so that `t` near 1 stays finite (the Euler sampler never
+    /// evaluates `t = 1`). A frozen prefix token (`t = 1`) gets 0 either
+    /// way.
+    pub fn velocity_weight(self, t: f32) -> f32 {
+        match self {
+            _ if t >= 1.0 => 0.0,
+            Prediction::Velocity => 1.0,
+            Prediction::Sample => 1.0 / (1.0 - t).max(1e-3),
         }
     }
 }

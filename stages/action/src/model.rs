@@ -349,22 +349,17 @@ impl ActionHead {
             &[dims[0], dims[1], d],
         )?)?;
         let out = self.forward(dev, cond, x, &temb)?;
-        let w: Vec<f32> = match self.cfg.prediction {
-            Prediction::Velocity => times
-                .iter()
-                .flat_map(|&t| std::iter::repeat_n(if t >= 1.0 { 0.0 } else { 1.0 }, ad))
-                .collect(),
-            Prediction::Sample => {
-                let w: Vec<f32> = times
-                    .iter()
-                    .flat_map(|&t| std::iter::repeat_n(Prediction::sample_weight(t), ad))
-                    .collect();
-                let w = dev.place(&Tensor::from_vec(w, &dims)?)?;
-                return Ok(dev.mul(&dev.sub(&out, x)?, &w)?);
-            }
-        };
+        let p = self.cfg.prediction;
+        let w: Vec<f32> = times
+            .iter()
+            .flat_map(|&t| std::iter::repeat_n(p.velocity_weight(t), ad))
+            .collect();
         let w = dev.place(&Tensor::from_vec(w, &dims)?)?;
-        Ok(dev.mul(&out, &w)?)
+        let y = match p {
+            Prediction::Velocity => out,
+            Prediction::Sample => dev.sub(&out, x)?,
+        };
+        Ok(dev.mul(&y, &w)?)
     }
 
     /// The network's output `[b, H, action_dim]` for noisy normalised
