@@ -129,7 +129,13 @@ fn gguf_keeps_quantized_tensors_and_metadata() {
     for (a, b) in back.iter().zip(&wv) {
         assert!((a - b).abs() <= 1.0 / 8.0 + 1e-3, "{a} vs {b}");
     }
-    assert_eq!(f.load("blk.0.w8").unwrap().dtype(), DType::Q8_0);
+    let t8 = f.load("blk.0.w8").unwrap();
+    assert_eq!(t8.dtype(), DType::Q8_0);
+    let Storage::Quantized(q8t) = t8.storage() else {
+        panic!("Q8_0 tensor was dequantized at load");
+    };
+    // Read straight from the map: the very bytes written.
+    assert_eq!(q8t.data().unwrap(), q8.data().unwrap());
     let t = f.load("norm").unwrap();
     assert!(t.is_host() && t.as_candle().is_some());
     assert_eq!(t.to_vec_f32().unwrap(), vec![1.0, 2.0, 3.0]);

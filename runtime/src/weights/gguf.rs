@@ -49,7 +49,10 @@ impl GgufFile {
             let n = info.shape.elem_count();
             let bs = info.ggml_dtype.block_size();
             let bytes = (n / bs * info.ggml_dtype.type_size()) as u64;
-            let end = content.tensor_data_offset + info.offset + bytes;
+            let end = content
+                .tensor_data_offset
+                .saturating_add(info.offset)
+                .saturating_add(bytes);
             if n % bs != 0 || end > len {
                 return Err(tensor_err(
                     &path,
@@ -100,6 +103,24 @@ impl GgufFile {
         arr.iter().map(|v| v.to_string().ok().cloned()).collect()
     }
 
+    /// Drop the mapped pages of bytes `start..start + len` from this
+    /// process's resident set once they are copied out: otherwise a load
+    /// holds the whole file resident beside its copy, doubling its peak.
+    /// The page cache keeps them, so a second read faults them back in.
+    fn forget_pages(&self, start: usize, len: usize) {
+        #[cfg(unix)]
+        // SAFETY: the map is read-only and never written, so `MADV_DONTNEED`
+        // only unmaps pages that the next access reads back from the file
+        // with the same bytes; no slice of them is held across this call.
+        unsafe {
+            let _ = self
+                .map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len);
+        }
+        #[cfg(not(unix))]
+        let _ = (start, len);
+    }
+
     /// Stored GGML block format of a tensor.
     pub fn ggml_dtype(&self, name: &str) -> Option<GgmlDType> {
         self.content.tensor_infos.get(name).map(|i| i.ggml_dtype)
@@ -133,10 +154,26 @@ impl WeightReader for GgufFile {
             .get(name)
             .ok_or_else(|| missing(&self.path, name))?;
         let dev = candle_core::Device::Cpu;
-        let q = self
-            .content
-            .tensor(&mut Cursor::new(&self.map[..]), name, &dev)
-            .map_err(|e| tensor_err(&self.path, name, e))?;
+        // Straight from the map (bounds checked in `open`): one copy into
+        // the tensor's blocks, where candle's reader makes two. Blocks are
+        // read in place as 2- or 4-byte aligned structs; an offset that is
+        // not (GGUF aligns tensors to 32 bytes) goes through the reader.
+        let start = (self.content.tensor_data_offset + info.offset) as usize;
+        let n = info.shape.elem_count();
+        let bytes = n / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+        let q = if start.is_multiple_of(4) {
+            candle_core::quantized::ggml_file::qtensor_from_ggml(
+                info.ggml_dtype,
+                &self.map[start..start + bytes],
+                info.shape.dims().to_vec(),
+                &dev,
+            )
+        } else {
+            self.content
+                .tensor(&mut Cursor::new(&self.map[..]), name, &dev)
+        }
+        .map_err(|e| tensor_err(&self.path, name, e))?;
+        self.forget_pages(start, bytes);
         let terr = |e: candle_core::Error| tensor_err(&self.path, name, e);
         match info.ggml_dtype {
             GgmlDType::Q4_0
