@@ -96,6 +96,20 @@ pub fn keep_freed_memory() {
     }
 }
 
+/// Hand freed heap memory back to the OS now (glibc `malloc_trim`: the
+/// free pages of every arena), undoing [`keep_freed_memory`]'s hold once:
+/// the CPU backend calls it when loading is over
+/// ([`edgeflow_runtime::Backend::release_load_memory`]), so a model's load
+/// temporaries do not stay resident. No-op on other C libraries.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages to the kernel; it takes
+    // the allocator's own locks and leaves every live allocation alone.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Back `t`'s host or quantized bytes with 2 MB pages where the OS allows
 /// (Linux: `MADV_COLLAPSE`, then `MADV_HUGEPAGE`), as the CPU backend does
 /// for the weights it places; best effort, errors are ignored. For memory a

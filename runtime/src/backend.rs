@@ -85,6 +85,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn make_resident(&self, t: &Tensor) -> Result<Tensor> {
         Ok(t.clone())
     }
+    /// Loading is over: a [`crate::weights::WeightStore`] that placed
+    /// weights here was dropped, so the copies loading made on the way
+    /// (file reads, stacked and repacked matrices) are free. The CPU
+    /// backend hands the free memory back to the OS (glibc `malloc_trim`):
+    /// the edgeflow binary keeps freed memory for reuse, which after a load
+    /// would keep hundreds of MB of dead copies resident. The default does
+    /// nothing.
+    fn release_load_memory(&self) {}
     /// Run `f`, which issues many ops in a row (a model's forward pass),
     /// where this backend issues them cheapest. The CPU backend runs it on
     /// one of its worker threads, so each op's parallel split joins on a

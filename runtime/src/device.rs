@@ -329,6 +329,15 @@ impl Device {
         Ok(placed)
     }
 
+    /// Tell the backends that loading is over ([`Backend::release_load_memory`]);
+    /// a dropped [`crate::weights::WeightStore`] calls it.
+    pub fn release_load_memory(&self) {
+        self.primary.release_load_memory();
+        if !Arc::ptr_eq(&self.primary, &self.cpu) {
+            self.cpu.release_load_memory();
+        }
+    }
+
     /// Run `f` (a forward pass: many ops in a row) the way the placed
     /// backend issues ops cheapest ([`Backend::run_batch`]): on the CPU, on
     /// a worker of its thread pool. Results are the same as calling `f`

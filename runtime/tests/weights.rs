@@ -6,9 +6,12 @@
 
 use edgeflow_runtime::candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use edgeflow_runtime::candle_core::{self, Device as CDevice, Tensor as CTensor};
+use edgeflow_runtime::weights::WeightStore;
 use edgeflow_runtime::weights::{self, Ct2File, GgufFile, OnnxFile, SafetensorsFile, WeightReader};
-use edgeflow_runtime::{DType, Error, Storage};
+use edgeflow_runtime::{Backend, DType, Device, DeviceKind, Error, Op, Storage, Tensor};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 fn assert_weights_err(e: Error, path: &Path, needle: &str) {
     let msg = e.to_string();
@@ -147,6 +150,50 @@ fn gguf_keeps_quantized_tensors_and_metadata() {
     assert_weights_err(e, &path, "tensor `");
     truncate(&path, 20);
     assert_weights_err(GgufFile::open(&path).unwrap_err(), &path, "GGUF");
+}
+
+/// A backend that runs nothing and counts [`Backend::release_load_memory`].
+#[derive(Debug, Default)]
+struct CountsReleases(AtomicUsize);
+
+impl Backend for CountsReleases {
+    fn name(&self) -> &str {
+        "counts-releases"
+    }
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Cpu
+    }
+    fn supports(&self, _: &Op, _: &[&Tensor]) -> bool {
+        false
+    }
+    fn holds(&self, t: &Tensor) -> bool {
+        t.is_host()
+    }
+    fn upload(&self, t: &Tensor) -> edgeflow_runtime::Result<Tensor> {
+        Ok(t.clone())
+    }
+    fn download(&self, t: &Tensor) -> edgeflow_runtime::Result<Tensor> {
+        Ok(t.clone())
+    }
+    fn execute(&self, _: &Op, _: &[&Tensor]) -> edgeflow_runtime::Result<Tensor> {
+        Err(Error::bad_input("execute", "this test backend runs no ops"))
+    }
+    fn release_load_memory(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn dropping_the_last_store_view_ends_loading_once() {
+    let b = Arc::new(CountsReleases::default());
+    let dev = Device::new(b.clone(), b.clone());
+    let store = WeightStore::new(Vec::new(), dev);
+    let layer = store.pp("encoder").pp("layers.0");
+    drop(store);
+    assert_eq!(b.0.load(Ordering::SeqCst), 0, "a view is still loading");
+    drop(layer);
+    // Primary and CPU backend are one here: told once.
+    assert_eq!(b.0.load(Ordering::SeqCst), 1);
 }
 
 // --- a hand-written ONNX protobuf -------------------------------------------

@@ -500,6 +500,10 @@ impl Backend for CpuBackend {
     fn run_batch(&self, f: &mut (dyn FnMut() + Send)) {
         pool::run_batch(f)
     }
+
+    fn release_load_memory(&self) {
+        crate::release_freed_memory();
+    }
 }
 
 fn candle_features() -> &'static str {

@@ -14,6 +14,12 @@ struct Inner {
     placed: Mutex<HashMap<String, Tensor>>,
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.device.release_load_memory();
+    }
+}
+
 /// Loads named tensors from one or more weight files onto a [`Device`], once
 /// each, and accounts their bytes in the device's
 /// [`crate::DeviceStats::add_resident`].
