@@ -33,18 +33,33 @@ unsafe fn load(p: *const u8) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn q5_0(blk: &[u8], x: &[i8]) -> i32 {
-    debug_assert!(blk.len() >= 22 && x.len() >= 32);
-    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-    let mut nib = [0u8; 16];
-    nib.copy_from_slice(&blk[6..22]);
-    // SAFETY: `nib` has 16 bytes.
-    let q = unsafe { _mm_loadu_si128(nib.as_ptr() as *const __m128i) };
+    assert!(blk.len() >= 22 && x.len() >= 32);
+    // SAFETY: a whole block and its 32 codes (asserted).
+    hsum_i32(unsafe { q5_0_lanes_at(blk.as_ptr(), x.as_ptr() as *const u8) })
+}
+
+/// [`q5_0`] before its last reduction: eight i32 lanes summing to `Σ q·x`.
+///
+/// # Safety
+/// AVX2 must be available; `blk..blk + 22` (one block) and `x..x + 32`
+/// (its codes) must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q5_0_lanes_at(blk: *const u8, x: *const u8) -> __m256i {
+    // SAFETY: 22 readable bytes at `blk`, 32 at `x` (the caller's promise).
+    let (qh, q, xv) = unsafe {
+        (
+            (blk.add(2) as *const u32).read_unaligned(),
+            _mm_loadu_si128(blk.add(6) as *const __m128i),
+            load(x),
+        )
+    };
     let lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
     let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), _mm_set1_epi8(0x0F));
     let nibbles = _mm256_set_m128i(hi, lo);
     // Byte i of the high bits: bit i of qh, moved to 0x10.
     let rep = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(qh as i32),
+        _mm256_set1_epi32(u32::from_le(qh) as i32),
         _mm256_set_epi64x(
             0x0303_0303_0303_0303,
             0x0202_0202_0202_0202,
@@ -55,10 +70,70 @@ pub(super) unsafe fn q5_0(blk: &[u8], x: &[i8]) -> i32 {
     let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
     let set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
     let codes = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
-    // SAFETY: `x` has 32 codes.
-    let xv = unsafe { load(x.as_ptr() as *const u8) };
     let p = _mm256_maddubs_epi16(codes, xv);
-    hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+    _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+}
+
+/// One Q5_0 weight row against one activation row (decode): what
+/// [`super::dot`]'s portable path gives, bit for bit. Eight blocks at a
+/// time: their integer parts are reduced together ([`sums8`]) instead of
+/// one horizontal sum per block, their f16 scales converted together
+/// (F16C, exact like the portable conversion), the offset correction and
+/// the two f32 products run with one lane per block, and the eight
+/// contributions are then added to the row's sum one by one in block
+/// order, as the portable code adds them.
+///
+/// # Safety
+/// AVX2 and F16C must be available.
+///
+/// # Panics
+/// When `x` (32 codes per block of `row`), `dx` or `xs` (one scale and one
+/// code sum per block) are short.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn q5_0_row(row: &[u8], x: &[i8], dx: &[f32], xs: &[i32]) -> f32 {
+    let nb = row.len() / 22;
+    assert!(x.len() >= nb * 32 && dx.len() >= nb && xs.len() >= nb);
+    let (rp, xp) = (row.as_ptr(), x.as_ptr() as *const u8);
+    let mut acc = 0f32;
+    let mut b = 0;
+    while b + 8 <= nb {
+        let mut lanes = [_mm256_setzero_si256(); 8];
+        let mut d = [0u16; 8];
+        for i in 0..8 {
+            // SAFETY: block b + i < nb lies in `row`, its codes in `x`
+            // (asserted above); the scale is the block's first two bytes.
+            unsafe {
+                let blk = rp.add((b + i) * 22);
+                lanes[i] = q5_0_lanes_at(blk, xp.add((b + i) * 32));
+                d[i] = (blk as *const u16).read_unaligned();
+            }
+        }
+        // SAFETY: `d` has eight u16; `xs` and `dx` hold blocks b..b + 8.
+        let (dv, sums, dxs) = unsafe {
+            (
+                _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr() as *const __m128i)),
+                _mm256_loadu_si256(xs.as_ptr().add(b) as *const __m256i),
+                _mm256_loadu_ps(dx.as_ptr().add(b)),
+            )
+        };
+        // isum - 16 Σx, exact in i32; then (d * dx) * isum in f32.
+        let isum = _mm256_sub_epi32(sums8(&lanes), _mm256_slli_epi32::<4>(sums));
+        let v = _mm256_mul_ps(_mm256_mul_ps(dv, dxs), _mm256_cvtepi32_ps(isum));
+        let mut out = [0f32; 8];
+        // SAFETY: `out` has eight values.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+        for o in out {
+            acc += o;
+        }
+        b += 8;
+    }
+    for b in b..nb {
+        let blk = &row[b * 22..(b + 1) * 22];
+        // SAFETY: one whole block and its 32 codes (asserted above).
+        let isum = hsum_i32(unsafe { q5_0_lanes_at(blk.as_ptr(), xp.add(b * 32)) }) - 16 * xs[b];
+        acc += (super::f16_at(blk) * dx[b]) * isum as f32;
+    }
+    acc
 }
 
 /// `Σ sc_j · (Σ q·x over sub-block j)` of one Q4_K (`high` None) or Q5_K

@@ -216,6 +216,23 @@ pub(crate) fn f16_at(b: &[u8]) -> f32 {
     half::f16::from_le_bytes([b[0], b[1]]).to_f32()
 }
 
+/// [`f16_at`], inline with F16C where `avx2` says [`has_avx2`] holds (the
+/// same value: both conversions are exact).
+#[inline(always)]
+fn f16_isa(b: &[u8], avx2: bool) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        let v = u16::from_le_bytes([b[0], b[1]]);
+        // SAFETY: `avx2` is only true where `has_avx2` (AVX2 and F16C) holds.
+        return unsafe {
+            use std::arch::x86_64::*;
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(v))))
+        };
+    }
+    let _ = avx2;
+    f16_at(b)
+}
+
 /// Q4_K / Q5_K's 6-bit scales and minima of sub-block `j` (0..8) from the
 /// 12 packed bytes (GGML's `get_scale_min_k4`).
 #[inline(always)]
@@ -312,10 +329,16 @@ fn dot(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
 /// into one loop (the same operations: the same bits).
 ///
 /// # Safety
-/// AVX2 must be available.
+/// AVX2 and F16C must be available ([`has_avx2`]).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,f16c")]
 unsafe fn dot_avx2(fmt: KFormat, row: &[u8], xq: &Acts, r: usize) -> f32 {
+    if fmt == KFormat::Q5_0 {
+        // SAFETY: AVX2 and F16C are available (this function's contract:
+        // `avx2` comes from `has_avx2`); `row` is whole blocks of the row
+        // `xq` was quantized for (matmul checks).
+        return unsafe { avx2::q5_0_row(row, xq.codes(r), xq.scales(r), xq.sums(r)) };
+    }
     dot_body(fmt, row, xq, r, true)
 }
 
@@ -331,17 +354,17 @@ fn dot_body(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
             KFormat::Q4K | KFormat::Q5K => int_q45k(fmt, blk, x, avx2),
             KFormat::Q6K => int_q6k(blk, x, avx2),
         };
-        acc += finish(fmt, blk, block_d(fmt, blk), isum, xq, r, b);
+        acc += finish(fmt, blk, block_d(fmt, blk, avx2), isum, xq, r, b, avx2);
     }
     acc
 }
 
 /// A block's f16 scale `d`, as f32.
 #[inline(always)]
-fn block_d(fmt: KFormat, blk: &[u8]) -> f32 {
+fn block_d(fmt: KFormat, blk: &[u8], avx2: bool) -> f32 {
     match fmt {
-        KFormat::Q6K => f16_at(&blk[208..]),
-        _ => f16_at(blk),
+        KFormat::Q6K => f16_isa(&blk[208..], avx2),
+        _ => f16_isa(blk, avx2),
     }
 }
 
@@ -349,7 +372,17 @@ fn block_d(fmt: KFormat, blk: &[u8]) -> f32 {
 /// [`scalar`] computes for the block against row `r`'s codes); `d` is
 /// [`block_d`].
 #[inline(always)]
-fn finish(fmt: KFormat, blk: &[u8], d: f32, isum: i32, xq: &Acts, r: usize, b: usize) -> f32 {
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    fmt: KFormat,
+    blk: &[u8],
+    d: f32,
+    isum: i32,
+    xq: &Acts,
+    r: usize,
+    b: usize,
+    avx2: bool,
+) -> f32 {
     let dx = xq.scales(r)[b];
     let sums = xq.sums(r);
     match fmt {
@@ -363,7 +396,7 @@ fn finish(fmt: KFormat, blk: &[u8], d: f32, isum: i32, xq: &Acts, r: usize, b: u
             let msum: i32 = (0..8)
                 .map(|j| scale_min_k4(j, s).1 * (bs[2 * j] + bs[2 * j + 1]))
                 .sum();
-            (d * dx) * isum as f32 - (f16_at(&blk[2..]) * dx) * msum as f32
+            (d * dx) * isum as f32 - (f16_isa(&blk[2..], avx2) * dx) * msum as f32
         }
         KFormat::Q6K => {
             let bs = &sums[16 * b..16 * (b + 1)];
@@ -466,7 +499,7 @@ impl Unpacked {
         }
         let d = row
             .chunks_exact(fmt.block_bytes())
-            .map(|blk| block_d(fmt, blk))
+            .map(|blk| block_d(fmt, blk, false))
             .collect::<Vec<_>>();
         let isums = vec![0; d.len()];
         let mut dmin = vec![0f32; d.len()];
@@ -503,7 +536,7 @@ impl Unpacked {
         );
         let mut acc = 0f32;
         for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
-            acc += finish(fmt, blk, self.d[b], self.isums[b], xq, r, b);
+            acc += finish(fmt, blk, self.d[b], self.isums[b], xq, r, b, false);
         }
         acc
     }
@@ -590,11 +623,12 @@ pub(crate) fn has_vnni() -> bool {
     }
 }
 
-/// Whether the AVX2 kernels run here.
+/// Whether the AVX2 kernels run here (with F16C, which every AVX2 CPU has,
+/// for Q5_0's decode).
 pub(crate) fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx2")
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -109,6 +109,32 @@ fn every_path_and_row_count_gives_the_same_bits() {
     }
 }
 
+/// Decode (one activation row) on AVX2 gives the portable bits, with
+/// Q5_0's eight-block groups and a tail of single blocks.
+#[test]
+fn decode_on_avx2_gives_the_portable_bits() {
+    if !has_avx2() {
+        return;
+    }
+    let dev = candle_core::Device::Cpu;
+    for (fmt, g, k) in [
+        (KFormat::Q5_0, GgmlDType::Q5_0, 32 * 27),
+        (KFormat::Q5_0, GgmlDType::Q5_0, 32 * 5),
+        (KFormat::Q4K, GgmlDType::Q4K, 512),
+        (KFormat::Q6K, GgmlDType::Q6K, 512),
+    ] {
+        let n = 7;
+        let wc = candle_core::Tensor::from_vec(values(n * k, 21), (n, k), &dev).expect("w");
+        let q = QTensor::quantize(&wc, g).expect("quantize");
+        let data = q.data().expect("data");
+        let x = values(k, 23);
+        let portable = matmul_with(fmt, &data, n, &x, 1, false).expect("fits");
+        let avx = matmul_with(fmt, &data, n, &x, 1, true).expect("fits");
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&portable), bits(&avx), "{fmt:?} k {k}");
+    }
+}
+
 #[test]
 fn shapes_that_do_not_fit_are_refused() {
     let w = vec![0u8; 210];
