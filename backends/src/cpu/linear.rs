@@ -93,8 +93,8 @@ const F16_GEMV_ROWS: usize = 8;
 const F32_GEMV_ROWS: usize = 4;
 
 /// f32 activations through this crate's kernels ([`crate::cpu::gemv`],
-/// [`crate::cpu::gemv_f16`], [`crate::cpu::kquants`]): Q8_0 / Q4_0 / Q4_1
-/// and Q5_0 / Q4_K / Q5_K / Q6_K weights for any number of rows (int8
+/// [`crate::cpu::gemv_f16`], [`crate::cpu::kquants`]): Q8_0 / Q4_0 / Q4_1 /
+/// Q5_0 and Q4_K / Q5_K / Q6_K weights for any number of rows (int8
 /// activations, one arithmetic for decode and prefill), f32
 /// weights for one row, f16 weights (converted in registers, f32
 /// products and sums) for up to [`F16_GEMV_ROWS`] rows; None when another

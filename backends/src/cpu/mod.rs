@@ -1,7 +1,7 @@
 //! CPU backend: every [`Op`] on candle-core / candle-nn kernels, except
-//! [`Op::Linear`] with f32 activations and Q8_0 / Q4_0 / Q4_1 weights (any
-//! number of rows), f32 weights (one row) or f16 weights (a few rows), which
-//! runs this crate's kernels ([`gemv`], [`gemv_f16`]), and with Q5_0 / Q4_K /
+//! [`Op::Linear`] with f32 activations and Q8_0 / Q4_0 / Q4_1 / Q5_0 weights
+//! (any number of rows), f32 weights (one row) or f16 weights (a few rows),
+//! which runs this crate's kernels ([`gemv`], [`gemv_f16`]), and with Q4_K /
 //! Q5_K / Q6_K weights, which run [`kquants`];
 //! stride-1 single-group f32 [`Op::Conv1d`] / [`Op::Conv1dFused`], which run
 //! the direct convolution kernel (weights packed once per weight tensor); and

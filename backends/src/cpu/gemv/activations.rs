@@ -22,10 +22,10 @@ pub(crate) struct QuantRows {
     /// accumulator lanes that add it (4 for a pair, 8 for an odd last
     /// block); zero for the other formats.
     pub(super) scales: Vec<f32>,
-    /// Q4_0 only (else empty): `m * 8 * ceil(k / 64)` i32, per pair (or odd
-    /// last block) and accumulator lane, `8 *` the sum of the codes that
-    /// lane multiplies: subtracted from the lane's i32 sum it applies the
-    /// format's offset of 8 exactly.
+    /// Q4_0 and Q5_0 only (else empty): `m * 8 * ceil(k / 64)` i32, per pair
+    /// (or odd last block) and accumulator lane, the format's offset (8, 16)
+    /// times the sum of the codes that lane multiplies: subtracted from the
+    /// lane's i32 sum it applies the offset exactly.
     pub(super) offsets: Vec<i32>,
 }
 
@@ -65,7 +65,7 @@ impl QuantRows {
         }
         // Lane l of a 32-code group sums bytes 4l..4l + 4 of both of its
         // 32-byte halves (a pair) or of its only half (an odd last block).
-        let offsets = if fmt == WeightFormat::Q4_0 {
+        let offsets = if let Some(off) = fmt.offset() {
             codes
                 .chunks_exact(k)
                 .flat_map(|row| {
@@ -76,7 +76,7 @@ impl QuantRows {
                                 .flat_map(|h| &h[4 * l..4 * l + 4])
                                 .map(|q| i32::from(*q))
                                 .sum();
-                            8 * s
+                            off * s
                         })
                     })
                 })
@@ -109,7 +109,7 @@ impl QuantRows {
         4 * k.div_ceil(64)
     }
 
-    /// Q4_0 offsets of row `r` (empty for other formats).
+    /// Q4_0 / Q5_0 offsets of row `r` (empty for other formats).
     pub(super) fn offsets(&self, r: usize) -> &[i32] {
         let per = 8 * self.k.div_ceil(64);
         self.offsets.get(r * per..(r + 1) * per).unwrap_or(&[])

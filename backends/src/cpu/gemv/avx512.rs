@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 // integer sums): the last pair and an odd last block use them as is.
 use super::vnni::avx512vnni::{
     block_bytes, dot_i8, dot_pair, load16, load32, scale_pairs, start, unpack_one, unpack_pair,
-    Q4_0, Q4_1, Q8_0,
+    Q4_0, Q4_1, Q5_0, Q8_0,
 };
 use super::vnni::dot4_avx512vnni;
 
@@ -57,14 +57,59 @@ unsafe fn unpack_quad<const F: u8>(a: *const u8, bb: usize) -> (__m512i, __m512i
                 _mm512_shuffle_i64x2::<0b11_01_11_01>(t0, t1),
             );
         }
-        let off = if F == Q4_1 { 4 } else { 2 };
+        let off = match F {
+            Q4_1 => 4,
+            Q5_0 => 6,
+            _ => 2,
+        };
         let ab = _mm256_set_m128i(load16(b.wrapping_add(off)), load16(a.wrapping_add(off)));
         let cd = _mm256_set_m128i(load16(d.wrapping_add(off)), load16(c.wrapping_add(off)));
         let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ab), cd);
         let m4 = _mm512_set1_epi8(0x0f);
-        (
+        let (lo, hi) = (
             _mm512_and_si512(v, m4),
             _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4),
+        );
+        if F != Q5_0 {
+            return (lo, hi);
+        }
+        // Q5_0's fifth bits (4 bytes after `d`): 128-bit lane i holds block
+        // i's; low nibbles take bits 0-15, high ones 16-31, as 0x10.
+        let qh = |p: *const u8| (p.wrapping_add(2) as *const i32).read_unaligned();
+        let q4 = _mm_set_epi32(qh(d), qh(c), qh(b), qh(a));
+        let rep = _mm512_permutexvar_epi32(
+            _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+            _mm512_castsi128_si512(q4),
+        );
+        let bit = _mm512_set1_epi64(0x8040_2010_0804_0201_u64 as i64);
+        let x10 = _mm512_set1_epi8(0x10);
+        let fifth = |idx: __m512i| {
+            let bytes = _mm512_shuffle_epi8(rep, idx);
+            _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(bytes, bit), x10)
+        };
+        let lo_idx = _mm512_set_epi64(
+            0x0101_0101_0101_0101,
+            0,
+            0x0101_0101_0101_0101,
+            0,
+            0x0101_0101_0101_0101,
+            0,
+            0x0101_0101_0101_0101,
+            0,
+        );
+        let hi_idx = _mm512_set_epi64(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+        );
+        (
+            _mm512_or_si512(lo, fifth(lo_idx)),
+            _mm512_or_si512(hi, fifth(hi_idx)),
         )
     }
 }
@@ -202,8 +247,8 @@ macro_rules! wide_tile {
             let pairs = nb / 2;
             let pf = 2 * RW * nb * bb;
             // SAFETY: quad q reads blocks 4q..4q + 4 <= 2 * pairs <= nb of every
-            // weight row, codes 128q..128q + 128, scales 8q..8q + 8 and (Q4_0)
-            // offsets 16q..16q + 16 of every activation row; a last odd pair and
+            // weight row, codes 128q..128q + 128, scales 8q..8q + 8 and (Q4_0,
+            // Q5_0) offsets 16q..16q + 16 of every activation row; a last odd pair and
             // an odd last block read what the 256-bit kernel reads for them (the
             // contract covers all of it). Prefetches never fault.
             unsafe {
@@ -218,7 +263,7 @@ macro_rules! wide_tile {
                         // -> [A_lo B_lo C_lo D_lo], [A_hi B_hi C_hi D_hi].
                         let xl = _mm512_shuffle_i64x2::<0b01_00_01_00>(x0, x1);
                         let xh = _mm512_shuffle_i64x2::<0b11_10_11_10>(x0, x1);
-                        let init = if F == Q4_0 {
+                        let init = if F == Q4_0 || F == Q5_0 {
                             _mm512_sub_epi32(
                                 _mm512_setzero_si512(),
                                 load64(xo[i].wrapping_add(8 * p)),
@@ -232,7 +277,7 @@ macro_rules! wide_tile {
                         let a = w[r].wrapping_add(2 * p * bb);
                         _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
                         _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf + 2 * bb) as *const i8);
-                        let (lo, hi, dm) = if $vbmi && F != Q8_0 {
+                        let (lo, hi, dm) = if $vbmi && (F == Q4_0 || F == Q4_1) {
                             quad_vbmi::<F>(a)
                         } else {
                             let (lo, hi) = unpack_quad::<F>(a, bb);

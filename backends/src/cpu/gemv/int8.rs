@@ -13,14 +13,29 @@ macro_rules! int8_kernels {
             pub(in crate::cpu::gemv) const Q8_0: u8 = 0;
             pub(in crate::cpu::gemv) const Q4_0: u8 = 1;
             pub(in crate::cpu::gemv) const Q4_1: u8 = 2;
+            pub(in crate::cpu::gemv) const Q5_0: u8 = 3;
 
             /// Bytes of one block.
             pub(in crate::cpu::gemv) const fn block_bytes(f: u8) -> usize {
                 match f {
                     Q8_0 => 34,
                     Q4_0 => 18,
+                    Q5_0 => 22,
                     _ => 20,
                 }
+            }
+
+            /// Q5_0's fifth bits as 0x10 in the bytes of codes: byte `j` of
+            /// each 128-bit half takes bit `j` of the 16-bit run `qh >> s`,
+            /// where the shuffle index `rep` picks, per half, the two bytes
+            /// of `qh` (in that half's 32-bit lanes) for bits 0-7 and 8-15.
+            #[target_feature(enable = $features)]
+            #[inline]
+            fn fifth_bits(qh: __m256i, rep: __m256i) -> __m256i {
+                let bytes = _mm256_shuffle_epi8(qh, rep);
+                let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+                _mm256_and_si256(set, _mm256_set1_epi8(0x10))
             }
 
             // Loads: `_mm*_lddqu_si*` (unaligned, like loadu). stdarch implements
@@ -80,7 +95,8 @@ macro_rules! int8_kernels {
                 b: *const u8,
             ) -> (__m256i, __m256i) {
                 // SAFETY: the 16-byte loads stay inside the blocks: nibbles at 2..18
-                // (Q4_0) or 4..20 (Q4_1), quants at 2..34 (Q8_0).
+                // (Q4_0), 4..20 (Q4_1) or 6..22 (Q5_0, fifth bits at 2..6),
+                // quants at 2..34 (Q8_0).
                 unsafe {
                     if F == Q8_0 {
                         let l =
@@ -91,13 +107,38 @@ macro_rules! int8_kernels {
                         );
                         return (l, h);
                     }
-                    let off = if F == Q4_1 { 4 } else { 2 };
+                    let off = match F {
+                        Q4_1 => 4,
+                        Q5_0 => 6,
+                        _ => 2,
+                    };
                     let v =
                         _mm256_set_m128i(load16(b.wrapping_add(off)), load16(a.wrapping_add(off)));
                     let m4 = _mm256_set1_epi8(0x0f);
-                    (
+                    let (l, h) = (
                         _mm256_and_si256(v, m4),
                         _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                    );
+                    if F != Q5_0 {
+                        return (l, h);
+                    }
+                    // Low nibbles are elements 0..16 of A then of B, high
+                    // ones 16..32: fifth bits 0-15, then 16-31, of each.
+                    let qh = _mm256_set_m128i(
+                        _mm_set1_epi32((b.wrapping_add(2) as *const i32).read_unaligned()),
+                        _mm_set1_epi32((a.wrapping_add(2) as *const i32).read_unaligned()),
+                    );
+                    let rep_l =
+                        _mm256_set_epi64x(0x0101_0101_0101_0101, 0, 0x0101_0101_0101_0101, 0);
+                    let rep_h = _mm256_set_epi64x(
+                        0x0303_0303_0303_0303,
+                        0x0202_0202_0202_0202,
+                        0x0303_0303_0303_0303,
+                        0x0202_0202_0202_0202,
+                    );
+                    (
+                        _mm256_or_si256(l, fifth_bits(qh, rep_l)),
+                        _mm256_or_si256(h, fifth_bits(qh, rep_h)),
                     )
                 }
             }
@@ -114,13 +155,28 @@ macro_rules! int8_kernels {
                     if F == Q8_0 {
                         return load32(a.wrapping_add(2));
                     }
-                    let off = if F == Q4_1 { 4 } else { 2 };
+                    let off = match F {
+                        Q4_1 => 4,
+                        Q5_0 => 6,
+                        _ => 2,
+                    };
                     let raw = load16(a.wrapping_add(off));
                     let m4 = _mm_set1_epi8(0x0f);
-                    _mm256_set_m128i(
+                    let v = _mm256_set_m128i(
                         _mm_and_si128(_mm_srli_epi16::<4>(raw), m4),
                         _mm_and_si128(raw, m4),
-                    )
+                    );
+                    if F != Q5_0 {
+                        return v;
+                    }
+                    let qh = _mm256_set1_epi32((a.wrapping_add(2) as *const i32).read_unaligned());
+                    let rep = _mm256_set_epi64x(
+                        0x0303_0303_0303_0303,
+                        0x0202_0202_0202_0202,
+                        0x0101_0101_0101_0101,
+                        0,
+                    );
+                    _mm256_or_si256(v, fifth_bits(qh, rep))
                 }
             }
 
@@ -155,8 +211,8 @@ macro_rules! int8_kernels {
                 if $vnni || F == Q8_0 {
                     return dot_i8::<F>(dot_i8::<F>(acc, l, xl), h, xh);
                 }
-                // Nibbles on maddubs: at most 4 * 15 * 127 per i16 lane, so both
-                // halves add as i16 before one widening.
+                // Codes on maddubs: at most 4 * 31 * 127 (Q5_0) per i16 lane,
+                // so both halves add as i16 before one widening.
                 let ones = _mm256_set1_epi16(1);
                 let p = _mm256_add_epi16(_mm256_maddubs_epi16(l, xl), _mm256_maddubs_epi16(h, xh));
                 _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones))
@@ -168,7 +224,7 @@ macro_rules! int8_kernels {
             /// # Safety
             /// AVX2, FMA and F16C available; each `w[r]` points at `nb` blocks of
             /// format `F`; each `x[i]` at `32 * nb` codes, each `xs[i]` at
-            /// `4 * ceil(nb / 2)` scales and, for Q4_0, each `xo[i]` at
+            /// `4 * ceil(nb / 2)` scales and, for Q4_0 / Q5_0, each `xo[i]` at
             /// `8 * ceil(nb / 2)` offsets of a [`QuantRows`] row made for `F`.
             #[target_feature(enable = $features)]
             unsafe fn tile<const F: u8, const RX: usize, const RW: usize>(
@@ -198,7 +254,7 @@ macro_rules! int8_kernels {
                 let to_scale = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
                 let to_min = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
                 // SAFETY: pair p reads blocks 2p and 2p + 1 < nb of every weight
-                // row, codes 64p..64p + 64, scales 4p..4p + 4 and (Q4_0) offsets
+                // row, codes 64p..64p + 64, scales 4p..4p + 4 and (Q4_0, Q5_0) offsets
                 // 8p..8p + 8 of every activation row; the odd last block reads
                 // block nb - 1, codes 32 (nb - 1).. + 32, scales 4 (nb / 2).. + 4
                 // and offsets 8 (nb / 2).. + 8 (the contract). The 16-byte scale
@@ -278,18 +334,19 @@ macro_rules! int8_kernels {
                 out
             }
 
-            /// Where pair `p`'s i32 sums start: for Q4_0 minus its offset
-            /// term (`xo`: a [`QuantRows`] row's offsets), else zero.
+            /// Where pair `p`'s i32 sums start: for Q4_0 and Q5_0 minus
+            /// their offset term (`xo`: a [`QuantRows`] row's offsets), else
+            /// zero.
             ///
             /// # Safety
-            /// For Q4_0, `xo` points at `8 * (p + 1)` offsets.
+            /// For Q4_0 and Q5_0, `xo` points at `8 * (p + 1)` offsets.
             #[target_feature(enable = $features)]
             #[inline]
             pub(in crate::cpu::gemv) unsafe fn start<const F: u8>(
                 xo: *const i32,
                 p: usize,
             ) -> __m256i {
-                if F == Q4_0 {
+                if F == Q4_0 || F == Q5_0 {
                     // SAFETY: the caller's contract.
                     let o = unsafe { load32(xo.wrapping_add(8 * p)) };
                     _mm256_sub_epi32(_mm256_setzero_si256(), o)
@@ -515,7 +572,7 @@ macro_rules! int8_kernels {
                 let op: [*const i32; RX] = std::array::from_fn(|i| xq.offsets(i0 + i).as_ptr());
                 // SAFETY: the pointers start whole rows of the lengths `tile` needs
                 // (slicing above checked the starts; rows are rb = nb blocks; the
-                // offsets are read for Q4_0 only, whose QuantRows has them).
+                // offsets are read for Q4_0 / Q5_0 only, whose QuantRows has them).
                 let y = unsafe { tile::<F, RX, RW>(wp, xp, sp, op, xq.k / 32) };
                 for (i, yr) in y.iter().enumerate() {
                     for (r, v) in yr.iter().enumerate() {
@@ -589,7 +646,8 @@ macro_rules! int8_kernels {
             ) {
                 assert!(rb == fmt.row_bytes(xq.k) && out.len() == w.len() / rb * xq.m);
                 assert!(
-                    fmt != WeightFormat::Q4_0 || xq.offsets.len() == xq.m * 8 * xq.k.div_ceil(64)
+                    !matches!(fmt, WeightFormat::Q4_0 | WeightFormat::Q5_0)
+                        || xq.offsets.len() == xq.m * 8 * xq.k.div_ceil(64)
                 );
                 // SAFETY: the caller's contract; the assert checks the lengths.
                 unsafe {
@@ -597,6 +655,7 @@ macro_rules! int8_kernels {
                         (WeightFormat::Q8_0, false) => rows_f::<Q8_0>(w, rb, xq, out),
                         (WeightFormat::Q4_0, false) => rows_f::<Q4_0>(w, rb, xq, out),
                         (WeightFormat::Q4_1, false) => rows_f::<Q4_1>(w, rb, xq, out),
+                        (WeightFormat::Q5_0, false) => rows_f::<Q5_0>(w, rb, xq, out),
                         (WeightFormat::Q4_0, true) => rows_packed_f::<Q4_0>(w, rb, xq, out),
                         (WeightFormat::Q4_1, true) => rows_packed_f::<Q4_1>(w, rb, xq, out),
                         (WeightFormat::Q8_0, true) => rows_packed_f::<Q8_0>(w, rb, xq, out),

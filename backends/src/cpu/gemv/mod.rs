@@ -1,6 +1,7 @@
 //! Quantized and f32 matrix kernels for the CPU backend: `y = x W^T` with
-//! weights `W` in row-major `[n, k]` (f32, or GGML Q8_0 / Q4_0 / Q4_1
-//! blocks exactly as the GGUF file stores them) and f32 activation rows.
+//! weights `W` in row-major `[n, k]` (f32, or GGML Q8_0 / Q4_0 / Q4_1 /
+//! Q5_0 blocks exactly as the GGUF file stores them) and f32 activation
+//! rows.
 //!
 //! ## Why
 //! LLM decode is a chain of GEMVs whose cost is streaming the weights from
@@ -25,7 +26,11 @@
 //!   the pair (`d`, `m` per block) are converted by one F16C instruction.
 //!   Q4_0's offset of 8 is taken off the i32 sums as `8 * sum(q_x)`
 //!   (precomputed per lane with the activations), so its block sums are
-//!   exact integers, as in llama.cpp's `q4_0 x q8_0`.
+//!   exact integers, as in llama.cpp's `q4_0 x q8_0`. Q5_0 is Q4_0 with a
+//!   fifth bit per weight (4 bytes per block, bit `j` for element `j`),
+//!   expanded to 0x10 in the code bytes by one byte shuffle and compare
+//!   per register, and an offset of 16. It runs from GGML's layout (no
+//!   packed tiles).
 //! - A tile of up to 4 activation rows x up to 4 weight rows shares each
 //!   unpacked weight block and each activation load; decode (one row) runs
 //!   4 weight rows at a time, prefill 4 x 2. Prefill's output rows are
@@ -188,6 +193,9 @@ pub(crate) enum WeightFormat {
     /// GGML Q4_1: per 32 weights, an f16 scale `d`, an f16 minimum `m` and
     /// 16 bytes of nibbles as Q4_0; a weight is `d * q + m`.
     Q4_1,
+    /// GGML Q5_0: per 32 weights, an f16 scale, 4 bytes of fifth bits (bit
+    /// j for element j) and 16 bytes of nibbles as Q4_0, offset 16.
+    Q5_0,
 }
 
 impl WeightFormat {
@@ -197,6 +205,7 @@ impl WeightFormat {
             GgmlDType::Q8_0 => Some(WeightFormat::Q8_0),
             GgmlDType::Q4_0 => Some(WeightFormat::Q4_0),
             GgmlDType::Q4_1 => Some(WeightFormat::Q4_1),
+            GgmlDType::Q5_0 => Some(WeightFormat::Q5_0),
             _ => None,
         }
     }
@@ -208,6 +217,17 @@ impl WeightFormat {
             WeightFormat::Q8_0 => k / 32 * 34,
             WeightFormat::Q4_0 => k / 32 * 18,
             WeightFormat::Q4_1 => k / 32 * 20,
+            WeightFormat::Q5_0 => k / 32 * 22,
+        }
+    }
+
+    /// The offset a format's unsigned codes carry (Q4_0 8, Q5_0 16), taken
+    /// off the integer sums as `offset * sum(q_x)` ([`QuantRows`]).
+    fn offset(self) -> Option<i32> {
+        match self {
+            WeightFormat::Q4_0 => Some(8),
+            WeightFormat::Q5_0 => Some(16),
+            _ => None,
         }
     }
 }

@@ -6,8 +6,8 @@ use super::{Isa, WeightFormat};
 pub(crate) const PACK_ROWS: usize = 4;
 
 /// Whether [`pack`] has a layout for `fmt` that this machine's kernels
-/// read: the block formats, where the 256-bit int8 kernels run (AVX2,
-/// AVX-VNNI).
+/// read: Q8_0 / Q4_0 / Q4_1 (not Q5_0), where the 256-bit int8 kernels run
+/// (AVX2, AVX-VNNI, AVX-512 VNNI on 256-bit registers).
 /// The 512-bit kernels gather a step's blocks with their own permutes and
 /// read GGML's layout; portable code has no use for it.
 pub(crate) fn packs(fmt: WeightFormat) -> bool {
@@ -15,7 +15,8 @@ pub(crate) fn packs(fmt: WeightFormat) -> bool {
 }
 
 pub(super) fn packs_on(fmt: WeightFormat, isa: Isa) -> bool {
-    fmt != WeightFormat::F32 && matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
+    !matches!(fmt, WeightFormat::F32 | WeightFormat::Q5_0)
+        && matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
 }
 
 /// Where a block keeps its quants (after `d`, and `m` for Q4_1).
@@ -38,7 +39,11 @@ fn pack_moves(
     k: usize,
     mut f: impl FnMut(usize, usize, usize),
 ) -> Option<()> {
-    if fmt == WeightFormat::F32 || k == 0 || !k.is_multiple_of(32) || len != n * fmt.row_bytes(k) {
+    if matches!(fmt, WeightFormat::F32 | WeightFormat::Q5_0)
+        || k == 0
+        || !k.is_multiple_of(32)
+        || len != n * fmt.row_bytes(k)
+    {
         return None;
     }
     let (bb, nb) = (fmt.row_bytes(32), k / 32);

@@ -50,14 +50,22 @@ pub(super) fn dot(fmt: WeightFormat, row: &[u8], xq: &QuantRows, r: usize) -> f3
             _ => {
                 let (q, m_w, off) = match fmt {
                     WeightFormat::Q4_1 => (&blk[4..20], f16_at(&blk[2..]), 0),
+                    WeightFormat::Q5_0 => (&blk[6..22], 0.0, 16),
                     _ => (&blk[2..18], 0.0, 8),
                 };
+                // Q5_0's fifth bits: bit j of `qh` for element j.
+                let qh = match fmt {
+                    WeightFormat::Q5_0 => u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]),
+                    _ => 0,
+                };
+                let fifth = |e: usize| ((qh >> e) & 1) as i32 * 16;
                 let isum: i32 = q
                     .iter()
                     .zip(lo.iter().zip(hi))
-                    .map(|(w, (a, b))| {
-                        (i32::from(w & 15) - off) * i32::from(*a)
-                            + (i32::from(w >> 4) - off) * i32::from(*b)
+                    .enumerate()
+                    .map(|(j, (w, (a, b)))| {
+                        (i32::from(w & 15) + fifth(j) - off) * i32::from(*a)
+                            + (i32::from(w >> 4) + fifth(j + 16) - off) * i32::from(*b)
                     })
                     .sum();
                 (isum, m_w)

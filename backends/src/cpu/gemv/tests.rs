@@ -43,7 +43,15 @@ fn f32_gemv_avx_and_portable_agree_on_odd_sizes() {
     }
 }
 
-const QFORMATS: [WeightFormat; 3] = [WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1];
+const QFORMATS: [WeightFormat; 4] = [
+    WeightFormat::Q8_0,
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+];
+
+/// The formats [`pack`] lays out in tiles (Q5_0 runs from GGML's layout).
+const PACKED: [WeightFormat; 3] = [WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1];
 
 /// Rows of random blocks; every block has its own f16 scale (0.01 to
 /// 0.06) and, for Q4_1, minimum (-0.5 to 0), so a kernel that pairs a
@@ -75,18 +83,20 @@ fn decode(fmt: WeightFormat, row: &[u8]) -> Vec<(f64, f64, Vec<i64>)> {
         .map(|b| {
             let (m, q0) = match fmt {
                 WeightFormat::Q4_1 => (f16_at(&b[2..]) as f64, 4),
+                WeightFormat::Q5_0 => (0.0, 6),
                 _ => (0.0, 2),
             };
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
             let codes = (0..32)
                 .map(|e| match fmt {
                     WeightFormat::Q8_0 => b[q0 + e] as i8 as i64,
                     _ => {
                         let byte = b[q0 + e % 16];
                         let nib = (if e < 16 { byte & 15 } else { byte >> 4 }) as i64;
-                        if fmt == WeightFormat::Q4_0 {
-                            nib - 8
-                        } else {
-                            nib
+                        match fmt {
+                            WeightFormat::Q4_0 => nib - 8,
+                            WeightFormat::Q5_0 => nib + 16 * ((qh >> e) & 1) as i64 - 16,
+                            _ => nib,
                         }
                     }
                 })
@@ -288,7 +298,7 @@ fn shapes_that_do_not_fit_are_refused() {
 /// sizes are refused.
 #[test]
 fn packing_round_trips() {
-    for fmt in QFORMATS {
+    for fmt in PACKED {
         for k in [32usize, 64, 96, 160, 576] {
             for n in [1usize, 3, 4, 5, 8, 13] {
                 let w = blocks(fmt, n, k, 31 + n as u32);
@@ -305,6 +315,8 @@ fn packing_round_trips() {
             }
         }
     }
+    let w = blocks(WeightFormat::Q5_0, 4, 64, 1);
+    assert!(pack(WeightFormat::Q5_0, &w, 4, 64).is_none());
     let w = blocks(WeightFormat::Q4_1, 4, 64, 1);
     assert!(pack(WeightFormat::Q4_1, &w, 4, 64).is_some());
     assert!(pack(WeightFormat::Q4_1, &w, 3, 64).is_none());
@@ -340,7 +352,7 @@ fn packed_matmul_is_the_unpacked_bits() {
     if isas.is_empty() {
         eprintln!("no 256-bit int8 kernel on this machine: nothing packs");
     }
-    for fmt in QFORMATS {
+    for fmt in PACKED {
         for (n, k) in [
             (1usize, 64usize),
             (4, 32),
@@ -378,7 +390,7 @@ fn packed_matmul_is_the_unpacked_bits() {
 /// Rows read in place from packed weights are the unpacked rows.
 #[test]
 fn packed_rows_are_the_ggml_rows() {
-    for fmt in QFORMATS {
+    for fmt in PACKED {
         for (n, k) in [(4usize, 32usize), (7, 96), (13, 576), (8, 64)] {
             let w = blocks(fmt, n, k, 41);
             let p = pack(fmt, &w, n, k).expect("fits");

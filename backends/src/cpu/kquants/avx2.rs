@@ -1,4 +1,4 @@
-//! AVX2 integer parts of the Q5_0 / K-quant dot products: the same i32
+//! AVX2 integer parts of the K-quant dot products: the same i32
 //! values as [`super::scalar`] (exact integer sums: the order does not
 //! matter), from `maddubs` (unsigned weight codes x signed activation
 //! codes; at most 2 x 63 x 127 per i16 lane, no saturation) and `madd`.
@@ -24,116 +24,6 @@ fn hsum_i32(v: __m256i) -> i32 {
 unsafe fn load(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees 32 readable bytes.
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
-}
-
-/// `Σ q·x` of one Q5_0 block (codes 0..31).
-///
-/// # Safety
-/// AVX2 must be available; `blk` holds 22 bytes and `x` 32 codes.
-#[inline]
-#[target_feature(enable = "avx2")]
-pub(super) unsafe fn q5_0(blk: &[u8], x: &[i8]) -> i32 {
-    assert!(blk.len() >= 22 && x.len() >= 32);
-    // SAFETY: a whole block and its 32 codes (asserted).
-    hsum_i32(unsafe { q5_0_lanes_at(blk.as_ptr(), x.as_ptr() as *const u8) })
-}
-
-/// [`q5_0`] before its last reduction: eight i32 lanes summing to `Σ q·x`.
-///
-/// # Safety
-/// AVX2 must be available; `blk..blk + 22` (one block) and `x..x + 32`
-/// (its codes) must be readable.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn q5_0_lanes_at(blk: *const u8, x: *const u8) -> __m256i {
-    // SAFETY: 22 readable bytes at `blk`, 32 at `x` (the caller's promise).
-    let (qh, q, xv) = unsafe {
-        (
-            (blk.add(2) as *const u32).read_unaligned(),
-            _mm_loadu_si128(blk.add(6) as *const __m128i),
-            load(x),
-        )
-    };
-    let lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
-    let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), _mm_set1_epi8(0x0F));
-    let nibbles = _mm256_set_m128i(hi, lo);
-    // Byte i of the high bits: bit i of qh, moved to 0x10.
-    let rep = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(u32::from_le(qh) as i32),
-        _mm256_set_epi64x(
-            0x0303_0303_0303_0303,
-            0x0202_0202_0202_0202,
-            0x0101_0101_0101_0101,
-            0x0000_0000_0000_0000,
-        ),
-    );
-    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
-    let set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
-    let codes = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
-    let p = _mm256_maddubs_epi16(codes, xv);
-    _mm256_madd_epi16(p, _mm256_set1_epi16(1))
-}
-
-/// One Q5_0 weight row against one activation row (decode): what
-/// [`super::dot`]'s portable path gives, bit for bit. Eight blocks at a
-/// time: their integer parts are reduced together ([`sums8`]) instead of
-/// one horizontal sum per block, their f16 scales converted together
-/// (F16C, exact like the portable conversion), the offset correction and
-/// the two f32 products run with one lane per block, and the eight
-/// contributions are then added to the row's sum one by one in block
-/// order, as the portable code adds them.
-///
-/// # Safety
-/// AVX2 and F16C must be available.
-///
-/// # Panics
-/// When `x` (32 codes per block of `row`), `dx` or `xs` (one scale and one
-/// code sum per block) are short.
-#[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn q5_0_row(row: &[u8], x: &[i8], dx: &[f32], xs: &[i32]) -> f32 {
-    let nb = row.len() / 22;
-    assert!(x.len() >= nb * 32 && dx.len() >= nb && xs.len() >= nb);
-    let (rp, xp) = (row.as_ptr(), x.as_ptr() as *const u8);
-    let mut acc = 0f32;
-    let mut b = 0;
-    while b + 8 <= nb {
-        let mut lanes = [_mm256_setzero_si256(); 8];
-        let mut d = [0u16; 8];
-        for i in 0..8 {
-            // SAFETY: block b + i < nb lies in `row`, its codes in `x`
-            // (asserted above); the scale is the block's first two bytes.
-            unsafe {
-                let blk = rp.add((b + i) * 22);
-                lanes[i] = q5_0_lanes_at(blk, xp.add((b + i) * 32));
-                d[i] = (blk as *const u16).read_unaligned();
-            }
-        }
-        // SAFETY: `d` has eight u16; `xs` and `dx` hold blocks b..b + 8.
-        let (dv, sums, dxs) = unsafe {
-            (
-                _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr() as *const __m128i)),
-                _mm256_loadu_si256(xs.as_ptr().add(b) as *const __m256i),
-                _mm256_loadu_ps(dx.as_ptr().add(b)),
-            )
-        };
-        // isum - 16 Σx, exact in i32; then (d * dx) * isum in f32.
-        let isum = _mm256_sub_epi32(sums8(&lanes), _mm256_slli_epi32::<4>(sums));
-        let v = _mm256_mul_ps(_mm256_mul_ps(dv, dxs), _mm256_cvtepi32_ps(isum));
-        let mut out = [0f32; 8];
-        // SAFETY: `out` has eight values.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
-        for o in out {
-            acc += o;
-        }
-        b += 8;
-    }
-    for b in b..nb {
-        let blk = &row[b * 22..(b + 1) * 22];
-        // SAFETY: one whole block and its 32 codes (asserted above).
-        let isum = hsum_i32(unsafe { q5_0_lanes_at(blk.as_ptr(), xp.add(b * 32)) }) - 16 * xs[b];
-        acc += (super::f16_at(blk) * dx[b]) * isum as f32;
-    }
-    acc
 }
 
 /// `Σ sc_j · (Σ q·x over sub-block j)` of one Q4_K (`high` None) or Q5_K
@@ -292,7 +182,7 @@ fn sums8(a: &[__m256i; 8]) -> __m256i {
 }
 
 macro_rules! rows8_kernel {
-    ($name:ident, $features:literal, $vnni:literal) => {
+    ($name:ident, $features:literal) => {
         /// One unpacked weight row against the eight activation rows of `g`
         /// (prefill): `out[lane]` is what [`super::dot`] gives for that row, bit
         /// for bit. Per block, the integer parts of the eight rows come from one
@@ -300,8 +190,6 @@ macro_rules! rows8_kernel {
         /// exact i32 sums), then the f32 steps of the module docs run with one
         /// lane per row: the same operations in the same order as the scalar
         /// code, so the same bits.
-        ///
-        /// `vpdpbusd` replaces `maddubs` / `madd` for Q5_0 in the VNNI build.
         ///
         /// # Safety
         /// The function's features must be available; `u` holds one row of `xq.k` values in `fmt`,
@@ -330,9 +218,6 @@ macro_rules! rows8_kernel {
             let c = u.codes.as_ptr();
             let minmax = MINMAX;
             debug_assert!(minmax == matches!(fmt, super::KFormat::Q4K | super::KFormat::Q5K));
-            // Q5_0's codes (one block per 32) have no group scales: `vpdpbusd`
-            // sums them directly (the same exact integers as `maddubs` / `madd`).
-            let unscaled = $vnni && PER == 1;
             let mut acc = _mm256_setzero_ps();
             for b in 0..nb {
                 let mut a = [_mm256_setzero_si256(); 8];
@@ -346,14 +231,6 @@ macro_rules! rows8_kernel {
                             *u.scales.get_unchecked(2 * i + 1),
                         )
                     };
-                    if unscaled {
-                        for (ar, xp) in a.iter_mut().zip(&xs) {
-                            // SAFETY: as above; `unscaled` implies the VNNI
-                            // features this function is built with.
-                            *ar = unsafe { _mm256_dpbusd_epi32(*ar, wv, load(xp.add(32 * i))) };
-                        }
-                        continue;
-                    }
                     let sv = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
                     for (ar, xp) in a.iter_mut().zip(&xs) {
                         // SAFETY: as above.
@@ -408,8 +285,10 @@ macro_rules! rows8_kernel {
     };
 }
 
-rows8_kernel!(rows8, "avx2", false);
-rows8_kernel!(rows8_vnni, "avx2,avx512vnni,avx512vl", true);
+rows8_kernel!(rows8, "avx2");
+// The same code where AVX-512 VNNI is: the compiler fuses each `madd` and
+// its add into `vpdpwssd` (the same exact i32 sums).
+rows8_kernel!(rows8_vnni, "avx2,avx512vnni,avx512vl");
 
 /// `rows8` (or `rows8_vnni` with `vnni`) built for `fmt`'s constants.
 ///
@@ -427,8 +306,6 @@ pub(super) unsafe fn rows8_for(
     // SAFETY: the caller's guarantees; the constants are `fmt`'s.
     unsafe {
         match (fmt, vnni) {
-            (Q5_0, true) => rows8_vnni::<1, 1, false>(fmt, u, xq, g, out),
-            (Q5_0, false) => rows8::<1, 1, false>(fmt, u, xq, g, out),
             (Q4K | Q5K, true) => rows8_vnni::<8, 8, true>(fmt, u, xq, g, out),
             (Q4K | Q5K, false) => rows8::<8, 8, true>(fmt, u, xq, g, out),
             (Q6K, true) => rows8_vnni::<16, 8, false>(fmt, u, xq, g, out),
@@ -460,30 +337,6 @@ pub(super) unsafe fn unpack_codes(fmt: super::KFormat, blk: &[u8], c: &mut [u8])
     let m4 = _mm256_set1_epi8(0x0F);
     let out = c.as_mut_ptr();
     match fmt {
-        super::KFormat::Q5_0 => {
-            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-            let mut nib = [0u8; 16];
-            nib.copy_from_slice(&blk[6..22]);
-            // SAFETY: `nib` has 16 bytes.
-            let q = unsafe { _mm_loadu_si128(nib.as_ptr() as *const __m128i) };
-            let lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
-            let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), _mm_set1_epi8(0x0F));
-            let nibbles = _mm256_set_m128i(hi, lo);
-            let rep = _mm256_shuffle_epi8(
-                _mm256_set1_epi32(qh as i32),
-                _mm256_set_epi64x(
-                    0x0303_0303_0303_0303,
-                    0x0202_0202_0202_0202,
-                    0x0101_0101_0101_0101,
-                    0x0000_0000_0000_0000,
-                ),
-            );
-            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
-            let set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
-            let codes = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
-            // SAFETY: `c` has 32 bytes.
-            unsafe { store(out, codes) };
-        }
         super::KFormat::Q4K | super::KFormat::Q5K => {
             let (high, qs) = match fmt {
                 super::KFormat::Q5K => (Some(&blk[16..48]), &blk[48..176]),

@@ -1,27 +1,24 @@
-//! Q5_0 and K-quant (Q4_K, Q5_K, Q6_K) weights against f32 activation
-//! rows, kept quantized: `y = x W^T` with `W` row-major `[n, k]` exactly as
-//! the GGUF file stores it.
+//! K-quant (Q4_K, Q5_K, Q6_K) weights against f32 activation rows, kept
+//! quantized: `y = x W^T` with `W` row-major `[n, k]` exactly as the GGUF
+//! file stores it. (Q5_0, a 32-weight block like Q4_0, runs in
+//! [`crate::cpu::gemv`] with the other 32-weight formats.)
 //!
 //! ## Arithmetic (the approach of llama.cpp's `x_K x q8_K` dot products)
-//! Each activation row is quantized once per call to int8 ([`Acts`]): per
-//! block of 32 for Q5_0 (scale `max|x| / 127`, and the block's code sum
-//! for Q5_0's offset of 16), per super-block of 256 for the K-quants (one
-//! scale, and the code sums of each group of 16: Q8_K's `bsums`, for the
-//! K-quants' minima and Q6_K's offset of 32).
+//! Each activation row is quantized once per call to int8 ([`Acts`]) per
+//! super-block of 256 (one scale `max|x| / 127`, and the code sums of each
+//! group of 16: Q8_K's `bsums`, for the K-quants' minima and Q6_K's offset
+//! of 32).
 //!
-//! Per weight block (32 for Q5_0) or super-block (256 for the K-quants) the
-//! integer part is exact: the codes' products with the int8 activations,
+//! Per weight super-block the integer part is exact: the codes' products with the int8 activations,
 //! weighted by the integer sub-block scales, summed in i32 (no overflow is
 //! possible: at most 256 products of 63 x 127 times a scale of 63). Then,
 //! in f32 and in this order, the block's contribution is added to the
 //! row's sum:
-//! - Q5_0: `acc += (d_w * d_x) * (Σ q·x - 16 Σ x)`;
 //! - Q4_K / Q5_K: `acc += (d_w * d_x) * Σ sc·(q·x) - (dmin_w * d_x) * Σ m·bsum`;
 //! - Q6_K: `acc += (d_w * d_x) * (Σ sc·(q·x) - 32 Σ sc·bsum)`.
 //!
 //! The AVX2 kernels ([`avx2`]) compute the same integers (with `maddubs` /
-//! `madd`; the operands cannot saturate i16; `vpdpbusd` for Q5_0's
-//! unscaled codes where AVX-512 VNNI is) and leave the f32 steps to the
+//! `madd`; the operands cannot saturate i16) and leave the f32 steps to the
 //! same scalar code, so every instruction set gives the same bits, and a
 //! prefill row equals the one-row (decode) result bit for bit.
 //!
@@ -44,9 +41,6 @@ use rayon::prelude::*;
 /// The block formats of this module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KFormat {
-    /// GGML Q5_0: per 32 weights an f16 scale, 32 high bits, 16 bytes of
-    /// nibbles; a weight is `d * (q - 16)`.
-    Q5_0,
     /// GGML Q4_K: per 256 weights f16 `d` and `dmin`, 12 bytes of 6-bit
     /// sub-block scales and minima (8 sub-blocks of 32), 128 bytes of
     /// nibbles; a weight is `d * sc * q - dmin * m`.
@@ -63,7 +57,6 @@ impl KFormat {
     /// The format of a GGML dtype, when this module reads it.
     pub(crate) fn of_ggml(d: GgmlDType) -> Option<Self> {
         match d {
-            GgmlDType::Q5_0 => Some(KFormat::Q5_0),
             GgmlDType::Q4K => Some(KFormat::Q4K),
             GgmlDType::Q5K => Some(KFormat::Q5K),
             GgmlDType::Q6K => Some(KFormat::Q6K),
@@ -73,39 +66,30 @@ impl KFormat {
 
     /// Weights per block.
     pub(crate) fn block(self) -> usize {
-        match self {
-            KFormat::Q5_0 => 32,
-            _ => 256,
-        }
+        256
     }
 
     /// Bytes per block.
     pub(crate) fn block_bytes(self) -> usize {
         match self {
-            KFormat::Q5_0 => 22,
             KFormat::Q4K => 144,
             KFormat::Q5K => 176,
             KFormat::Q6K => 210,
         }
     }
 
-    /// Activation code sums per block that [`Rows8`] keeps: Q5_0 the
-    /// block's, Q4_K / Q5_K one per sub-block of 32, Q6_K one per group of
-    /// 16.
+    /// Activation code sums per block that [`Rows8`] keeps: Q4_K / Q5_K one
+    /// per sub-block of 32, Q6_K one per group of 16.
     fn groups(self) -> usize {
         match self {
-            KFormat::Q5_0 => 1,
             KFormat::Q4K | KFormat::Q5K => 8,
             KFormat::Q6K => 16,
         }
     }
 
-    /// Activation values per code sum (Q5_0: the block; K-quants: 16).
+    /// Activation values per code sum.
     fn sum_group(self) -> usize {
-        match self {
-            KFormat::Q5_0 => 32,
-            _ => 16,
-        }
+        16
     }
 }
 
@@ -247,24 +231,11 @@ pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (i32, i32) {
     }
 }
 
-/// The integer parts of one block against its activation codes: for Q5_0
-/// `Σ q·x` (codes 0..31), for Q4_K / Q5_K the eight sub-block sums `Σ q·x`,
-/// for Q6_K `Σ sc·(q·x)` over the 16 groups. Portable code; the AVX2
+/// The integer parts of one block against its activation codes: for
+/// Q4_K / Q5_K the eight sub-block sums `Σ q·x`, for Q6_K `Σ sc·(q·x)` over the 16 groups. Portable code; the AVX2
 /// kernels compute the same integers.
 pub(crate) mod scalar {
     use super::scale_min_k4;
-
-    pub(crate) fn q5_0(blk: &[u8], x: &[i8]) -> i32 {
-        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-        let qs = &blk[6..22];
-        let mut s = 0i32;
-        for j in 0..16 {
-            let lo = i32::from(qs[j] & 15) | ((((qh >> j) & 1) as i32) << 4);
-            let hi = i32::from(qs[j] >> 4) | ((((qh >> (j + 16)) & 1) as i32) << 4);
-            s += lo * i32::from(x[j]) + hi * i32::from(x[j + 16]);
-        }
-        s
-    }
 
     /// `Σ sc_j · (Σ q·x over sub-block j)` of Q4_K (`high` None) or Q5_K
     /// (`high` its 32 bytes of fifth bits).
@@ -333,12 +304,6 @@ fn dot(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn dot_avx2(fmt: KFormat, row: &[u8], xq: &Acts, r: usize) -> f32 {
-    if fmt == KFormat::Q5_0 {
-        // SAFETY: AVX2 and F16C are available (this function's contract:
-        // `avx2` comes from `has_avx2`); `row` is whole blocks of the row
-        // `xq` was quantized for (matmul checks).
-        return unsafe { avx2::q5_0_row(row, xq.codes(r), xq.scales(r), xq.sums(r)) };
-    }
     dot_body(fmt, row, xq, r, true)
 }
 
@@ -350,7 +315,6 @@ fn dot_body(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
     for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
         let x = &codes[b * block..(b + 1) * block];
         let isum = match fmt {
-            KFormat::Q5_0 => int_q5_0(blk, x, avx2),
             KFormat::Q4K | KFormat::Q5K => int_q45k(fmt, blk, x, avx2),
             KFormat::Q6K => int_q6k(blk, x, avx2),
         };
@@ -386,10 +350,6 @@ fn finish(
     let dx = xq.scales(r)[b];
     let sums = xq.sums(r);
     match fmt {
-        KFormat::Q5_0 => {
-            let isum = isum - 16 * sums[b];
-            (d * dx) * isum as f32
-        }
         KFormat::Q4K | KFormat::Q5K => {
             let s = &blk[4..16];
             let bs = &sums[16 * b..16 * (b + 1)];
@@ -412,7 +372,7 @@ fn finish(
 }
 
 /// A weight row unpacked once for several activation rows (prefill): its
-/// unsigned codes and the integer scale of each group of 16 (Q5_0: 1).
+/// unsigned codes and the integer scale of each group of 16.
 /// `Σ_groups scale · Σ code·x` over a block is the integer part of
 /// [`scalar`], so the results are [`dot`]'s bit for bit.
 struct Unpacked {
@@ -423,8 +383,7 @@ struct Unpacked {
     /// Q4_K / Q5_K: each block's f16 `dmin`, as f32 (others: 0).
     dmin: Vec<f32>,
     /// Per block, the [`Rows8`] group multipliers of the integer
-    /// correction (see [`KFormat::groups`]): Q5_0 16 (the offset), Q4_K /
-    /// Q5_K the eight sub-block minima, Q6_K 32 times the sixteen scales.
+    /// correction (see [`KFormat::groups`]): Q4_K / Q5_K the eight sub-block minima, Q6_K 32 times the sixteen scales.
     mins: Vec<i32>,
     /// Integer parts of each block against one activation row (scratch).
     isums: Vec<i32>,
@@ -448,14 +407,6 @@ impl Unpacked {
                 unsafe { avx2::unpack_codes(fmt, blk, c) };
             }
             match fmt {
-                KFormat::Q5_0 if scalar => {
-                    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-                    for j in 0..16 {
-                        c[j] = (blk[6 + j] & 15) | ((((qh >> j) & 1) as u8) << 4);
-                        c[j + 16] = (blk[6 + j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
-                    }
-                }
-                KFormat::Q5_0 => {}
                 KFormat::Q4K | KFormat::Q5K => {
                     let (high, qs) = match fmt {
                         KFormat::Q5K => (Some(&blk[16..48]), &blk[48..176]),
@@ -506,7 +457,6 @@ impl Unpacked {
         let mut mins = Vec::with_capacity(d.len() * fmt.groups());
         for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
             match fmt {
-                KFormat::Q5_0 => mins.push(16),
                 KFormat::Q4K | KFormat::Q5K => {
                     dmin[b] = f16_at(&blk[2..]);
                     mins.extend((0..8).map(|j| scale_min_k4(j, &blk[4..16]).1));
@@ -571,18 +521,6 @@ fn grouped(c: &[u8], sc: &[i16], x: &[i8], block: usize, out: &mut [i32], avx2: 
 }
 
 #[inline(always)]
-fn int_q5_0(blk: &[u8], x: &[i8], avx2: bool) -> i32 {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: AVX2 was detected at run time (`has_avx2`); the block
-        // has 22 bytes and `x` 32 codes.
-        return unsafe { avx2::q5_0(blk, x) };
-    }
-    let _ = avx2;
-    scalar::q5_0(blk, x)
-}
-
-#[inline(always)]
 fn int_q45k(fmt: KFormat, blk: &[u8], x: &[i8], avx2: bool) -> i32 {
     let (scales, high, qs) = match fmt {
         KFormat::Q5K => (&blk[4..16], Some(&blk[16..48]), &blk[48..176]),
@@ -624,7 +562,7 @@ pub(crate) fn has_vnni() -> bool {
 }
 
 /// Whether the AVX2 kernels run here (with F16C, which every AVX2 CPU has,
-/// for Q5_0's decode).
+/// for the blocks' f16 scales).
 pub(crate) fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
