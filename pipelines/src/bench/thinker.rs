@@ -38,8 +38,8 @@ pub(crate) struct ThinkerArgs {
     /// Expand quantized weights to f32 at load.
     #[arg(long)]
     pub dequantize: bool,
-    /// After the timed runs, time every op of one more decode and print the
-    /// N costliest (op, input shapes) rows (0: off).
+    /// After the timed runs, time every op of one more prefill and decode
+    /// and print the N costliest (op, input shapes) rows of each (0: off).
     #[arg(long, default_value_t = 0)]
     pub profile_ops: usize,
 }
@@ -111,10 +111,12 @@ fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Our
         dec.push(o.decode_tokens as f64 / t.elapsed().as_secs_f64());
     }
     let profile = if o.profile_ops > 0 {
-        // One more decode with every op timed (the timing itself costs a
-        // little, so the timed runs above go without it).
+        // One more prefill and decode with every op timed (the timing
+        // itself costs a little, so the timed runs above go without it).
         model.reset();
+        dev.stats().profile_ops(true);
         let mut logits = model.forward(&ids)?;
+        let prefill_rows = dev.stats().op_profile();
         dev.stats().profile_ops(true);
         for _ in 0..o.decode_tokens {
             let id = sampling::argmax(&logits) as u32;
@@ -123,7 +125,9 @@ fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Our
         let rows = dev.stats().op_profile();
         dev.stats().profile_ops(false);
         format!(
-            "decode of {} tokens, {}",
+            "prefill of {} tokens, {}\ndecode of {} tokens, {}",
+            ids.len(),
+            edgeflow_runtime::render_op_profile(&prefill_rows, o.profile_ops),
             o.decode_tokens,
             edgeflow_runtime::render_op_profile(&rows, o.profile_ops)
         )
