@@ -210,7 +210,11 @@ fn a_spoken_question_is_transcribed_answered_and_heard() {
     );
     let said = answer(&running, heard.epoch, Duration::from_secs(30));
     println!("answered: {said:?}");
-    assert!(!said.trim().is_empty(), "the thinker answered nothing");
+    // Qwen2.5-0.5B, greedy: "The capital city of France is Paris."
+    assert!(
+        said.contains("Paris"),
+        "the thinker's answer {said:?} does not name Paris"
+    );
 
     // Let the answer play out (bounded), then look at what the agent sink heard.
     assert!(

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 /// The models the voice loop runs (other cards, e.g. the 1.1 GB Qwen, need
 /// not be fetched for it).
-const USED: [&str; 4] = ["piper-joe", "smollm2", "silero-vad", "whisper-tiny-en"];
+const USED: [&str; 4] = ["piper-joe", "qwen2.5-0.5b", "silero-vad", "whisper-tiny-en"];
 
 /// True when the live tests should run; panics with instructions when they
 /// should but cannot. `what` names the test in the skip line.
