@@ -385,8 +385,8 @@ fn matmul_with(
             _ => portable::rows(fmt, w, rb, &xq, out),
         }
     };
-    let mut yt = vec![0f32; n * m];
     if m == 1 {
+        let mut yt = vec![0f32; n];
         // Decode streams the weights once: each thread walks one
         // contiguous run (`team::for_ranges`), in units of the
         // kernel's 4-row tiles and claims of at least ~16 KB.
@@ -402,28 +402,42 @@ fn matmul_with(
         });
         return Some(yt);
     }
-    // Per task: outputs of `per` weight rows for all m activation rows,
-    // transposed (weight row major), so tasks write disjoint slices.
+    // Per task: the outputs of `per` weight rows for all m activation
+    // rows, weight row major as the kernels write them, then moved into
+    // their columns of `y` while still in cache.
     let per = rows_per_task(n, rb * m);
-    yt.par_chunks_mut(per * m)
-        .enumerate()
-        .for_each(|(t, out)| run(t * per, out.len() / m, out));
-    // Transpose in bands of 16 output rows: each weight row's 16 values
-    // are one cache line of `yt`.
-    const BAND: usize = 16;
     let mut y = vec![0f32; n * m];
-    y.par_chunks_mut(BAND * n)
-        .enumerate()
-        .for_each(|(t, band)| {
-            let r0 = t * BAND;
-            let rows = band.len() / n;
-            for (j, col) in yt.chunks_exact(m).enumerate() {
-                for (r, v) in col[r0..r0 + rows].iter().enumerate() {
-                    band[r * n + j] = *v;
-                }
-            }
-        });
+    let yp = SharedOut(y.as_mut_ptr());
+    (0..n.div_ceil(per)).into_par_iter().for_each(|t| {
+        let j0 = t * per;
+        let rows = per.min(n - j0);
+        let mut out = vec![0f32; rows * m];
+        run(j0, rows, &mut out);
+        // SAFETY: tasks own disjoint column ranges j0..j0 + rows of `y`
+        // (alive until the loop returns); every index is < m * n.
+        unsafe { scatter_columns(&out, rows, m, yp.get().add(j0), n) };
+    });
     Some(y)
+}
+
+/// `out` (`rows` weight rows of `m` values each) into columns
+/// `0..rows` of the row-major `[m, n]` matrix at `y`, in bands of 16
+/// weight rows, so each band's reads and writes stay in a few cache lines.
+///
+/// # Safety
+/// `y` points at `m` rows of `n >= rows` writable floats that nothing else
+/// touches in columns `0..rows` meanwhile.
+pub(crate) unsafe fn scatter_columns(out: &[f32], rows: usize, m: usize, y: *mut f32, n: usize) {
+    debug_assert!(out.len() == rows * m && rows <= n);
+    for j0 in (0..rows).step_by(16) {
+        let j1 = (j0 + 16).min(rows);
+        for r in 0..m {
+            for j in j0..j1 {
+                // SAFETY: r < m, j < rows <= n (the caller's contract).
+                unsafe { *y.add(r * n + j) = out[j * m + r] };
+            }
+        }
+    }
 }
 
 /// A pointer to an output buffer that disjoint ranges are written through

@@ -626,7 +626,6 @@ pub(crate) fn matmul_isa(
     };
     // Outputs transposed (weight row major): each weight row is read once
     // and dotted with every activation row.
-    let mut yt = vec![0f32; n * m];
     let run = |j0: usize, out: &mut [f32]| {
         for (i, yo) in out.chunks_mut(m).enumerate() {
             let row = &w[(j0 + i) * rb..(j0 + i + 1) * rb];
@@ -657,6 +656,7 @@ pub(crate) fn matmul_isa(
     if m == 1 {
         // Decode: each thread of the batch's hot team walks one contiguous
         // run of weight rows, claims of at least ~16 KB.
+        let mut yt = vec![0f32; n];
         let out = SharedOut(yt.as_mut_ptr());
         crate::cpu::team::for_ranges(n, ((16 << 10) / rb).max(1), |r| {
             // SAFETY: for_ranges hands out disjoint ranges of 0..n, so these
@@ -668,24 +668,19 @@ pub(crate) fn matmul_isa(
     }
     let threads = rayon::current_num_threads().max(1);
     let per = (n / (threads * 8)).max((65_536 / (rb * m)).max(1)).max(1);
-    yt.par_chunks_mut(per * m)
-        .enumerate()
-        .for_each(|(t, out)| run(t * per, out));
-    // Transpose in bands of 16 output rows (each weight row's 16 values are
-    // one cache line of `yt`), split over the pool.
-    const BAND: usize = 16;
+    // Per task: its weight rows' outputs for every activation row, then
+    // moved into their columns of `y` while still in cache.
     let mut y = vec![0f32; n * m];
-    y.par_chunks_mut(BAND * n)
-        .enumerate()
-        .for_each(|(t, band)| {
-            let r0 = t * BAND;
-            let rows = band.len() / n;
-            for (j, col) in yt.chunks_exact(m).enumerate() {
-                for (r, v) in col[r0..r0 + rows].iter().enumerate() {
-                    band[r * n + j] = *v;
-                }
-            }
-        });
+    let yp = SharedOut(y.as_mut_ptr());
+    (0..n.div_ceil(per)).into_par_iter().for_each(|t| {
+        let j0 = t * per;
+        let rows = per.min(n - j0);
+        let mut out = vec![0f32; rows * m];
+        run(j0, &mut out);
+        // SAFETY: tasks own disjoint column ranges j0..j0 + rows of `y`
+        // (alive until the loop returns); every index is < m * n.
+        unsafe { crate::cpu::gemv::scatter_columns(&out, rows, m, yp.get().add(j0), n) };
+    });
     Some(y)
 }
 
