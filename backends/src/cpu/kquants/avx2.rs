@@ -26,49 +26,6 @@ unsafe fn load(p: *const u8) -> __m256i {
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
-/// `Σ sc_j · (Σ q·x over sub-block j)` of one Q4_K (`high` None) or Q5_K
-/// super-block.
-///
-/// # Safety
-/// AVX2 must be available; `scales` holds 12 bytes, `qs` 128, `high` (when
-/// given) 32 and `x` 256 codes.
-#[inline]
-#[target_feature(enable = "avx2")]
-pub(super) unsafe fn q45k(scales: &[u8], qs: &[u8], high: Option<&[u8]>, x: &[i8]) -> i32 {
-    debug_assert!(scales.len() >= 12 && qs.len() >= 128 && x.len() >= 256);
-    let m4 = _mm256_set1_epi8(0x0F);
-    let one = _mm256_set1_epi8(1);
-    // SAFETY: `high` has 32 bytes when given.
-    let hbits = high.map(|h| unsafe { load(h.as_ptr()) });
-    let mut acc = _mm256_setzero_si256();
-    for j in 0..4 {
-        // SAFETY: `qs` has 128 bytes, `x` 256 codes.
-        let (q, xa, xb) = unsafe {
-            (
-                load(qs.as_ptr().add(32 * j)),
-                load(x.as_ptr().add(64 * j) as *const u8),
-                load(x.as_ptr().add(64 * j + 32) as *const u8),
-            )
-        };
-        let mut lo = _mm256_and_si256(q, m4);
-        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-        if let Some(h) = hbits {
-            let sh = _mm_cvtsi32_si128(2 * j as i32);
-            let b0 = _mm256_and_si256(_mm256_srl_epi16(h, sh), one);
-            let sh1 = _mm_cvtsi32_si128(2 * j as i32 + 1);
-            let b1 = _mm256_and_si256(_mm256_srl_epi16(h, sh1), one);
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(b0));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(b1));
-        }
-        let sa = super::scale_min_k4(2 * j, scales).0 as i16;
-        let sb = super::scale_min_k4(2 * j + 1, scales).0 as i16;
-        let pa = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xa), _mm256_set1_epi16(sa));
-        let pb = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xb), _mm256_set1_epi16(sb));
-        acc = _mm256_add_epi32(acc, _mm256_add_epi32(pa, pb));
-    }
-    hsum_i32(acc)
-}
-
 /// `Σ_g sc_g · (Σ q·x over group g)` of one Q6_K super-block (codes 0..63).
 ///
 /// # Safety
@@ -163,6 +120,148 @@ pub(super) unsafe fn grouped(c: &[u8], sc: &[i16], x: &[i8], block: usize, out: 
         }
         *o = hsum_i32(acc);
     }
+}
+
+/// Block `b`'s f16 at byte `off`, as f32 (F16C: exact, like the portable
+/// conversion).
+///
+/// # Safety
+/// F16C available; `p..p + 2` readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn f16_ptr(p: *const u8) -> f32 {
+    // SAFETY: two readable bytes (the caller's promise).
+    let v = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le(v)))))
+}
+
+/// `Σ_j v_j` for the eight i32 `p_j = s[2j] + s[2j + 1]` of sixteen code
+/// sums `s` times eight weights `w` (exact).
+///
+/// # Safety
+/// AVX2 available; `s..s + 16` readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn pair_sums_dot(s: *const i32, w: __m256i) -> i32 {
+    // SAFETY: sixteen readable i32 (the caller's promise).
+    let (a, b) = unsafe {
+        (
+            _mm256_loadu_si256(s as *const __m256i),
+            _mm256_loadu_si256(s.add(8) as *const __m256i),
+        )
+    };
+    // hadd pairs within 128-bit halves: [p0 p1 p4 p5 | p2 p3 p6 p7].
+    let p = _mm256_permutevar8x32_epi32(
+        _mm256_hadd_epi32(a, b),
+        _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7),
+    );
+    hsum_i32(_mm256_mullo_epi32(p, w))
+}
+
+/// One Q4_K (`five` false) or Q5_K weight row against one activation row
+/// (decode): what [`super::dot`]'s portable path gives, bit for bit. Per
+/// super-block the eight 6-bit scales and minima are unpacked together
+/// ([`super::scales_mins_k4`]), the minima's term `Σ m_j · bsum_j` is one
+/// multiply and reduction, and the f32 steps are the portable ones in the
+/// same order.
+///
+/// # Safety
+/// AVX2 and F16C available.
+///
+/// # Panics
+/// When `x` (256 codes per block of `row`), `dx` (a scale per block) or
+/// `sums` (16 code sums per block) are short.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn q45k_row(five: bool, row: &[u8], x: &[i8], dx: &[f32], sums: &[i32]) -> f32 {
+    let bb = if five { 176 } else { 144 };
+    let nb = row.len() / bb;
+    assert!(x.len() >= nb * 256 && dx.len() >= nb && sums.len() >= nb * 16);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    let qs_at = if five { 48 } else { 16 };
+    let mut acc = 0f32;
+    for b in 0..nb {
+        // SAFETY: block b < nb lies in `row`; its codes, scale and sums in
+        // `x`, `dx` and `sums` (asserted above).
+        unsafe {
+            let blk = row.as_ptr().add(b * bb);
+            let xb = x.as_ptr().add(256 * b) as *const u8;
+            let (sc, mn) = super::scales_mins_k4(&*(blk.add(4) as *const [u8; 12]));
+            let hbits = if five { load(blk.add(16)) } else { m4 };
+            let mut iacc = _mm256_setzero_si256();
+            for j in 0..4 {
+                let q = load(blk.add(qs_at + 32 * j));
+                let mut lo = _mm256_and_si256(q, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                if five {
+                    let b0 = _mm256_and_si256(
+                        _mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * j as i32)),
+                        one,
+                    );
+                    let b1 = _mm256_and_si256(
+                        _mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * j as i32 + 1)),
+                        one,
+                    );
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(b0));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(b1));
+                }
+                let pa = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(lo, load(xb.add(64 * j))),
+                    _mm256_set1_epi16(i16::from(sc[2 * j])),
+                );
+                let pb = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(hi, load(xb.add(64 * j + 32))),
+                    _mm256_set1_epi16(i16::from(sc[2 * j + 1])),
+                );
+                iacc = _mm256_add_epi32(iacc, _mm256_add_epi32(pa, pb));
+            }
+            let isum = hsum_i32(iacc);
+            let mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+            let msum = pair_sums_dot(sums.as_ptr().add(16 * b), mins);
+            let (d, dmin, dxb) = (f16_ptr(blk), f16_ptr(blk.add(2)), *dx.get_unchecked(b));
+            acc += (d * dxb) * isum as f32 - (dmin * dxb) * msum as f32;
+        }
+    }
+    acc
+}
+
+/// One Q6_K weight row against one activation row (decode): what
+/// [`super::dot`]'s portable path gives, bit for bit; the offset term
+/// `Σ sc_g · bsum_g` is two multiplies and one reduction.
+///
+/// # Safety
+/// AVX2 and F16C available.
+///
+/// # Panics
+/// As [`q45k_row`].
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn q6k_row(row: &[u8], x: &[i8], dx: &[f32], sums: &[i32]) -> f32 {
+    let nb = row.len() / 210;
+    assert!(x.len() >= nb * 256 && dx.len() >= nb && sums.len() >= nb * 16);
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let blk = &row[210 * b..210 * (b + 1)];
+        // SAFETY: block b < nb: its codes, scale and sums are in `x`, `dx`
+        // and `sums` (asserted above); `blk` is one whole block.
+        unsafe {
+            let isum = q6k(blk, &x[256 * b..256 * (b + 1)]);
+            let sc = _mm_loadu_si128(blk.as_ptr().add(192) as *const __m128i);
+            let s = sums.as_ptr().add(16 * b);
+            let off = _mm256_add_epi32(
+                _mm256_mullo_epi32(
+                    _mm256_cvtepi8_epi32(sc),
+                    _mm256_loadu_si256(s as *const __m256i),
+                ),
+                _mm256_mullo_epi32(
+                    _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc)),
+                    _mm256_loadu_si256(s.add(8) as *const __m256i),
+                ),
+            );
+            let isum = isum - 32 * hsum_i32(off);
+            acc += (f16_ptr(blk.as_ptr().add(208)) * *dx.get_unchecked(b)) * isum as f32;
+        }
+    }
+    acc
 }
 
 /// The eight i32 sums of `a[0..8]`, lane `r` holding `Σ a[r]` (exact).

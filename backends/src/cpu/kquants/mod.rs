@@ -18,9 +18,12 @@
 //! - Q6_K: `acc += (d_w * d_x) * (Σ sc·(q·x) - 32 Σ sc·bsum)`.
 //!
 //! The AVX2 kernels ([`avx2`]) compute the same integers (with `maddubs` /
-//! `madd`; the operands cannot saturate i16) and leave the f32 steps to the
-//! same scalar code, so every instruction set gives the same bits, and a
-//! prefill row equals the one-row (decode) result bit for bit.
+//! `madd`; the operands cannot saturate i16) and run the same f32 steps in
+//! the same order, so every instruction set gives the same bits, and a
+//! prefill row equals the one-row (decode) result bit for bit. Decode runs
+//! one row kernel per format: a super-block's eight scales and minima are
+//! unpacked together ([`scales_mins_k4`]) and the minima's or offset's
+//! term is a vector multiply and one reduction.
 //!
 //! Prefill (several rows) unpacks each weight row once to one byte per code
 //! and an i16 scale per group of 16, then on AVX2 runs it against eight
@@ -200,21 +203,25 @@ pub(crate) fn f16_at(b: &[u8]) -> f32 {
     half::f16::from_le_bytes([b[0], b[1]]).to_f32()
 }
 
-/// [`f16_at`], inline with F16C where `avx2` says [`has_avx2`] holds (the
-/// same value: both conversions are exact).
+/// Q4_K / Q5_K's eight 6-bit scales and eight minima from the 12 packed
+/// bytes at once (llama.cpp's `utmp` unpacking): the values of
+/// [`scale_min_k4`] for `j` in `0..8`.
 #[inline(always)]
-fn f16_isa(b: &[u8], avx2: bool) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        let v = u16::from_le_bytes([b[0], b[1]]);
-        // SAFETY: `avx2` is only true where `has_avx2` (AVX2 and F16C) holds.
-        return unsafe {
-            use std::arch::x86_64::*;
-            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(v))))
-        };
-    }
-    let _ = avx2;
-    f16_at(b)
+pub(crate) fn scales_mins_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    const K1: u32 = 0x3f3f_3f3f;
+    const K2: u32 = 0x0f0f_0f0f;
+    const K3: u32 = 0x0303_0303;
+    let u = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (u0, u1, u2) = (u(0), u(1), u(2));
+    let sc = [u0 & K1, (u2 & K2) | (((u0 >> 6) & K3) << 4)];
+    let mn = [u1 & K1, ((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4)];
+    let bytes = |v: [u32; 2]| {
+        let mut o = [0u8; 8];
+        o[..4].copy_from_slice(&v[0].to_le_bytes());
+        o[4..].copy_from_slice(&v[1].to_le_bytes());
+        o
+    };
+    (bytes(sc), bytes(mn))
 }
 
 /// Q4_K / Q5_K's 6-bit scales and minima of sub-block `j` (0..8) from the
@@ -293,42 +300,53 @@ fn dot(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
         // SAFETY: AVX2 was detected at run time (`avx2` is only true then).
         return unsafe { dot_avx2(fmt, row, xq, r) };
     }
-    dot_body(fmt, row, xq, r, avx2)
+    dot_portable(fmt, row, xq, r)
 }
 
-/// [`dot`] built with AVX2, so the block kernels and the f32 steps inline
-/// into one loop (the same operations: the same bits).
+/// [`dot`] on AVX2: one row kernel per format (`avx2::q45k_row`,
+/// `avx2::q6k_row`), the same integers and f32 steps in the same order:
+/// the same bits.
 ///
 /// # Safety
 /// AVX2 and F16C must be available ([`has_avx2`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn dot_avx2(fmt: KFormat, row: &[u8], xq: &Acts, r: usize) -> f32 {
-    dot_body(fmt, row, xq, r, true)
+    let (x, dx, sums) = (xq.codes(r), xq.scales(r), xq.sums(r));
+    // SAFETY: AVX2 and F16C (this function's contract); `row` is whole
+    // blocks of the row `xq` was made for (matmul checks the shapes).
+    unsafe {
+        match fmt {
+            KFormat::Q4K => avx2::q45k_row(false, row, x, dx, sums),
+            KFormat::Q5K => avx2::q45k_row(true, row, x, dx, sums),
+            KFormat::Q6K => avx2::q6k_row(row, x, dx, sums),
+        }
+    }
 }
 
-#[inline(always)]
-fn dot_body(fmt: KFormat, row: &[u8], xq: &Acts, r: usize, avx2: bool) -> f32 {
+/// [`dot`] in plain Rust.
+fn dot_portable(fmt: KFormat, row: &[u8], xq: &Acts, r: usize) -> f32 {
     let codes = xq.codes(r);
     let block = fmt.block();
     let mut acc = 0f32;
     for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
         let x = &codes[b * block..(b + 1) * block];
         let isum = match fmt {
-            KFormat::Q4K | KFormat::Q5K => int_q45k(fmt, blk, x, avx2),
-            KFormat::Q6K => int_q6k(blk, x, avx2),
+            KFormat::Q4K => scalar::q45k(&blk[4..16], &blk[16..144], None, x),
+            KFormat::Q5K => scalar::q45k(&blk[4..16], &blk[48..176], Some(&blk[16..48]), x),
+            KFormat::Q6K => scalar::q6k(blk, x),
         };
-        acc += finish(fmt, blk, block_d(fmt, blk, avx2), isum, xq, r, b, avx2);
+        acc += finish(fmt, blk, block_d(fmt, blk), isum, xq, r, b);
     }
     acc
 }
 
 /// A block's f16 scale `d`, as f32.
 #[inline(always)]
-fn block_d(fmt: KFormat, blk: &[u8], avx2: bool) -> f32 {
+fn block_d(fmt: KFormat, blk: &[u8]) -> f32 {
     match fmt {
-        KFormat::Q6K => f16_isa(&blk[208..], avx2),
-        _ => f16_isa(blk, avx2),
+        KFormat::Q6K => f16_at(&blk[208..]),
+        _ => f16_at(blk),
     }
 }
 
@@ -336,17 +354,7 @@ fn block_d(fmt: KFormat, blk: &[u8], avx2: bool) -> f32 {
 /// [`scalar`] computes for the block against row `r`'s codes); `d` is
 /// [`block_d`].
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    fmt: KFormat,
-    blk: &[u8],
-    d: f32,
-    isum: i32,
-    xq: &Acts,
-    r: usize,
-    b: usize,
-    avx2: bool,
-) -> f32 {
+fn finish(fmt: KFormat, blk: &[u8], d: f32, isum: i32, xq: &Acts, r: usize, b: usize) -> f32 {
     let dx = xq.scales(r)[b];
     let sums = xq.sums(r);
     match fmt {
@@ -356,7 +364,7 @@ fn finish(
             let msum: i32 = (0..8)
                 .map(|j| scale_min_k4(j, s).1 * (bs[2 * j] + bs[2 * j + 1]))
                 .sum();
-            (d * dx) * isum as f32 - (f16_isa(&blk[2..], avx2) * dx) * msum as f32
+            (d * dx) * isum as f32 - (f16_at(&blk[2..]) * dx) * msum as f32
         }
         KFormat::Q6K => {
             let bs = &sums[16 * b..16 * (b + 1)];
@@ -450,7 +458,7 @@ impl Unpacked {
         }
         let d = row
             .chunks_exact(fmt.block_bytes())
-            .map(|blk| block_d(fmt, blk, false))
+            .map(|blk| block_d(fmt, blk))
             .collect::<Vec<_>>();
         let isums = vec![0; d.len()];
         let mut dmin = vec![0f32; d.len()];
@@ -486,7 +494,7 @@ impl Unpacked {
         );
         let mut acc = 0f32;
         for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
-            acc += finish(fmt, blk, self.d[b], self.isums[b], xq, r, b, false);
+            acc += finish(fmt, blk, self.d[b], self.isums[b], xq, r, b);
         }
         acc
     }
@@ -518,34 +526,6 @@ fn grouped(c: &[u8], sc: &[i16], x: &[i8], block: usize, out: &mut [i32], avx2: 
             })
             .sum();
     }
-}
-
-#[inline(always)]
-fn int_q45k(fmt: KFormat, blk: &[u8], x: &[i8], avx2: bool) -> i32 {
-    let (scales, high, qs) = match fmt {
-        KFormat::Q5K => (&blk[4..16], Some(&blk[16..48]), &blk[48..176]),
-        _ => (&blk[4..16], None, &blk[16..144]),
-    };
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: AVX2 was detected at run time (`has_avx2`); `qs` has 128
-        // bytes, `high` 32, `scales` 12 and `x` 256 codes.
-        return unsafe { avx2::q45k(scales, qs, high, x) };
-    }
-    let _ = avx2;
-    scalar::q45k(scales, qs, high, x)
-}
-
-#[inline(always)]
-fn int_q6k(blk: &[u8], x: &[i8], avx2: bool) -> i32 {
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: AVX2 was detected at run time (`has_avx2`); the block
-        // has 210 bytes and `x` 256 codes.
-        return unsafe { avx2::q6k(blk, x) };
-    }
-    let _ = avx2;
-    scalar::q6k(blk, x)
 }
 
 /// Whether AVX-512 VNNI (with VL) is here, for the prefill kernel's

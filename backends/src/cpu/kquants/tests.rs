@@ -163,3 +163,27 @@ fn avx2_unpacking_equals_the_scalar_one() {
         }
     }
 }
+
+/// The eight-at-once unpacking gives [`scale_min_k4`]'s values for every
+/// byte pattern the 6-bit fields and their high bits can take.
+#[test]
+fn scales_and_minima_unpack_together_as_one_by_one() {
+    let mut seed = 12345u32;
+    for case in 0..2000 {
+        let mut s = [0u8; 12];
+        for b in s.iter_mut() {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            *b = (seed >> 8) as u8;
+        }
+        if case == 0 {
+            s = [0xff; 12];
+        }
+        let (sc, mn) = scales_mins_k4(&s);
+        for j in 0..8 {
+            let (a, m) = scale_min_k4(j, &s);
+            assert_eq!((i32::from(sc[j]), i32::from(mn[j])), (a, m), "{s:?} j {j}");
+        }
+    }
+}
