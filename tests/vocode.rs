@@ -133,5 +133,15 @@ fn vocode_pipeline_copies_the_shipped_clip() {
     );
     let rms = (audio.iter().map(|x| (x * x) as f64).sum::<f64>() / audio.len() as f64).sqrt();
     assert!(rms > 0.01, "silent output (rms {rms})");
-    let _ = metrics;
+    // One utterance (the clip, ended by end of stream): its first audio,
+    // real-time factor and length are recorded once each.
+    let voc = metrics
+        .stages
+        .iter()
+        .find(|s| s.kind == "vocoder")
+        .expect("vocoder stage");
+    for name in ["time_to_first_audio_ms", "rtf", "audio_s"] {
+        assert_eq!(voc.values.get(name).map(|v| v.count), Some(1), "{name}");
+    }
+    assert!((voc.values["audio_s"].max - got_s).abs() < 1e-6);
 }

@@ -22,6 +22,7 @@
 //! assert_eq!(msg.payload.as_text(), Some("hello"));
 //! ```
 
+mod audio_out;
 pub mod builtin;
 mod error;
 mod exec;
@@ -35,6 +36,7 @@ pub mod spec;
 mod stage;
 mod validate;
 
+pub use audio_out::AudioOut;
 pub use error::{Diagnostic, Error, Result};
 pub use exec::{CancelHandle, EdgeTap, Running, StopHandle};
 pub use message::{

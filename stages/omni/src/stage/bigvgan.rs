@@ -5,10 +5,9 @@
 use super::source::{random_notice, sub_config, Source};
 use crate::bigvgan::{self, BigVgan, Config, MelStream};
 use edgeflow_graph::{
-    BuildEnv, Epoch, Event, Input, ParamInfo, ParamType, Params, Payload, PortSpec, PortType,
-    Ports, Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult, Timestamp,
+    AudioOut, BuildEnv, Epoch, Event, Input, ParamInfo, ParamType, Params, Payload, PortSpec,
+    PortType, Ports, Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult,
 };
-use std::time::{Duration, Instant};
 
 /// Output sample rate of Qwen2.5-Omni's BigVGAN.
 pub const SAMPLE_RATE: u32 = 24_000;
@@ -114,9 +113,7 @@ impl StageFactory for BigVganKind {
         Ok(Box::new(BigVganStage {
             model,
             stream,
-            utterance: None,
-            compute: Duration::ZERO,
-            samples: 0,
+            out: AudioOut::new(0, SAMPLE_RATE),
         }))
     }
 }
@@ -126,51 +123,20 @@ impl StageFactory for BigVganKind {
 struct BigVganStage {
     model: BigVgan,
     stream: MelStream,
-    /// Capture time of the utterance's first frames, until its first audio.
-    utterance: Option<Timestamp>,
-    compute: Duration,
-    samples: usize,
+    /// Time to first audio and real-time factor of each utterance.
+    out: AudioOut,
 }
 
 impl BigVganStage {
     /// Push `mel` (or finish the utterance) and send what is vocoded.
     fn run(&mut self, ctx: &mut StageCtx, mel: Option<&edgeflow_runtime::Tensor>) -> StageResult {
-        let started = Instant::now();
-        let mut failed: Option<StageError> = None;
-        let mut samples = 0usize;
-        let utterance = &mut self.utterance;
-        let mut sink = |chunk: Vec<f32>| -> crate::Result<bool> {
-            if ctx.is_cancelled() {
-                return Ok(false);
-            }
-            if let Some(t) = utterance.take() {
-                ctx.record("time_to_first_audio_ms", t.elapsed().as_secs_f64() * 1000.0);
-            }
-            samples += chunk.len();
-            match ctx.emit(0, Payload::audio(SAMPLE_RATE, 1, chunk)) {
-                Ok(()) => Ok(true),
-                Err(e) => {
-                    failed = Some(e);
-                    Ok(false)
-                }
-            }
-        };
-        match mel {
-            Some(m) => self.stream.push(&self.model, m, &mut sink)?,
-            None => self.stream.finish(&self.model, &mut sink)?,
-        }
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        self.compute += started.elapsed();
-        self.samples += samples;
-        if mel.is_none() && self.samples > 0 {
-            let audio_s = self.samples as f64 / f64::from(SAMPLE_RATE);
-            ctx.record("rtf", self.compute.as_secs_f64() / audio_s);
-            ctx.record("audio_s", audio_s);
+        let (model, stream) = (&self.model, &mut self.stream);
+        self.out.stream(ctx, |sink| match mel {
+            Some(m) => stream.push(model, m, sink),
+            None => stream.finish(model, sink),
+        })?;
+        if mel.is_none() && self.out.end_utterance(ctx) {
             super::record_precision(ctx, self.model.device());
-            self.compute = Duration::ZERO;
-            self.samples = 0;
         }
         ctx.check()
     }
@@ -185,8 +151,8 @@ impl Stage for BigVganStage {
     fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
         match &input.msg.payload {
             Payload::Tensor(t) => {
-                if self.stream.received() == 0 && self.utterance.is_none() {
-                    self.utterance = Some(input.msg.timestamp);
+                if self.stream.received() == 0 {
+                    self.out.start_utterance(input.msg.timestamp);
                 }
                 self.run(ctx, Some(t))
             }
@@ -202,9 +168,7 @@ impl Stage for BigVganStage {
 
     fn reset(&mut self, _epoch: Epoch, _ctx: &mut StageCtx) -> StageResult {
         self.stream.reset();
-        self.utterance = None;
-        self.compute = Duration::ZERO;
-        self.samples = 0;
+        self.out.reset();
         Ok(())
     }
 
