@@ -26,11 +26,6 @@ unsafe fn load(p: *const u8) -> __m256i {
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
-/// `Σ_g sc_g · (Σ q·x over group g)` of one Q6_K super-block (codes 0..63).
-///
-/// # Safety
-/// AVX2 must be available; `blk` holds 210 bytes and `x` 256 codes.
-#[inline]
 /// The 6-bit codes (0..64) of half `half` of a Q6_K block, 4 x 32 bytes
 /// in the block's code order: low nibbles from `ql`, two high bits each
 /// from `qh`. What the dot kernel and the prefill unpacker both read.
@@ -70,6 +65,11 @@ unsafe fn q6k_codes(blk: &[u8], half: usize) -> [__m256i; 4] {
     ]
 }
 
+/// `Σ_g sc_g · (Σ q·x over group g)` of one Q6_K super-block (codes 0..63).
+///
+/// # Safety
+/// AVX2 must be available; `blk` holds 210 bytes and `x` 256 codes.
+#[inline]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn q6k(blk: &[u8], x: &[i8]) -> i32 {
     debug_assert!(blk.len() >= 210 && x.len() >= 256);
