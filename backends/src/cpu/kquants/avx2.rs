@@ -282,24 +282,32 @@ fn sums8(a: &[__m256i; 8]) -> __m256i {
 
 macro_rules! rows8_kernel {
     ($name:ident, $features:literal) => {
-        /// One unpacked weight row against the eight activation rows of `g`
-        /// (prefill): `out[lane]` is what [`super::dot`] gives for that row, bit
-        /// for bit. Per block, the integer parts of the eight rows come from one
-        /// load of each 32 weight codes (`maddubs` / `madd` with the group scales,
-        /// exact i32 sums), then the f32 steps of the module docs run with one
-        /// lane per row: the same operations in the same order as the scalar
-        /// code, so the same bits.
+        /// `W` unpacked weight rows against the eight activation rows of
+        /// `g` (prefill): `out[w][lane]` is what [`super::dot`] gives for
+        /// weight row `w` and that activation row, bit for bit. Per block,
+        /// the integer parts come from one load of each 32 weight codes
+        /// and of each 32 activation codes, shared by the eight rows and
+        /// the `W` weight rows (`maddubs` / `madd` with the group scales,
+        /// exact i32 sums); then the f32 steps of the module docs run with
+        /// one lane per activation row: the same operations in the same
+        /// order as the scalar code, so the same bits.
         ///
         /// # Safety
-        /// The function's features must be available; `u` holds one row of `xq.k` values in `fmt`,
-        /// `xq` at least `g.r0 + g.rows` rows and `g` was made from `xq` for `fmt`.
+        /// The function's features must be available; each `u[w]` holds one
+        /// row of `xq.k` values in `fmt`, `xq` at least `g.r0 + g.rows` rows
+        /// and `g` was made from `xq` for `fmt`.
         #[target_feature(enable = $features)]
-        pub(super) unsafe fn $name<const NG: usize, const PER: usize, const MINMAX: bool>(
+        pub(super) unsafe fn $name<
+            const NG: usize,
+            const PER: usize,
+            const MINMAX: bool,
+            const W: usize,
+        >(
             fmt: super::KFormat,
-            u: &super::Unpacked,
+            u: [&super::Unpacked; W],
             xq: &super::Acts,
             g: &super::Rows8,
-            out: &mut [f32; 8],
+            out: &mut [[f32; 8]; W],
         ) {
             let k = xq.k;
             let block = fmt.block();
@@ -308,107 +316,142 @@ macro_rules! rows8_kernel {
             // unroll.
             let (ng, per) = (NG, PER);
             debug_assert!(ng == fmt.groups() && per == block / 32);
-            debug_assert!(u.codes.len() == k && u.scales.len() == k / 16 && u.d.len() == nb);
-            debug_assert!(
-                u.mins.len() == nb * ng && g.dx.len() == nb * 8 && g.gs.len() == nb * ng * 8
-            );
+            for u in u {
+                debug_assert!(u.codes.len() == k && u.scales.len() == k / 16 && u.d.len() == nb);
+                debug_assert!(u.mins.len() == nb * ng);
+            }
+            debug_assert!(g.dx.len() == nb * 8 && g.gs.len() == nb * ng * 8);
             let xs: [*const u8; 8] =
                 std::array::from_fn(|l| xq.codes(g.r0 + l.min(g.rows - 1)).as_ptr() as *const u8);
-            let c = u.codes.as_ptr();
+            let c: [*const u8; W] = std::array::from_fn(|w| u[w].codes.as_ptr());
             let minmax = MINMAX;
             debug_assert!(minmax == matches!(fmt, super::KFormat::Q4K | super::KFormat::Q5K));
-            let mut acc = _mm256_setzero_ps();
+            let mut acc = [_mm256_setzero_ps(); W];
             for b in 0..nb {
-                let mut a = [_mm256_setzero_si256(); 8];
+                let mut a = [[_mm256_setzero_si256(); 8]; W];
                 for i in b * per..(b + 1) * per {
-                    // SAFETY: 32 * i + 32 <= k: the codes of the row and of every
-                    // activation row (k each); `scales` has k / 16 entries.
-                    let (wv, s0, s1) = unsafe {
+                    // SAFETY: 32 * i + 32 <= k: the codes of each weight row
+                    // and of every activation row (k each); `scales` has
+                    // k / 16 entries.
+                    let (wv, sv): ([__m256i; W], [__m256i; W]) = unsafe {
                         (
-                            load(c.add(32 * i)),
-                            *u.scales.get_unchecked(2 * i),
-                            *u.scales.get_unchecked(2 * i + 1),
+                            std::array::from_fn(|w| load(c[w].add(32 * i))),
+                            std::array::from_fn(|w| {
+                                _mm256_set_m128i(
+                                    _mm_set1_epi16(*u[w].scales.get_unchecked(2 * i + 1)),
+                                    _mm_set1_epi16(*u[w].scales.get_unchecked(2 * i)),
+                                )
+                            }),
                         )
                     };
-                    let sv = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
-                    for (ar, xp) in a.iter_mut().zip(&xs) {
+                    for (r, xp) in xs.iter().enumerate() {
                         // SAFETY: as above.
                         let xv = unsafe { load(xp.add(32 * i)) };
-                        *ar = _mm256_add_epi32(
-                            *ar,
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), sv),
-                        );
+                        for w in 0..W {
+                            a[w][r] = _mm256_add_epi32(
+                                a[w][r],
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(wv[w], xv), sv[w]),
+                            );
+                        }
                     }
                 }
-                let isum = sums8(&a);
-                // Σ_j mins_j · code sums_j, one lane per row (exact).
-                let mut gsum = _mm256_setzero_si256();
-                for j in 0..ng {
-                    // SAFETY: (b * ng + j) * 8 + 8 <= g.gs.len(); the mins have
-                    // nb * ng entries.
-                    let (gv, mj) = unsafe {
-                        (
-                            _mm256_loadu_si256(
-                                g.gs.as_ptr().add((b * ng + j) * 8) as *const __m256i
+                // SAFETY: b * 8 + 8 <= g.dx.len().
+                let dx = unsafe { _mm256_loadu_ps(g.dx.as_ptr().add(b * 8)) };
+                for w in 0..W {
+                    let isum = sums8(&a[w]);
+                    // Σ_j mins_j · code sums_j, one lane per row (exact).
+                    let mut gsum = _mm256_setzero_si256();
+                    for j in 0..ng {
+                        // SAFETY: (b * ng + j) * 8 + 8 <= g.gs.len(); the mins
+                        // have nb * ng entries.
+                        let (gv, mj) = unsafe {
+                            (
+                                _mm256_loadu_si256(
+                                    g.gs.as_ptr().add((b * ng + j) * 8) as *const __m256i
+                                ),
+                                *u[w].mins.get_unchecked(b * ng + j),
+                            )
+                        };
+                        gsum =
+                            _mm256_add_epi32(gsum, _mm256_mullo_epi32(gv, _mm256_set1_epi32(mj)));
+                    }
+                    let (d, dmin) = (u[w].d[b], u[w].dmin[b]);
+                    let ddx = _mm256_mul_ps(_mm256_set1_ps(d), dx);
+                    let v = if minmax {
+                        _mm256_sub_ps(
+                            _mm256_mul_ps(ddx, _mm256_cvtepi32_ps(isum)),
+                            _mm256_mul_ps(
+                                _mm256_mul_ps(_mm256_set1_ps(dmin), dx),
+                                _mm256_cvtepi32_ps(gsum),
                             ),
-                            *u.mins.get_unchecked(b * ng + j),
                         )
+                    } else {
+                        _mm256_mul_ps(ddx, _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, gsum)))
                     };
-                    gsum = _mm256_add_epi32(gsum, _mm256_mullo_epi32(gv, _mm256_set1_epi32(mj)));
+                    acc[w] = _mm256_add_ps(acc[w], v);
                 }
-                // SAFETY: b * 8 + 8 <= g.dx.len(); d and dmin have nb entries.
-                let (dx, d, dmin) = unsafe {
-                    (
-                        _mm256_loadu_ps(g.dx.as_ptr().add(b * 8)),
-                        *u.d.get_unchecked(b),
-                        *u.dmin.get_unchecked(b),
-                    )
-                };
-                let ddx = _mm256_mul_ps(_mm256_set1_ps(d), dx);
-                let v = if minmax {
-                    _mm256_sub_ps(
-                        _mm256_mul_ps(ddx, _mm256_cvtepi32_ps(isum)),
-                        _mm256_mul_ps(
-                            _mm256_mul_ps(_mm256_set1_ps(dmin), dx),
-                            _mm256_cvtepi32_ps(gsum),
-                        ),
-                    )
-                } else {
-                    _mm256_mul_ps(ddx, _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, gsum)))
-                };
-                acc = _mm256_add_ps(acc, v);
             }
-            // SAFETY: `out` has 8 floats.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+            for (o, a) in out.iter_mut().zip(&acc) {
+                // SAFETY: `o` has 8 floats.
+                unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
+            }
         }
     };
 }
 
 rows8_kernel!(rows8, "avx2");
 // The same code where AVX-512 VNNI is: the compiler fuses each `madd` and
-// its add into `vpdpwssd` (the same exact i32 sums).
+// its add into `vpdpwssd` (the same exact i32 sums), and 32 registers hold
+// two weight rows' accumulators.
 rows8_kernel!(rows8_vnni, "avx2,avx512vnni,avx512vl");
 
-/// `rows8` (or `rows8_vnni` with `vnni`) built for `fmt`'s constants.
+/// Weight rows per `rows8` call: two where AVX-512's 32 registers hold
+/// their sixteen accumulators, else one.
+pub(super) fn rows8_width(vnni: bool) -> usize {
+    if vnni {
+        2
+    } else {
+        1
+    }
+}
+
+/// `rows8` (or `rows8_vnni` with `vnni`) built for `fmt`'s constants, over
+/// one or two weight rows (`u.len()`, at most [`rows8_width`]).
 ///
 /// # Safety
 /// As `rows8`, and AVX-512 VNNI + VL with `vnni`.
 pub(super) unsafe fn rows8_for(
     fmt: super::KFormat,
     vnni: bool,
-    u: &super::Unpacked,
+    u: &[&super::Unpacked],
     xq: &super::Acts,
     g: &super::Rows8,
-    out: &mut [f32; 8],
+    out: &mut [[f32; 8]],
 ) {
     use super::KFormat::*;
+    assert!(u.len() == out.len() && u.len() <= rows8_width(vnni));
     // SAFETY: the caller's guarantees; the constants are `fmt`'s.
     unsafe {
-        match (fmt, vnni) {
-            (Q4K | Q5K, true) => rows8_vnni::<8, 8, true>(fmt, u, xq, g, out),
-            (Q4K | Q5K, false) => rows8::<8, 8, true>(fmt, u, xq, g, out),
-            (Q6K, true) => rows8_vnni::<16, 8, false>(fmt, u, xq, g, out),
-            (Q6K, false) => rows8::<16, 8, false>(fmt, u, xq, g, out),
+        match (u, out) {
+            ([u0, u1], [o0, o1]) => {
+                let mut o = [[0f32; 8]; 2];
+                match fmt {
+                    Q4K | Q5K => rows8_vnni::<8, 8, true, 2>(fmt, [u0, u1], xq, g, &mut o),
+                    Q6K => rows8_vnni::<16, 8, false, 2>(fmt, [u0, u1], xq, g, &mut o),
+                }
+                (*o0, *o1) = (o[0], o[1]);
+            }
+            ([u0], [o0]) => {
+                let o = std::slice::from_mut(o0);
+                let o: &mut [[f32; 8]; 1] = o.try_into().expect("one row");
+                match (fmt, vnni) {
+                    (Q4K | Q5K, true) => rows8_vnni::<8, 8, true, 1>(fmt, [u0], xq, g, o),
+                    (Q4K | Q5K, false) => rows8::<8, 8, true, 1>(fmt, [u0], xq, g, o),
+                    (Q6K, true) => rows8_vnni::<16, 8, false, 1>(fmt, [u0], xq, g, o),
+                    (Q6K, false) => rows8::<16, 8, false, 1>(fmt, [u0], xq, g, o),
+                }
+            }
+            _ => unreachable!("rows8_for takes one or two rows (asserted)"),
         }
     }
 }

@@ -31,7 +31,8 @@
 //! codes are loaded once for the eight rows, the eight block sums are
 //! reduced together, and the f32 steps above run with one lane per row
 //! (the same operations in the same order as the scalar code: the same
-//! bits).
+//! bits). Where AVX-512 gives 32 registers, two weight rows share each
+//! activation load (`rows8_width`).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -607,23 +608,36 @@ pub(crate) fn matmul_isa(
     // Outputs transposed (weight row major): each weight row is read once
     // and dotted with every activation row.
     let run = |j0: usize, out: &mut [f32]| {
+        #[cfg(target_arch = "x86_64")]
+        if !groups.is_empty() {
+            // Weight rows one or two at a time (`rows8_width`), each
+            // unpacked once, against every group of eight activation rows.
+            let width = avx2::rows8_width(vnni);
+            for (t, yo) in out.chunks_mut(width * m).enumerate() {
+                let rows = yo.len() / m;
+                let j = j0 + t * width;
+                let us: Vec<Unpacked> = (j..j + rows)
+                    .map(|j| Unpacked::new(fmt, &w[j * rb..(j + 1) * rb], k, true))
+                    .collect();
+                let refs: Vec<&Unpacked> = us.iter().collect();
+                let mut lanes = vec![[0f32; 8]; rows];
+                for g in &groups {
+                    // SAFETY: AVX2 was detected (`avx2` is only true
+                    // then), VNNI with `vnni`; each `us` is a row of k
+                    // values, `xq` holds m rows of k codes and `g` eight
+                    // rows' block data.
+                    unsafe { avx2::rows8_for(fmt, vnni, &refs, &xq, g, &mut lanes) };
+                    for (r, l) in lanes.iter().enumerate() {
+                        yo[r * m + g.r0..r * m + g.r0 + g.rows].copy_from_slice(&l[..g.rows]);
+                    }
+                }
+            }
+            return;
+        }
         for (i, yo) in out.chunks_mut(m).enumerate() {
             let row = &w[(j0 + i) * rb..(j0 + i + 1) * rb];
             if m == 1 {
                 yo[0] = dot(fmt, row, &xq, 0, avx2);
-            } else if !groups.is_empty() {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    let u = Unpacked::new(fmt, row, k, true);
-                    for g in &groups {
-                        let mut lanes = [0f32; 8];
-                        // SAFETY: AVX2 was detected (`avx2` is only true
-                        // then); `u` is a row of k values, `xq` holds m rows
-                        // of k codes and `g` eight rows' block data.
-                        unsafe { avx2::rows8_for(fmt, vnni, &u, &xq, g, &mut lanes) };
-                        yo[g.r0..g.r0 + g.rows].copy_from_slice(&lanes[..g.rows]);
-                    }
-                }
             } else {
                 // Unpacked once, dotted with every activation row.
                 let mut u = Unpacked::new(fmt, row, k, false);
