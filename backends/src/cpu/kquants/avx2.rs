@@ -442,14 +442,14 @@ pub(super) unsafe fn rows8_for(
                 (*o0, *o1) = (o[0], o[1]);
             }
             ([u0], [o0]) => {
-                let o = std::slice::from_mut(o0);
-                let o: &mut [[f32; 8]; 1] = o.try_into().expect("one row");
+                let mut o = [[0f32; 8]; 1];
                 match (fmt, vnni) {
-                    (Q4K | Q5K, true) => rows8_vnni::<8, 8, true, 1>(fmt, [u0], xq, g, o),
-                    (Q4K | Q5K, false) => rows8::<8, 8, true, 1>(fmt, [u0], xq, g, o),
-                    (Q6K, true) => rows8_vnni::<16, 8, false, 1>(fmt, [u0], xq, g, o),
-                    (Q6K, false) => rows8::<16, 8, false, 1>(fmt, [u0], xq, g, o),
+                    (Q4K | Q5K, true) => rows8_vnni::<8, 8, true, 1>(fmt, [u0], xq, g, &mut o),
+                    (Q4K | Q5K, false) => rows8::<8, 8, true, 1>(fmt, [u0], xq, g, &mut o),
+                    (Q6K, true) => rows8_vnni::<16, 8, false, 1>(fmt, [u0], xq, g, &mut o),
+                    (Q6K, false) => rows8::<16, 8, false, 1>(fmt, [u0], xq, g, &mut o),
                 }
+                *o0 = o[0];
             }
             _ => unreachable!("rows8_for takes one or two rows (asserted)"),
         }
