@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// `false`) on a cancel or when the edge refuses the chunk; the refusal is
 /// then the stream's error.
 ///
-/// ```ignore
+/// ```text
 /// fn run(&mut self, ctx: &mut StageCtx, mel: Option<&Tensor>) -> StageResult {
 ///     let (model, stream) = (&self.model, &mut self.stream);
 ///     self.out.stream(ctx, |sink| match mel {
