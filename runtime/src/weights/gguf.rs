@@ -2,7 +2,7 @@
 
 use super::{missing, mmap, tensor_err, weights_err, TensorInfo, WeightReader};
 use crate::{DType, Result, Tensor};
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::{self, Content, Value};
 use candle_core::quantized::GgmlDType;
 use std::collections::HashMap;
 use std::io::Cursor;
@@ -37,6 +37,14 @@ fn load_dtype(g: GgmlDType) -> DType {
     }
 }
 
+/// Where a tensor's data starts in the file and how many bytes it takes
+/// (saturating: a hostile offset cannot overflow).
+fn data_range(data_offset: u64, info: &gguf_file::TensorInfo) -> (u64, u64) {
+    let n = info.shape.elem_count();
+    let bytes = (n / info.ggml_dtype.block_size() * info.ggml_dtype.type_size()) as u64;
+    (data_offset.saturating_add(info.offset), bytes)
+}
+
 impl GgufFile {
     /// Map the file and parse its header, metadata and tensor table.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
@@ -46,14 +54,9 @@ impl GgufFile {
             .map_err(|e| weights_err(&path, format!("not a valid GGUF file: {e}")))?;
         let len = map.len() as u64;
         for (name, info) in &content.tensor_infos {
-            let n = info.shape.elem_count();
-            let bs = info.ggml_dtype.block_size();
-            let bytes = (n / bs * info.ggml_dtype.type_size()) as u64;
-            let end = content
-                .tensor_data_offset
-                .saturating_add(info.offset)
-                .saturating_add(bytes);
-            if n % bs != 0 || end > len {
+            let (start, bytes) = data_range(content.tensor_data_offset, info);
+            let end = start.saturating_add(bytes);
+            if info.shape.elem_count() % info.ggml_dtype.block_size() != 0 || end > len {
                 return Err(tensor_err(
                     &path,
                     name,
@@ -158,9 +161,8 @@ impl WeightReader for GgufFile {
         // the tensor's blocks, where candle's reader makes two. Blocks are
         // read in place as 2- or 4-byte aligned structs; an offset that is
         // not (GGUF aligns tensors to 32 bytes) goes through the reader.
-        let start = (self.content.tensor_data_offset + info.offset) as usize;
-        let n = info.shape.elem_count();
-        let bytes = n / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+        let (start, bytes) = data_range(self.content.tensor_data_offset, info);
+        let (start, bytes) = (start as usize, bytes as usize);
         let q = if start.is_multiple_of(4) {
             candle_core::quantized::ggml_file::qtensor_from_ggml(
                 info.ggml_dtype,

@@ -645,10 +645,7 @@ macro_rules! int8_kernels {
                 packed: bool,
             ) {
                 assert!(rb == fmt.row_bytes(xq.k) && out.len() == w.len() / rb * xq.m);
-                assert!(
-                    !matches!(fmt, WeightFormat::Q4_0 | WeightFormat::Q5_0)
-                        || xq.offsets.len() == xq.m * 8 * xq.k.div_ceil(64)
-                );
+                assert!(fmt.offset().is_none() || xq.offsets.len() == xq.m * 8 * xq.k.div_ceil(64));
                 // SAFETY: the caller's contract; the assert checks the lengths.
                 unsafe {
                     match (fmt, packed) {

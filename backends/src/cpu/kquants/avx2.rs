@@ -423,7 +423,7 @@ pub(super) fn rows8_width(vnni: bool) -> usize {
 pub(super) unsafe fn rows8_for(
     fmt: super::KFormat,
     vnni: bool,
-    u: &[&super::Unpacked],
+    u: &[super::Unpacked],
     xq: &super::Acts,
     g: &super::Rows8,
     out: &mut [[f32; 8]],

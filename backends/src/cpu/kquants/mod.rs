@@ -619,14 +619,14 @@ pub(crate) fn matmul_isa(
                 let us: Vec<Unpacked> = (j..j + rows)
                     .map(|j| Unpacked::new(fmt, &w[j * rb..(j + 1) * rb], k, true))
                     .collect();
-                let refs: Vec<&Unpacked> = us.iter().collect();
-                let mut lanes = vec![[0f32; 8]; rows];
+                let mut lanes = [[0f32; 8]; 2];
+                let lanes = &mut lanes[..rows];
                 for g in &groups {
                     // SAFETY: AVX2 was detected (`avx2` is only true
                     // then), VNNI with `vnni`; each `us` is a row of k
                     // values, `xq` holds m rows of k codes and `g` eight
                     // rows' block data.
-                    unsafe { avx2::rows8_for(fmt, vnni, &refs, &xq, g, &mut lanes) };
+                    unsafe { avx2::rows8_for(fmt, vnni, &us, &xq, g, lanes) };
                     for (r, l) in lanes.iter().enumerate() {
                         yo[r * m + g.r0..r * m + g.r0 + g.rows].copy_from_slice(&l[..g.rows]);
                     }
