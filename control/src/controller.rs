@@ -2,8 +2,14 @@
 //! one action per period from the action queue, asks the policy for chunks,
 //! and publishes the safe action when the policy or the robot side goes
 //! quiet. See [`crate::core`] for the per-period logic.
+//!
+//! While the run is recorded, every call on the core is journaled
+//! ([`crate::journal`]); [`Controller::replaying`] builds the stage that
+//! `edgeflow replay` runs instead, which makes the journaled calls again
+//! and publishes the same commands bit for bit.
 
-use crate::core::{ControllerCore, CoreConfig, SafeMode, SafeReason, Source};
+use crate::core::{ControllerCore, CoreConfig, CoreStats, SafeMode, SafeReason, Source, Tick};
+use crate::journal::{Applied, Entry};
 use crate::queue::MergeMode;
 use crate::rt::{try_realtime, Metronome};
 use edgeflow_graph::{
@@ -14,9 +20,9 @@ use edgeflow_graph::{
 use parking_lot::Mutex;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Output ports.
 const OUT_COMMAND: usize = 0;
@@ -163,6 +169,38 @@ struct Shared {
     stop: AtomicBool,
     /// Capture time (graph ns) of the observation the newest chunk came from.
     chunk_capture: AtomicU64,
+    /// Set at start when the run keeps journals.
+    journal: OnceLock<StageHandle>,
+}
+
+impl Shared {
+    /// Make one call on the core, journaling it under the core's lock (so
+    /// the journal holds the order the two threads really made them in).
+    fn apply(&self, e: Entry) -> (Applied, CoreStats, u64) {
+        let mut c = self.core.lock();
+        if let Some(h) = self.journal.get() {
+            h.journal(&e.encode());
+        }
+        let out = e.apply(&mut c);
+        (out, c.stats(), c.dropped())
+    }
+}
+
+/// A recorded journal to replay instead of running live
+/// ([`Controller::replaying`]).
+pub struct JournalReplay {
+    /// The entries, each with its offset (ns) on the replay's clock.
+    pub entries: Vec<(u64, Entry)>,
+    /// When the tick at this offset is due; `None` runs it at once.
+    pub due: Box<dyn Fn(u64) -> Option<Instant> + Send>,
+}
+
+impl std::fmt::Debug for JournalReplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JournalReplay")
+            .field("entries", &self.entries.len())
+            .finish()
+    }
 }
 
 /// The `controller` stage.
@@ -170,6 +208,9 @@ pub struct Controller {
     cfg: ControllerConfig,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    /// Replaying a journal: its entries until started.
+    replay: Option<JournalReplay>,
+    replaying: bool,
 }
 
 impl std::fmt::Debug for Controller {
@@ -188,10 +229,26 @@ impl Controller {
                 core: Mutex::new(ControllerCore::new(cfg.core.clone())),
                 stop: AtomicBool::new(false),
                 chunk_capture: AtomicU64::new(0),
+                journal: OnceLock::new(),
             }),
             cfg,
             threads: Vec::new(),
+            replay: None,
+            replaying: false,
         }
+    }
+
+    /// A controller that replays a recorded journal instead of running
+    /// live: its loop makes the journaled core calls again in their
+    /// order, each tick when `journal.due` says, and publishes what they
+    /// return on the same ports. Its inputs are read and dropped (the
+    /// journal holds what the recorded controller applied); it ends when
+    /// the journal does.
+    pub fn replaying(cfg: ControllerConfig, journal: JournalReplay) -> Self {
+        let mut c = Controller::new(cfg);
+        c.replay = Some(journal);
+        c.replaying = true;
+        c
     }
 
     fn stop_threads(&mut self) {
@@ -224,53 +281,44 @@ fn side_thread(h: StageHandle, rx: crossbeam_channel::Receiver<(usize, Payload)>
     }
 }
 
-fn control_loop(h: StageHandle, sh: Arc<Shared>, cfg: ControllerConfig, side: SideTx) {
-    let rt = try_realtime(cfg.rt_priority, cfg.lock_memory);
-    let line = rt.describe();
-    if rt.fifo.is_err() || rt.mlock.is_err() {
-        eprintln!("controller `{}`: {line}", h.id());
-    }
-    h.record("rt_fifo", if rt.fifo.is_ok() { 1.0 } else { 0.0 });
-    h.record("mem_locked", if rt.mlock.is_ok() { 1.0 } else { 0.0 });
-    let _ = side.try_send((
-        OUT_EVENTS,
-        named("controller_rt", json!({ "status": line })),
-    ));
-    let period = cfg.core.period;
-    let mut clock = Metronome::new(period.as_nanos() as u64);
-    let mut missed_total = 0u64;
-    let mut side_dropped = 0u64;
-    let mut last = crate::core::CoreStats::default();
-    let mut last_dropped = 0u64;
-    while !sh.stop.load(Ordering::Acquire) && !h.should_stop() {
-        let wake = clock.wait();
-        let now = Timestamp::now();
-        h.record("jitter_us", wake.jitter_ns as f64 / 1e3);
-        if wake.missed > 0 {
-            missed_total += wake.missed;
-            h.record("missed_periods", missed_total as f64);
-        }
-        let (tick, stats, dropped) = {
-            let mut c = sh.core.lock();
-            let t = c.tick(now.0);
-            (t, c.stats(), c.dropped())
-        };
+/// Publishes what a tick returned: the command, the side outputs, the
+/// metrics (shared by the live loop and the journal replay).
+struct Publisher {
+    h: StageHandle,
+    side: SideTx,
+    period: Duration,
+    side_dropped: u64,
+    last: CoreStats,
+    last_dropped: u64,
+}
+
+impl Publisher {
+    /// False when the command edge is gone (the loop ends).
+    fn publish(
+        &mut self,
+        tick: Tick,
+        stats: CoreStats,
+        dropped: u64,
+        now: Timestamp,
+        sh: &Shared,
+    ) -> bool {
+        let h = &self.h;
         if !tick.command.is_empty() {
             let dim = tick.command.len();
             let msg = Message {
                 epoch: h.current_epoch(),
                 seq: 0,
                 timestamp: now,
-                deadline: Some(now.plus(period)),
+                deadline: Some(now.plus(self.period)),
                 payload: Payload::Actions(Arc::new(ActionChunk {
                     start_step: tick.step,
-                    dt: period,
+                    dt: self.period,
                     dim,
                     actions: tick.command,
                 })),
             };
             if h.emit_msg(OUT_COMMAND, msg).is_err() {
-                break;
+                return false;
             }
             if tick.source == Source::Queue {
                 let cap = sh.chunk_capture.load(Ordering::Acquire);
@@ -279,10 +327,12 @@ fn control_loop(h: StageHandle, sh: Arc<Shared>, cfg: ControllerConfig, side: Si
                 }
             }
         }
+        let side = &self.side;
+        let side_dropped = &mut self.side_dropped;
         let mut side_send = |port: usize, p: Payload| {
             if side.try_send((port, p)).is_err() {
-                side_dropped += 1;
-                h.record("side_outputs_dropped", side_dropped as f64);
+                *side_dropped += 1;
+                h.record("side_outputs_dropped", *side_dropped as f64);
             }
         };
         if let Some(r) = tick.request {
@@ -323,6 +373,7 @@ fn control_loop(h: StageHandle, sh: Arc<Shared>, cfg: ControllerConfig, side: Si
                 named("safe_hold_end", json!({ "periods": n, "step": tick.step })),
             );
         }
+        let last = self.last;
         if stats.underruns != last.underruns {
             h.record("underruns", stats.underruns as f64);
         }
@@ -335,11 +386,107 @@ fn control_loop(h: StageHandle, sh: Arc<Shared>, cfg: ControllerConfig, side: Si
         if stats.requests != last.requests {
             h.record("requests", stats.requests as f64);
         }
-        if dropped != last_dropped {
+        if dropped != self.last_dropped {
             h.record("dropped_actions", dropped as f64);
-            last_dropped = dropped;
+            self.last_dropped = dropped;
         }
-        last = stats;
+        self.last = stats;
+        true
+    }
+}
+
+fn control_loop(h: StageHandle, sh: Arc<Shared>, cfg: ControllerConfig, side: SideTx) {
+    let rt = try_realtime(cfg.rt_priority, cfg.lock_memory);
+    let line = rt.describe();
+    if rt.fifo.is_err() || rt.mlock.is_err() {
+        eprintln!("controller `{}`: {line}", h.id());
+    }
+    h.record("rt_fifo", if rt.fifo.is_ok() { 1.0 } else { 0.0 });
+    h.record("mem_locked", if rt.mlock.is_ok() { 1.0 } else { 0.0 });
+    let _ = side.try_send((
+        OUT_EVENTS,
+        named("controller_rt", json!({ "status": line })),
+    ));
+    let period = cfg.core.period;
+    let mut clock = Metronome::new(period.as_nanos() as u64);
+    let mut missed_total = 0u64;
+    let mut out = Publisher {
+        h: h.clone(),
+        side,
+        period,
+        side_dropped: 0,
+        last: CoreStats::default(),
+        last_dropped: 0,
+    };
+    while !sh.stop.load(Ordering::Acquire) && !h.should_stop() {
+        let wake = clock.wait();
+        let now = Timestamp::now();
+        h.record("jitter_us", wake.jitter_ns as f64 / 1e3);
+        if wake.missed > 0 {
+            missed_total += wake.missed;
+            h.record("missed_periods", missed_total as f64);
+        }
+        let (Applied::Tick(tick), stats, dropped) = sh.apply(Entry::Tick { now_ns: now.0 }) else {
+            continue;
+        };
+        if !out.publish(tick, stats, dropped, now, &sh) {
+            break;
+        }
+    }
+}
+
+/// The replay loop: the journal's calls in order, each tick when due.
+fn replay_loop(
+    h: StageHandle,
+    sh: Arc<Shared>,
+    cfg: ControllerConfig,
+    side: SideTx,
+    journal: JournalReplay,
+) {
+    let mut out = Publisher {
+        h: h.clone(),
+        side,
+        period: cfg.core.period,
+        side_dropped: 0,
+        last: CoreStats::default(),
+        last_dropped: 0,
+    };
+    let stopping = || sh.stop.load(Ordering::Acquire) || h.should_stop();
+    let mut ticks = 0u64;
+    for (offset, e) in journal.entries {
+        if stopping() {
+            return;
+        }
+        if matches!(e, Entry::Tick { .. }) {
+            if let Some(due) = (journal.due)(offset) {
+                loop {
+                    let left = due.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    if stopping() {
+                        return;
+                    }
+                    std::thread::sleep(left.min(Duration::from_millis(20)));
+                }
+            }
+        }
+        match sh.apply(e) {
+            (Applied::Tick(tick), stats, dropped) => {
+                ticks += 1;
+                h.record("replayed_ticks", ticks as f64);
+                if !out.publish(tick, stats, dropped, Timestamp::now(), &sh) {
+                    return;
+                }
+            }
+            (Applied::Chunk(Err(e)), ..) => {
+                eprintln!(
+                    "controller `{}`: journaled chunk rejected again: {e}",
+                    h.id()
+                );
+            }
+            _ => {}
+        }
     }
 }
 
@@ -356,9 +503,16 @@ impl Stage for Controller {
             })?;
         let sh = self.shared.clone();
         let cfg = self.cfg.clone();
+        let replay = self.replay.take();
+        if replay.is_none() && h.journaling() {
+            let _ = self.shared.journal.set(h.clone());
+        }
         let lp = std::thread::Builder::new()
             .name("ef-ctl-loop".into())
-            .spawn(move || control_loop(h, sh, cfg, tx))
+            .spawn(move || match replay {
+                Some(j) => replay_loop(h, sh, cfg, tx, j),
+                None => control_loop(h, sh, cfg, tx),
+            })
             .map_err(|e| {
                 StageError::msg(format!("controller `{}`: cannot spawn: {e}", ctx.id()))
             })?;
@@ -370,6 +524,10 @@ impl Stage for Controller {
     }
 
     fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
+        if self.replaying {
+            // The journal holds what the recorded controller applied.
+            return Ok(());
+        }
         let ts = input.msg.timestamp;
         match input.port {
             IN_ACTIONS => {
@@ -380,14 +538,14 @@ impl Stage for Controller {
                         input.msg.payload.type_name()
                     )));
                 };
-                let now = Timestamp::now().0;
-                let r = self
-                    .shared
-                    .core
-                    .lock()
-                    .on_chunk(a.start_step, a.dim, &a.actions, now);
-                match r {
-                    Ok((rep, delay)) => {
+                let e = Entry::Chunk {
+                    start_step: a.start_step,
+                    dim: a.dim,
+                    actions: a.actions.clone(),
+                    now_ns: Timestamp::now().0,
+                };
+                match self.shared.apply(e).0 {
+                    Applied::Chunk(Ok((rep, delay))) => {
                         self.shared.chunk_capture.store(ts.0, Ordering::Release);
                         if let Some(d) = delay {
                             ctx.record("inference_delay_periods", d as f64);
@@ -396,28 +554,29 @@ impl Stage for Controller {
                             ctx.record("stale_on_arrival", rep.stale as f64);
                         }
                     }
-                    Err(e) => {
+                    Applied::Chunk(Err(e)) => {
                         // A bad chunk is the policy's bug: report, keep control.
                         ctx.record("rejected_chunks", 1.0);
                         eprintln!("controller `{}`: chunk rejected: {e}", ctx.id());
                     }
+                    _ => {}
                 }
             }
-            IN_OBS => self.shared.core.lock().on_observation(ts.0),
+            IN_OBS => {
+                self.shared.apply(Entry::Observation { capture_ns: ts.0 });
+            }
             IN_PEER => {
                 if let Some(Event::Named(name, _)) = input.msg.payload.as_event() {
-                    match name.as_str() {
-                        "peer_lost" => self
-                            .shared
-                            .core
-                            .lock()
-                            .set_peer_lost(true, Timestamp::now().0),
-                        "peer_alive" => self
-                            .shared
-                            .core
-                            .lock()
-                            .set_peer_lost(false, Timestamp::now().0),
-                        _ => {}
+                    let lost = match name.as_str() {
+                        "peer_lost" => Some(true),
+                        "peer_alive" => Some(false),
+                        _ => None,
+                    };
+                    if let Some(lost) = lost {
+                        self.shared.apply(Entry::Peer {
+                            lost,
+                            now_ns: Timestamp::now().0,
+                        });
                     }
                 }
             }
@@ -427,6 +586,15 @@ impl Stage for Controller {
     }
 
     fn finish(&mut self, _ctx: &mut StageCtx) -> StageResult {
+        if self.replaying {
+            // Inputs ended: the journal still plays to its end (a stop or
+            // cancel of the pipeline ends it early).
+            let mut threads = std::mem::take(&mut self.threads).into_iter();
+            if let Some(lp) = threads.next() {
+                let _ = lp.join();
+            }
+            self.threads = threads.collect();
+        }
         self.stop_threads();
         Ok(())
     }

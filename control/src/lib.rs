@@ -17,6 +17,7 @@
 pub mod controller;
 pub mod core;
 mod error;
+pub mod journal;
 pub mod link;
 pub mod parts;
 pub mod queue;

@@ -121,6 +121,10 @@ pub(crate) trait EngineLink: Send + Sync {
     fn observe_epoch(&self, epoch: Epoch);
     /// Sleep until `t`; false when woken early by stop or a control message.
     fn sleep_until(&self, t: Instant) -> bool;
+    /// Whether an installed tap keeps journals.
+    fn journaling(&self) -> bool;
+    /// Hand a journal entry of stage `stage` to the tap.
+    fn journal(&self, stage: &str, entry: &[u8]);
 }
 
 /// A message was not delivered because its epoch was cancelled or the
@@ -420,6 +424,21 @@ impl StageHandle {
     /// Record a domain metric value (see [`StageCtx::record`]).
     pub fn record(&self, name: &str, value: f64) {
         self.metrics.record(name, value);
+    }
+
+    /// Whether the run keeps journals (a recorder is installed): encode
+    /// entries only then.
+    pub fn journaling(&self) -> bool {
+        self.engine.journaling()
+    }
+
+    /// Append an entry to this stage's journal in the run's recording
+    /// ([`crate::EdgeTap::on_journal`]); nothing when none is kept. A
+    /// stage whose outputs depend on more than its inputs' contents (a
+    /// clock, the order two threads applied things in) journals those, in
+    /// the order it applied them, so a replay can reproduce its outputs.
+    pub fn journal(&self, entry: &[u8]) {
+        self.engine.journal(&self.id, entry);
     }
 
     /// Count one missed deadline.

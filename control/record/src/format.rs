@@ -18,6 +18,20 @@ pub const SCHEMA_NAME: &str = "edgeflow.wire.v1";
 pub const SCHEMA_ENCODING: &str = "edgeflow-wire-doc";
 /// Schema data: the layout in one paragraph.
 pub const SCHEMA_TEXT: &str = "edgeflow wire format v1, little-endian: magic \"EF\", u8 version (1), u8 kind (1 audio, 2 tensor, 3 image, 4 robot_state, 5 actions, 6 text, 7 control), u32 flags (bit 0: deadline set), u64 epoch, u64 seq, u64 capture time (ns, CLOCK_MONOTONIC), u64 deadline (ns), u32 body length, u32 reserved; then the kind's body. See control/WIRE.md in the edgeflow repository.";
+/// Message encoding of a stage's journal channel (topic
+/// [`journal_topic`]): one entry per message, encoded by the stage (the
+/// controller's: `edgeflow_control::journal`); channel metadata `stage`.
+pub const JOURNAL_ENCODING: &str = "edgeflow-journal-v1";
+/// Schema name of journal channels.
+pub const JOURNAL_SCHEMA_NAME: &str = "edgeflow.journal.v1";
+/// Schema data of journal channels.
+pub const JOURNAL_SCHEMA_TEXT: &str = "edgeflow stage journal v1: one entry per message, what a stage applied and when beyond its input messages (for the controller: every call on its core with the clock reading it used, in order), encoded by the stage: see edgeflow_control::journal.";
+
+/// The topic of stage `id`'s journal channel.
+pub fn journal_topic(id: &str) -> String {
+    format!("journal/{id}")
+}
+
 /// Metadata record describing the run (keys below).
 pub const META_RUN: &str = "edgeflow.run";
 /// Metadata record: stage id -> its resolved params as JSON.

@@ -27,7 +27,7 @@ mod summary;
 mod writer;
 
 pub use error::{Error, Result};
-pub use reader::{RecordedEdge, RecordedMessage, Recording};
+pub use reader::{JournalEntry, RecordedEdge, RecordedMessage, Recording};
 pub use replay::{prepare, Replay, Speed};
 pub use summary::{EdgeSummary, Summary};
 pub use writer::{RecordOptions, RecordStats, Recorder, RunInfo};

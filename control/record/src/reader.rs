@@ -36,6 +36,15 @@ pub struct RecordedMessage {
     pub offset: u64,
 }
 
+/// One journal entry of a stage.
+#[derive(Debug, Clone)]
+pub struct JournalEntry {
+    /// When the stage made it, ns since the Unix epoch.
+    pub log_time: u64,
+    /// The stage's encoding of it.
+    pub data: Vec<u8>,
+}
+
 /// A recording, read into memory.
 #[derive(Debug, Clone)]
 pub struct Recording {
@@ -53,6 +62,10 @@ pub struct Recording {
     pub edges: Vec<RecordedEdge>,
     /// Messages in file order (the order they were sent on each edge).
     pub messages: Vec<RecordedMessage>,
+    /// Stages' journals (`journal/<stage>` channels), by stage id, in
+    /// file order: what a stage applied and when beyond its inputs (the
+    /// controller's core calls; `edgeflow_control::journal`).
+    pub journals: BTreeMap<String, Vec<JournalEntry>>,
     /// Set when the file was read with [`Recording::open_partial`] and
     /// ends early: why, and where the readable part stops.
     pub truncated: Option<String>,
@@ -93,6 +106,8 @@ struct Walk {
     channels: HashMap<u16, usize>,
     edges: Vec<RecordedEdge>,
     messages: Vec<RecordedMessage>,
+    journal_channels: HashMap<u16, String>,
+    journals: BTreeMap<String, Vec<JournalEntry>>,
 }
 
 impl Recording {
@@ -143,6 +158,7 @@ impl Recording {
             pipeline_text,
             edges: w.edges,
             messages: w.messages,
+            journals: w.journals,
             truncated,
             size: buf.len() as u64,
         })
@@ -376,6 +392,22 @@ fn take(path: &Path, r: Record<'_>, pos: usize, w: &mut Walk) -> Result<()> {
         expected,
     };
     match r {
+        Record::Channel(c) if c.message_encoding == format::JOURNAL_ENCODING => {
+            let Some(stage) = c.metadata.get("stage") else {
+                return Err(corrupt(format!(
+                    "journal channel `{}` to name its stage in the metadata (`stage`)",
+                    c.topic
+                )));
+            };
+            w.journal_channels.insert(c.id, stage.clone());
+        }
+        Record::Message { header, data } if w.journal_channels.contains_key(&header.channel_id) => {
+            let stage = w.journal_channels[&header.channel_id].clone();
+            w.journals.entry(stage).or_default().push(JournalEntry {
+                log_time: header.log_time,
+                data: data.into_owned(),
+            });
+        }
         Record::Channel(c) => {
             if c.message_encoding != format::MESSAGE_ENCODING {
                 return Err(Error::NotARecording {

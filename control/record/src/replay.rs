@@ -9,9 +9,17 @@
 //! (send time minus capture time) and its deadline's distance from capture
 //! are kept, so `max_age` and staleness checks downstream see what they saw.
 //! A stub with inputs still accepts them and drops them.
+//!
+//! A stage that journaled while recorded (the `controller`: every call on
+//! its core, with the clock readings it used, in order) is rerun from its
+//! journal rather than live, unless named in `live`: its outputs are then
+//! the recorded ones bit for bit, computed again by its own code from the
+//! recorded inputs and ticks ([`edgeflow_control::journal`]).
 
 use crate::error::{Error, Result};
 use crate::reader::Recording;
+use edgeflow_control::controller::{Controller, ControllerKind, JournalReplay};
+use edgeflow_control::journal::Entry;
 use edgeflow_control::wire;
 use edgeflow_control::zenoh_io::body_to_payload;
 use edgeflow_graph::{
@@ -27,6 +35,8 @@ use std::time::{Duration, Instant};
 
 /// The stage kind stubs are given.
 pub const STUB_KIND: &str = "recorded";
+/// The stage kind a controller replayed from its journal is given.
+pub const JOURNAL_KIND: &str = "controller_replay";
 
 /// How fast to replay.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -237,6 +247,38 @@ impl Drop for Stub {
     }
 }
 
+/// The `controller_replay` kind: controllers rerun from their journals.
+struct JournalFactory {
+    journals: HashMap<String, Arc<Vec<(u64, Entry)>>>,
+    clock: Arc<Clock>,
+}
+
+impl StageFactory for JournalFactory {
+    fn info(&self) -> StageInfo {
+        let live = ControllerKind.info();
+        StageInfo {
+            kind: JOURNAL_KIND,
+            doc: "Replay only: a controller rerun from its recorded journal (edgeflow replay), commands bit-identical to the recorded ones.",
+            ..live
+        }
+    }
+
+    fn build(&self, params: &Params, env: &BuildEnv) -> StageResult<Box<dyn Stage>> {
+        let entries = self.journals.get(&env.stage_id).cloned().ok_or_else(|| {
+            StageError::msg(format!("`{}` has no recorded journal", env.stage_id))
+        })?;
+        let cfg = edgeflow_control::controller::parse_config(params)?;
+        let clock = self.clock.clone();
+        Ok(Box::new(Controller::replaying(
+            cfg,
+            JournalReplay {
+                entries: entries.as_ref().clone(),
+                due: Box::new(move |offset| clock.due(offset)),
+            },
+        )))
+    }
+}
+
 /// A prepared replay.
 #[derive(Debug)]
 pub struct Replay {
@@ -244,16 +286,20 @@ pub struct Replay {
     pub pipeline: Pipeline,
     /// Messages each stub will emit, by stage id.
     pub stubbed: Vec<(String, usize)>,
+    /// Stages rerun from their journals, with their entry counts.
+    pub journaled: Vec<(String, usize)>,
 }
 
 /// Build the recorded pipeline with the stages in `stub` replaced by their
-/// recorded outputs. `registry` must know every stage kind the recording
+/// recorded outputs, and every journaled controller not in `live` rerun
+/// from its journal. `registry` must know every stage kind the recording
 /// uses (the stubbed ones too: their ports come from it). Relative paths
 /// in params resolve against `base_dir`.
 pub fn prepare(
     rec: &Recording,
     registry: &Registry,
     stub: &[String],
+    live: &[String],
     speed: Speed,
     base_dir: &Path,
 ) -> Result<Replay> {
@@ -331,6 +377,40 @@ pub fn prepare(
         stubbed.push((id.clone(), messages.len()));
         stubs.insert(id.clone(), Arc::new(StubData { ports, messages }));
     }
+    for id in live {
+        if plan.stage_index(id).is_none() {
+            return Err(Error::Replay(format!(
+                "--live {id}: the recorded pipeline `{}` has no stage `{id}`",
+                plan.name
+            )));
+        }
+    }
+    let mut journals = HashMap::new();
+    let mut journaled = Vec::new();
+    for st in &plan.stages {
+        let Some(recorded) = rec.journals.get(&st.id) else {
+            continue;
+        };
+        if st.kind != "controller" || stubs.contains_key(&st.id) || live.contains(&st.id) {
+            continue;
+        }
+        let entries = recorded
+            .iter()
+            .enumerate()
+            .map(|(i, j)| {
+                Entry::decode(&j.data)
+                    .map(|e| (j.log_time.saturating_sub(t0), e))
+                    .map_err(|e| {
+                        Error::Replay(format!(
+                            "the journal of `{}`, entry {i}: {e} (--live {} runs it live instead)",
+                            st.id, st.id
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        journaled.push((st.id.clone(), entries.len()));
+        journals.insert(st.id.clone(), Arc::new(entries));
+    }
     let mut spec2 = spec.clone();
     for s in &mut spec2.stages {
         if stubs.contains_key(&s.id) {
@@ -338,23 +418,28 @@ pub fn prepare(
             s.params.clear();
             s.device = None;
             s.inline = false;
+        } else if journals.contains_key(&s.id) {
+            s.kind = JOURNAL_KIND.into();
         }
     }
     let overrides2: Vec<Override> = overrides
         .into_iter()
         .filter(|o| !stubs.contains_key(&o.stage))
         .collect();
+    let clock = Arc::new(Clock {
+        origin: OnceLock::new(),
+        speed,
+    });
     let mut reg = registry.clone();
     reg.register(StubFactory {
         stubs,
-        clock: Arc::new(Clock {
-            origin: OnceLock::new(),
-            speed,
-        }),
+        clock: clock.clone(),
     });
+    reg.register(JournalFactory { journals, clock });
     let plan2 = edgeflow_graph::validate(&spec2, &reg, base_dir, &overrides2, None, text)?;
     Ok(Replay {
         pipeline: Pipeline::from_plan(plan2),
         stubbed,
+        journaled,
     })
 }

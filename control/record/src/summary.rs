@@ -52,6 +52,9 @@ pub struct Summary {
     pub span_s: f64,
     /// Per edge, in pipeline order.
     pub edges: Vec<EdgeSummary>,
+    /// Journal entries per journaling stage (replay reproduces these
+    /// stages from their journals).
+    pub journals: std::collections::BTreeMap<String, u64>,
     /// The recorder's closing note (drops, size limit), when it finished.
     pub end: Option<std::collections::BTreeMap<String, String>>,
     /// Set when read with `--partial` from a cut-short file.
@@ -134,6 +137,11 @@ impl Summary {
             messages: rec.messages.len() as u64,
             span_s: t1.saturating_sub(t0) as f64 / 1e9,
             edges,
+            journals: rec
+                .journals
+                .iter()
+                .map(|(k, v)| (k.clone(), v.len() as u64))
+                .collect(),
             end: rec.end.clone(),
             truncated: rec.truncated.clone(),
         }
@@ -205,6 +213,12 @@ impl Summary {
                 e.mean_bytes,
                 e.ty,
                 e.policy
+            );
+        }
+        for (stage, n) in &self.journals {
+            let _ = writeln!(
+                s,
+                "journal    `{stage}`: {n} entries (`edgeflow replay` reruns it from them)"
             );
         }
         match &self.end {

@@ -71,6 +71,8 @@ pub struct RunInfo {
 pub struct RecordStats {
     /// Messages written.
     pub messages: u64,
+    /// Journal entries written (stages' journals, e.g. the controller's).
+    pub journal_entries: u64,
     /// Approximate bytes written, all files.
     pub bytes: u64,
     /// Messages left out because the writer fell behind (queue full).
@@ -118,6 +120,7 @@ const IDLE_POLL: Duration = Duration::from_millis(2);
 
 enum Item {
     Msg(usize, Message, Timestamp),
+    Journal(Arc<str>, Vec<u8>, Timestamp),
     End,
 }
 
@@ -129,13 +132,13 @@ struct Tap {
     off: AtomicBool,
 }
 
-impl EdgeTap for Tap {
-    fn on_message(&self, edge: usize, msg: &Message, at: Timestamp) {
+impl Tap {
+    fn push(&self, item: Item) {
         if self.off.load(Ordering::Relaxed) {
             self.dropped_after.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match self.tx.try_send(Item::Msg(edge, msg.clone(), at)) {
+        match self.tx.try_send(item) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 self.dropped_full.fetch_add(1, Ordering::Relaxed);
@@ -144,6 +147,20 @@ impl EdgeTap for Tap {
                 self.dropped_after.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+impl EdgeTap for Tap {
+    fn on_message(&self, edge: usize, msg: &Message, at: Timestamp) {
+        self.push(Item::Msg(edge, msg.clone(), at));
+    }
+
+    fn on_journal(&self, stage: &str, entry: &[u8], at: Timestamp) {
+        self.push(Item::Journal(Arc::from(stage), entry.to_vec(), at));
+    }
+
+    fn wants_journal(&self) -> bool {
+        true
     }
 }
 
@@ -305,6 +322,9 @@ struct Sink {
     path: PathBuf,
     w: mcap::Writer<BufWriter<File>>,
     channels: Vec<u16>,
+    /// Journal channels, by stage id, added at a stage's first entry.
+    journals: BTreeMap<Arc<str>, u16>,
+    journal_schema: u16,
     bytes: u64,
     unflushed: u64,
 }
@@ -336,6 +356,13 @@ impl Sink {
                 format::SCHEMA_NAME,
                 format::SCHEMA_ENCODING,
                 format::SCHEMA_TEXT.as_bytes(),
+            )
+            .map_err(e)?;
+        let journal_schema = w
+            .add_schema(
+                format::JOURNAL_SCHEMA_NAME,
+                format::SCHEMA_ENCODING,
+                format::JOURNAL_SCHEMA_TEXT.as_bytes(),
             )
             .map_err(e)?;
         let mut channels = Vec::with_capacity(ctx.edges.len());
@@ -377,15 +404,35 @@ impl Sink {
             path,
             w,
             channels,
+            journals: BTreeMap::new(),
+            journal_schema,
             bytes,
             unflushed: 0,
         })
+    }
+
+    /// The journal channel of `stage`, added on first use.
+    fn journal_channel(&mut self, stage: &Arc<str>) -> std::result::Result<u16, mcap::McapError> {
+        if let Some(&c) = self.journals.get(stage) {
+            return Ok(c);
+        }
+        let meta = BTreeMap::from([("stage".to_string(), stage.to_string())]);
+        let c = self.w.add_channel(
+            self.journal_schema,
+            &format::journal_topic(stage),
+            format::JOURNAL_ENCODING,
+            &meta,
+        )?;
+        self.journals.insert(stage.clone(), c);
+        self.bytes += 256;
+        Ok(c)
     }
 
     /// Write the end record, the summary and the footer.
     fn close(mut self, stats: &RecordStats) -> Result<u64> {
         let end: BTreeMap<String, String> = [
             ("messages", stats.messages.to_string()),
+            ("journal_entries", stats.journal_entries.to_string()),
             ("dropped_queue_full", stats.dropped_queue_full.to_string()),
             ("dropped_after_limit", stats.dropped_after_limit.to_string()),
             ("stopped_at_limit", stats.stopped_at_limit.to_string()),
@@ -439,40 +486,69 @@ fn write_loop(ctx: Context, first: Sink, rx: Receiver<Item>, tap: &Tap) -> Resul
         };
         match item {
             Some(Item::End) => break,
-            Some(Item::Msg(edge, msg, at)) => {
+            Some(item @ (Item::Msg(..) | Item::Journal(..))) => {
                 let Some(s) = sink.as_mut() else {
                     queued_after_limit += 1;
                     continue;
                 };
-                let data = match encode(&msg) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        stats.encode_errors += 1;
-                        if stats.encode_errors <= 10 {
-                            eprintln!(
-                                "edgeflow: recording: a message on {} could not be encoded: {e}",
-                                ctx.edges.get(edge).map(|e| e.topic()).unwrap_or_default()
-                            );
-                        }
-                        continue;
+                let journal = matches!(item, Item::Journal(..));
+                let (header, data) = match item {
+                    Item::Msg(edge, msg, at) => {
+                        let data = match encode(&msg) {
+                            Ok(d) => d,
+                            Err(e) => {
+                                stats.encode_errors += 1;
+                                if stats.encode_errors <= 10 {
+                                    eprintln!(
+                                        "edgeflow: recording: a message on {} could not be encoded: {e}",
+                                        ctx.edges.get(edge).map(|e| e.topic()).unwrap_or_default()
+                                    );
+                                }
+                                continue;
+                            }
+                        };
+                        let Some(&channel_id) = s.channels.get(edge) else {
+                            continue;
+                        };
+                        let header = mcap::records::MessageHeader {
+                            channel_id,
+                            // MCAP's field is 32-bit; the full seq is in the payload.
+                            sequence: msg.seq as u32,
+                            log_time: ctx.wall_offset.saturating_add(at.0),
+                            publish_time: ctx.wall_offset.saturating_add(msg.timestamp.0),
+                        };
+                        (header, data)
                     }
-                };
-                let Some(&channel_id) = s.channels.get(edge) else {
-                    continue;
-                };
-                let header = mcap::records::MessageHeader {
-                    channel_id,
-                    // MCAP's field is 32-bit; the full seq is in the payload.
-                    sequence: msg.seq as u32,
-                    log_time: ctx.wall_offset.saturating_add(at.0),
-                    publish_time: ctx.wall_offset.saturating_add(msg.timestamp.0),
+                    Item::Journal(stage, data, at) => {
+                        let channel_id = match s.journal_channel(&stage) {
+                            Ok(c) => c,
+                            Err(e) => {
+                                failure = Some(mcap_err(&s.path, e));
+                                tap.off.store(true, Ordering::Relaxed);
+                                break;
+                            }
+                        };
+                        let t = ctx.wall_offset.saturating_add(at.0);
+                        let header = mcap::records::MessageHeader {
+                            channel_id,
+                            sequence: (stats.journal_entries + 1) as u32,
+                            log_time: t,
+                            publish_time: t,
+                        };
+                        (header, data)
+                    }
+                    Item::End => break,
                 };
                 if let Err(e) = s.w.write_to_known_channel(&header, &data) {
                     failure = Some(mcap_err(&s.path, e));
                     tap.off.store(true, Ordering::Relaxed);
                     break;
                 }
-                stats.messages += 1;
+                if journal {
+                    stats.journal_entries += 1;
+                } else {
+                    stats.messages += 1;
+                }
                 // Record header (9) + message header (22) + data.
                 s.bytes += 31 + data.len() as u64;
                 s.unflushed += 1;

@@ -232,6 +232,7 @@ fn a_stubbed_stage_replays_its_recorded_outputs_in_order() {
             &rec,
             &reg,
             &["mid".into(), "say".into()],
+            &[],
             speed,
             Path::new("."),
         )
@@ -272,11 +273,29 @@ fn a_stubbed_stage_replays_its_recorded_outputs_in_order() {
             assert!(t.elapsed().as_millis() >= 40, "{:?}", t.elapsed());
         }
     }
-    let e = prepare(&rec, &reg, &["nope".into()], Speed::Max, Path::new("."))
-        .expect_err("unknown stage")
-        .to_string();
+    let e = prepare(
+        &rec,
+        &reg,
+        &["nope".into()],
+        &[],
+        Speed::Max,
+        Path::new("."),
+    )
+    .expect_err("unknown stage")
+    .to_string();
     assert!(
         e.contains("no stage `nope`") && e.contains("tick, mid"),
         "{e}"
     );
+    let e = prepare(
+        &rec,
+        &reg,
+        &[],
+        &["nada".into()],
+        Speed::Max,
+        Path::new("."),
+    )
+    .expect_err("unknown stage")
+    .to_string();
+    assert!(e.contains("--live nada") && e.contains("no stage"), "{e}");
 }

@@ -1,26 +1,19 @@
 //! Record the robot loop (pipelines/robot-expert.yaml, the push simulator
-//! on a thread of this process over zenoh on 127.0.0.1), then:
+//! on a thread of this process over zenoh on 127.0.0.1), then replay it
+//! with the simulator side, the policy and the command sink stubbed by
+//! their recorded outputs:
 //!
-//! 1. replay it with the simulator side and the policy stubbed by their
-//!    recorded outputs and the controller running for real, at recorded
-//!    speed, and compare its commands with the recorded ones step by step;
-//! 2. replay the controller's logic (`ControllerCore`) deterministically:
-//!    ticks at the recorded command times, chunks and observations at their
-//!    recorded times, and compare again.
-//!
-//! Why (1) is not bit-identical by construction: the controller's period
-//! comes from its own wall-clock metronome on its own thread, not from an
-//! input, so a replayed chunk can land on the other side of a tick than it
-//! did when recorded, and a chunk merges into the queue relative to the
-//! step current when the controller dequeues it (a time the recording
-//! does not hold: it records send times). (2) removes the first cause by
-//! replaying the ticks; for the second, a chunk sent within the dequeue
-//! latency before a tick may have been applied after it: where the
-//! send-order replay disagrees with the recorded command, the other order
-//! is tried and must agree (the test prints how often, and how close to the
-//! tick those chunks were sent). With both, every command is bit-identical.
+//! 1. the controller rerun from its journal (what `edgeflow replay` does by
+//!    default): every command bit-identical to the recorded one, at
+//!    recorded speed and as fast as possible;
+//! 2. the same journal through the library (`edgeflow_control::journal`):
+//!    the same commands;
+//! 3. the controller live on its own clock (`--live ctl`): it runs and
+//!    commands most steps, but is not bit-identical by construction (its
+//!    metronome, not an input, sets the ticks, and a chunk can land on the
+//!    other side of a tick than it did), which is why the journal exists.
 
-use edgeflow_control::core::ControllerCore;
+use edgeflow_control::journal::Entry;
 use edgeflow_control::sim_link::{run_push_sim, SimOptions};
 use edgeflow_control::wire::Body;
 use edgeflow_graph::{EdgeTap, Message, Override, Params, Payload, Pipeline, Registry, Timestamp};
@@ -133,15 +126,74 @@ fn replaying_the_controller_over_a_recorded_robot_run() {
     }
     assert!(recorded.len() > 100, "{} commands recorded", recorded.len());
 
-    // 1. The controller for real, everything around it replayed.
+    let journal = recording
+        .journals
+        .get("ctl")
+        .expect("the controller journaled");
+    assert!(journal.len() > recorded.len(), "{} entries", journal.len());
+    let summary = edgeflow_record::Summary::of(&recording);
+    assert_eq!(summary.journals.get("ctl"), Some(&(journal.len() as u64)));
+    assert!(
+        summary.render().contains("journal    `ctl`"),
+        "{}",
+        summary.render()
+    );
+    let stubs = ["state".to_string(), "policy".into(), "cmd".into()];
+    let dir_of = yaml_path.parent().expect("dir");
+
+    // 1. From the journal, at recorded speed and as fast as possible.
+    for speed in [Speed::Factor(1.0), Speed::Max] {
+        let r = prepare(&recording, &reg, &stubs, &[], speed, dir_of).expect("prepare");
+        assert_eq!(r.journaled, [("ctl".to_string(), journal.len())]);
+        let seen = Arc::new(Commanded::default());
+        r.pipeline
+            .start_with_tap(seen.clone())
+            .expect("start the replay")
+            .wait(Some(Duration::from_secs(30)))
+            .expect("the replay ends by itself");
+        let replayed = seen.0.lock().clone();
+        let (equal, both) = same(&recorded, &replayed);
+        eprintln!(
+            "journal replay at {speed:?}: {equal} of {} recorded commands bit-identical ({} replayed)",
+            recorded.len(),
+            replayed.len()
+        );
+        assert_eq!(replayed.len(), recorded.len(), "{speed:?}");
+        assert_eq!(both, recorded.len(), "{speed:?}");
+        assert_eq!(equal, both, "{speed:?}: every command bit-identical");
+    }
+
+    // 2. The journal through the library.
+    let params: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&recording.params["ctl"]).expect("ctl params");
+    let params = Params::new("ctl", params.into_iter().collect());
+    let cfg = edgeflow_control::controller::parse_config(&params).expect("config");
+    let entries: Vec<Entry> = journal
+        .iter()
+        .map(|j| Entry::decode(&j.data).expect("entry"))
+        .collect();
+    let ticks = edgeflow_control::journal::replay(cfg.core, &entries);
+    let lib: Commands = ticks
+        .iter()
+        .filter(|t| !t.command.is_empty())
+        .map(|t| (t.step, bits(&t.command)))
+        .collect();
+    assert_eq!(
+        lib, recorded,
+        "the library replay gives the recorded commands"
+    );
+
+    // 3. The controller live, on its own clock.
     let r = prepare(
         &recording,
         &reg,
-        &["state".into(), "policy".into(), "cmd".into()],
+        &stubs,
+        &["ctl".to_string()],
         Speed::Factor(1.0),
-        yaml_path.parent().expect("dir"),
+        dir_of,
     )
     .expect("prepare");
+    assert!(r.journaled.is_empty());
     let seen = Arc::new(Commanded::default());
     r.pipeline
         .start_with_tap(seen.clone())
@@ -151,137 +203,9 @@ fn replaying_the_controller_over_a_recorded_robot_run() {
     let replayed = seen.0.lock().clone();
     let (equal, both) = same(&recorded, &replayed);
     eprintln!(
-        "wall-clock replay: {equal} of {both} commands (by step) bit-identical; {} recorded, {} replayed",
+        "live replay: {equal} of {both} commands (by step) bit-identical; {} recorded, {} replayed",
         recorded.len(),
         replayed.len()
     );
-    assert!(both > recorded.len() / 2, "the replay covered the run");
-
-    // 2. The controller's logic with the recorded ticks.
-    let core_cmds = replay_core(&recording, &recorded);
-    let (equal, both) = same(&recorded, &core_cmds);
-    eprintln!("tick replay: {equal} of {both} commands bit-identical");
-    assert_eq!(both, recorded.len(), "every recorded tick replayed");
-    assert_eq!(
-        equal, both,
-        "the controller's logic replays bit-identically"
-    );
-}
-
-/// One controller input or tick, as recorded.
-#[derive(Debug, Clone)]
-enum Ev {
-    Obs(u64),
-    Chunk(u64, usize, Vec<f32>),
-    Peer(bool),
-    Tick(u64),
-}
-
-fn apply(core: &mut ControllerCore, t: u64, ev: Ev) {
-    match ev {
-        Ev::Obs(c) => core.on_observation(c),
-        Ev::Chunk(s, d, v) => {
-            let _ = core.on_chunk(s, d, &v, t);
-        }
-        Ev::Peer(lost) => core.set_peer_lost(lost, t),
-        Ev::Tick(_) => {}
-    }
-}
-
-/// Feed `ControllerCore` the recorded inputs of `ctl` and ticks at the
-/// recorded command times.
-fn replay_core(rec: &Recording, recorded: &Commands) -> Commands {
-    let params: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(&rec.params["ctl"]).expect("ctl params");
-    let params = Params::new("ctl", params.into_iter().collect());
-    let cfg = edgeflow_control::controller::parse_config(&params).expect("config");
-    let period = cfg.core.period.as_nanos() as u64;
-    let mut core = ControllerCore::new(cfg.core);
-    let mut evs: Vec<(u64, u8, Ev)> = Vec::new();
-    let mut first_cmd: Option<(u64, u64)> = None;
-    for m in &rec.messages {
-        let e = &rec.edges[m.edge];
-        let body = rec.decode(m).expect("decode").body;
-        match (e.name.to_stage.as_str(), e.name.to_port.as_str(), body) {
-            ("ctl", "obs", _) => evs.push((m.log_time, 0, Ev::Obs(m.publish_time))),
-            ("ctl", "actions", Body::Actions(a)) => {
-                evs.push((m.log_time, 0, Ev::Chunk(a.start_step, a.dim, a.actions)))
-            }
-            ("ctl", "peer", Body::Event(edgeflow_graph::Event::Named(n, _))) => {
-                evs.push((m.log_time, 0, Ev::Peer(n == "peer_lost")))
-            }
-            ("cmd", "in", Body::Actions(a)) => {
-                // The command's timestamp is the tick's `now`.
-                evs.push((m.publish_time, 1, Ev::Tick(a.start_step)));
-                if first_cmd.is_none_or(|(s, _)| a.start_step < s) {
-                    first_cmd = Some((a.start_step, m.publish_time));
-                }
-            }
-            _ => {}
-        }
-    }
-    // Ticks before the first command emitted nothing: one per period before it.
-    if let Some((s0, t)) = first_cmd {
-        for k in 0..s0 {
-            let at = t.saturating_sub((s0 - k) * period);
-            evs.push((at, 1, Ev::Tick(k)));
-        }
-    }
-    evs.sort_by_key(|e| (e.0, e.1));
-    let mut out = Commands::new();
-    // The core before the first chunk since the last tick, and what came
-    // after it: a chunk sent just before a tick may have been dequeued
-    // just after it (the recording holds send times, not dequeue times).
-    let mut snapshot: Option<(ControllerCore, Vec<(u64, Ev)>)> = None;
-    let mut reordered = Vec::new();
-    for (t, _, ev) in evs {
-        match ev {
-            Ev::Tick(step) => {
-                while core.step() < step {
-                    core.tick(t);
-                }
-                let mut tick = core.tick(t);
-                let want = recorded.get(&tick.step);
-                if !tick.command.is_empty() && want != Some(&bits(&tick.command)) {
-                    if let Some((mut alt, since)) = snapshot.take() {
-                        // The other order: the tick before the chunks.
-                        let (chunks, others): (Vec<_>, Vec<_>) = since
-                            .into_iter()
-                            .partition(|(_, e)| matches!(e, Ev::Chunk(..)));
-                        for (at, e) in others {
-                            apply(&mut alt, at, e);
-                        }
-                        let alt_tick = alt.tick(t);
-                        if want == Some(&bits(&alt_tick.command)) {
-                            let first = chunks.first().map_or(t, |c| c.0);
-                            reordered.push((alt_tick.step, (t - first) as f64 / 1e6));
-                            for (at, e) in chunks {
-                                apply(&mut alt, at, e);
-                            }
-                            core = alt;
-                            tick = alt_tick;
-                        }
-                    }
-                }
-                snapshot = None;
-                if !tick.command.is_empty() {
-                    out.insert(tick.step, bits(&tick.command));
-                }
-            }
-            ev => {
-                if matches!(ev, Ev::Chunk(..)) && snapshot.is_none() {
-                    snapshot = Some((core.clone(), Vec::new()));
-                }
-                if let Some((_, since)) = snapshot.as_mut() {
-                    since.push((t, ev.clone()));
-                }
-                apply(&mut core, t, ev);
-            }
-        }
-    }
-    eprintln!(
-        "tick replay: {} chunk(s) sent just before a tick were applied after it (step, ms before the tick): {reordered:?}",
-        reordered.len()
-    );
-    out
+    assert!(both > recorded.len() / 2, "the live replay covered the run");
 }

@@ -316,6 +316,16 @@ impl EngineLink for StageLink {
     fn sleep_until(&self, t: Instant) -> bool {
         self.inbox.sleep_until(t, &self.shared)
     }
+
+    fn journaling(&self) -> bool {
+        self.shared.tap.as_ref().is_some_and(|t| t.wants_journal())
+    }
+
+    fn journal(&self, stage: &str, entry: &[u8]) {
+        if let Some(tap) = &self.shared.tap {
+            tap.on_journal(stage, entry, Timestamp::now());
+        }
+    }
 }
 
 /// A stage with its context and where its outputs lead (every target, in

@@ -16,6 +16,21 @@ pub trait EdgeTap: Send + Sync {
     /// `edge` is the index in [`crate::Plan::edges`]; `msg.seq` is already
     /// assigned; `at` is when it was sent.
     fn on_message(&self, edge: usize, msg: &Message, at: Timestamp);
+
+    /// A stage's journal entry: what the stage applied and when, beyond
+    /// the messages on its edges (a controller journals its ticks and the
+    /// order it applied its inputs in, so a replay reproduces its outputs
+    /// bit for bit). `entry` is encoded by the stage; called on the
+    /// journaling thread, in the stage's order. Ignored by default.
+    fn on_journal(&self, stage: &str, entry: &[u8], at: Timestamp) {
+        let _ = (stage, entry, at);
+    }
+
+    /// Whether this tap keeps journals ([`Self::on_journal`]); stages skip
+    /// encoding entries when no installed tap does.
+    fn wants_journal(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
@@ -64,5 +79,103 @@ mod tests {
             assert_eq!(seqs, vec![1, 2, 3, 4, 5], "edge {edge}");
         }
         assert_eq!(m.edges.len(), 3);
+    }
+
+    /// A stage that journals the length of every text it passes on.
+    struct Journaling;
+
+    impl crate::Stage for Journaling {
+        fn process(
+            &mut self,
+            input: crate::Input,
+            ctx: &mut crate::StageCtx,
+        ) -> crate::StageResult {
+            let h = ctx.handle();
+            if h.journaling() {
+                let n = input.msg.payload.as_text().map_or(0, str::len) as u8;
+                h.journal(&[n]);
+            }
+            Ok(())
+        }
+    }
+
+    struct JournalingKind;
+
+    impl crate::StageFactory for JournalingKind {
+        fn info(&self) -> crate::StageInfo {
+            crate::StageInfo {
+                kind: "journaling",
+                doc: "test",
+                params: vec![],
+                ports: crate::Ports {
+                    inputs: vec![crate::PortSpec::new("in", crate::PortType::Text, "text")],
+                    outputs: vec![],
+                },
+                source: false,
+            }
+        }
+
+        fn build(
+            &self,
+            _p: &crate::Params,
+            _env: &crate::BuildEnv,
+        ) -> crate::StageResult<Box<dyn crate::Stage>> {
+            Ok(Box::new(Journaling))
+        }
+    }
+
+    #[derive(Default)]
+    struct Journals {
+        wants: bool,
+        seen: Mutex<Vec<(String, Vec<u8>)>>,
+    }
+
+    impl EdgeTap for Journals {
+        fn on_message(&self, _edge: usize, _msg: &Message, _at: Timestamp) {}
+        fn on_journal(&self, stage: &str, entry: &[u8], _at: Timestamp) {
+            self.seen.lock().push((stage.to_string(), entry.to_vec()));
+        }
+        fn wants_journal(&self) -> bool {
+            self.wants
+        }
+    }
+
+    #[test]
+    fn journal_entries_reach_a_tap_that_wants_them_in_order() {
+        let mut r = Registry::builtin();
+        r.register(JournalingKind);
+        let build = || {
+            PipelineBuilder::new("journal")
+                .stage(
+                    "t",
+                    "text",
+                    serde_json::json!({ "text": "a\nbb\nccc", "whole": false }),
+                )
+                .stage("j", "journaling", serde_json::json!({}))
+                .edge("t.out", "j.in")
+                .build(&r)
+                .expect("valid")
+        };
+        for wants in [true, false] {
+            let tap = Arc::new(Journals {
+                wants,
+                ..Default::default()
+            });
+            build()
+                .start_with_tap(tap.clone())
+                .expect("start")
+                .wait(None)
+                .expect("run");
+            let seen = tap.seen.lock().clone();
+            if wants {
+                let want: Vec<(String, Vec<u8>)> =
+                    (1..=3).map(|n| ("j".to_string(), vec![n])).collect();
+                assert_eq!(seen, want);
+            } else {
+                assert!(seen.is_empty(), "{seen:?}");
+            }
+        }
+        // No tap at all: nothing journals, nothing fails.
+        build().start().expect("start").wait(None).expect("run");
     }
 }

@@ -13,6 +13,12 @@ pub(crate) struct ReplayArgs {
     /// the others run for real.
     #[arg(long, value_delimiter = ',', value_name = "STAGE,...")]
     pub stub: Vec<String>,
+    /// Stages that journaled while recorded (controllers) to run live
+    /// instead of from their journals (comma-separated ids): their own
+    /// clock then ticks, so commands may differ where a chunk and a tick
+    /// raced.
+    #[arg(long, value_delimiter = ',', value_name = "STAGE,...")]
+    pub live: Vec<String>,
     /// 1 = recorded timing (0.5 half speed, 2 twice as fast), `max` = as
     /// fast as the pipeline takes them.
     #[arg(long, default_value = "1", value_parser = parse_speed)]
@@ -88,10 +94,15 @@ pub(super) fn run(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or(Path::new("."))
         .to_path_buf();
     let registry = edgeflow::registry();
-    let r = edgeflow_record::prepare(&rec, &registry, &a.stub, a.speed, &base)?;
+    let r = edgeflow_record::prepare(&rec, &registry, &a.stub, &a.live, a.speed, &base)?;
     if !a.quiet {
         for (id, n) in &r.stubbed {
             eprintln!("edgeflow: `{id}` replays {n} recorded messages");
+        }
+        for (id, n) in &r.journaled {
+            eprintln!(
+                "edgeflow: `{id}` reruns from its journal ({n} entries; --live {id} runs it on its own clock)"
+            );
         }
     }
     let recorder = match &a.record {
