@@ -119,8 +119,10 @@ fn bench_all_refuses_an_unknown_bench_name() {
     assert!(e.contains("dataflw") && e.contains("thinker"), "{e}");
 }
 
-/// A short `bench control` run: both round trips and both controller
-/// variants produce rows beside their baselines, on 127.0.0.1 only.
+/// A short `bench control` run: both round trips (on 127.0.0.1, and
+/// across the veth pair the bench makes between two network namespaces,
+/// as root: CI runs so) and both controller variants produce rows beside
+/// their baselines.
 #[test]
 fn bench_control_prints_the_round_trip_and_jitter_rows() {
     let out = edgeflow(&[
@@ -132,11 +134,14 @@ fn bench_control_prints_the_round_trip_and_jitter_rows() {
         "50",
         "--rt-priority",
         "0",
+        "--veth",
     ]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     for row in [
         "round trip p50, zenoh_pub/zenoh_sub",
+        "round trip p50 across veth, zenoh_pub/zenoh_sub",
+        "round trip p99 across veth, zenoh_pub/zenoh_sub",
         "wake-up jitter p99, idle",
         "wake-up jitter p99, with compute load",
         "missed periods, with compute load",

@@ -14,6 +14,9 @@ pub enum Error {
     /// A payload this stage cannot send as configured.
     #[error("{0}")]
     Payload(String),
+    /// Test hosts (network namespaces) could not be made.
+    #[error("test hosts: {0}")]
+    Host(String),
     /// A controller journal entry that cannot be read.
     #[error("controller journal: {0}")]
     Journal(String),

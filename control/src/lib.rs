@@ -19,6 +19,7 @@ pub mod core;
 mod error;
 pub mod journal;
 pub mod link;
+pub mod netns;
 pub mod parts;
 pub mod queue;
 pub mod rt;

@@ -160,60 +160,38 @@ impl Drop for Proc {
     }
 }
 
-/// Two network namespaces joined by a veth pair: the project's own test
-/// hosts, `10.<net>.<n>.1` and `10.<net>.<n>.2`, named `<prefix>a<n>` and
+/// Two network namespaces joined by a veth pair
+/// ([`edgeflow_control::netns::VethPair`]): the project's own test hosts,
+/// `10.<net>.<n>.1` and `10.<net>.<n>.2`, named `<prefix>a<n>` and
 /// `<prefix>b<n>` (each test file its own prefix and net, so they never
 /// collide). Removed on drop.
 pub(crate) struct Hosts {
+    pair: edgeflow_control::netns::VethPair,
     pub(crate) a: String,
     pub(crate) b: String,
     pub(crate) ip_a: String,
     pub(crate) ip_b: String,
 }
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run `ip`");
-    assert!(
-        out.status.success(),
-        "`ip {}` failed: {} (these tests need root and network namespaces, as CI has)",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 impl Hosts {
     pub(crate) fn new(prefix: &str, net: u8) -> Hosts {
         let n = std::process::id() % 250 + 1;
-        let (a, b) = (format!("{prefix}a{n}"), format!("{prefix}b{n}"));
-        let (va, vb) = (format!("v{prefix}a{n}"), format!("v{prefix}b{n}"));
-        let _ = Command::new("ip").args(["netns", "del", &a]).output();
-        let _ = Command::new("ip").args(["netns", "del", &b]).output();
-        ip(&["netns", "add", &a]);
-        ip(&["netns", "add", &b]);
-        ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]);
-        ip(&["link", "set", &va, "netns", &a]);
-        ip(&["link", "set", &vb, "netns", &b]);
-        let (ip_a, ip_b) = (format!("10.{net}.{n}.1"), format!("10.{net}.{n}.2"));
-        ip(&["-n", &a, "addr", "add", &format!("{ip_a}/24"), "dev", &va]);
-        ip(&["-n", &b, "addr", "add", &format!("{ip_b}/24"), "dev", &vb]);
-        for (ns, dev) in [(&a, &va), (&b, &vb)] {
-            ip(&["-n", ns, "link", "set", dev, "up"]);
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        let pair = edgeflow_control::netns::VethPair::create(prefix, net, n).unwrap_or_else(|e| {
+            panic!("{e} (these tests need root and network namespaces, as CI has)")
+        });
+        Hosts {
+            a: pair.a.clone(),
+            b: pair.b.clone(),
+            ip_a: pair.ip_a.clone(),
+            ip_b: pair.ip_b.clone(),
+            pair,
         }
-        Hosts { a, b, ip_a, ip_b }
     }
 
     /// `edgeflow ARGS` on host `ns`.
     pub(crate) fn cmd(&self, ns: &str, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns, edgeflow()]).args(args);
+        let mut c = self.pair.command(ns, edgeflow());
+        c.args(args);
         c
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.a]).output();
-        let _ = Command::new("ip").args(["netns", "del", &self.b]).output();
     }
 }

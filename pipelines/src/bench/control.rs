@@ -7,6 +7,9 @@
 //!   same round trip through the raw zenoh API (one thread that puts and
 //!   waits on its subscriber); the echo side is one raw zenoh session in
 //!   both;
+//! - with `--veth`, the same two round trips across two network namespaces
+//!   joined by a veth pair (the echo on one host, the pinger on the other,
+//!   each a child process: real IP between two hosts);
 //! - the `controller` stage's wake-up jitter (actual minus scheduled) and
 //!   missed periods at `--rate-hz` for `--seconds`, idle and with a matmul
 //!   thread computing beside it, against a bare absolute-deadline sleep loop
@@ -42,6 +45,21 @@ pub(crate) struct ControlArgs {
     /// SCHED_FIFO priority the controller tries (0: do not).
     #[arg(long, default_value_t = 50)]
     pub rt_priority: i32,
+    /// Also measure both round trips across two network namespaces joined
+    /// by a veth pair (needs root or CAP_NET_ADMIN and iproute2).
+    #[arg(long)]
+    pub veth: bool,
+    /// Internal (--veth's echo host): run only a raw zenoh echo listening
+    /// on this endpoint until stdin closes.
+    #[arg(long, hide = true, value_name = "ENDPOINT")]
+    pub zenoh_echo: Option<String>,
+    /// Internal (--veth's pinging host): measure both round trips against
+    /// the echo at this endpoint and print them as one JSON line.
+    #[arg(long, hide = true, value_name = "ENDPOINT")]
+    pub round_trips_to: Option<String>,
+    /// Internal: the address the pinging sessions listen on.
+    #[arg(long, hide = true, default_value = "127.0.0.1")]
+    pub listen_ip: String,
 }
 
 impl Default for ControlArgs {
@@ -51,6 +69,10 @@ impl Default for ControlArgs {
             rate_hz: 100.0,
             round_trips: 2000,
             rt_priority: 50,
+            veth: false,
+            zenoh_echo: None,
+            round_trips_to: None,
+            listen_ip: "127.0.0.1".into(),
         }
     }
 }
@@ -99,6 +121,9 @@ impl Bench for ControlArgs {
         if self.rt_priority != d.rt_priority {
             a.extend(["--rt-priority".into(), self.rt_priority.to_string()]);
         }
+        if self.veth {
+            a.push("--veth".into());
+        }
         a
     }
 
@@ -115,6 +140,12 @@ impl Bench for ControlArgs {
             self.round_trips, self.rate_hz, self.seconds
         );
         let (raw, stages) = round_trips(self.round_trips)?;
+        let veth = if self.veth {
+            eprintln!("measuring both round trips across a veth pair...");
+            Some(veth_round_trips(self.round_trips)?)
+        } else {
+            None
+        };
         let mut r = BenchReport::new(
             "robot control: zenoh hop and controller timing",
             "raw zenoh / bare sleep loop",
@@ -138,6 +169,26 @@ impl Bench for ControlArgs {
                     .baseline(b)
                     .ratio(o / b.max(1e-9)),
             );
+        }
+        if let Some((raw, stages)) = veth {
+            r.context.push(
+                "across veth: the echo in one network namespace, the pinger in another, joined by a veth pair (TCP over real IP, no multicast); baseline: the raw zenoh API across the same pair".into(),
+            );
+            for (what, o, b) in [
+                ("p50", stages.p50_us, raw.p50_us),
+                ("p99", stages.p99_us, raw.p99_us),
+                ("max", stages.max_us, raw.max_us),
+            ] {
+                r.rows.push(
+                    Row::new(
+                        format!("round trip {what} across veth, zenoh_pub/zenoh_sub"),
+                        o,
+                        "us",
+                    )
+                    .baseline(b)
+                    .ratio(o / b.max(1e-9)),
+                );
+            }
         }
         for load in [false, true] {
             let label = if load { "with compute load" } else { "idle" };
@@ -249,19 +300,22 @@ fn sample_msg() -> anyhow::Result<Vec<u8>> {
     )?)
 }
 
-/// Round trips through the raw API and through our stages; the echo side is
-/// the same raw zenoh echo (another session, over TCP on 127.0.0.1) in both.
-fn round_trips(n: usize) -> anyhow::Result<(Rtt, Rtt)> {
-    let port = free_port()?;
-    let ep = format!("tcp/127.0.0.1:{port}");
-    let echo = SharedSession::open(&SessionConfig::peer(&[&ep], &[]))?;
-    let pong = echo
+/// A raw zenoh echo: a session listening on an endpoint that puts every
+/// `bench/ping` back on `bench/pong`. Lives as long as the value.
+struct Echo {
+    _sub: zenoh::pubsub::Subscriber<()>,
+    _session: SharedSession,
+}
+
+fn echo(listen: &str) -> anyhow::Result<Echo> {
+    let session = SharedSession::open(&SessionConfig::peer(&[listen], &[]))?;
+    let pong = session
         .session()
         .declare_publisher("bench/pong")
         .express(true)
         .wait()
         .map_err(zerr)?;
-    let _echo_sub = echo
+    let sub = session
         .session()
         .declare_subscriber("bench/ping")
         .callback(move |s| {
@@ -269,51 +323,156 @@ fn round_trips(n: usize) -> anyhow::Result<(Rtt, Rtt)> {
         })
         .wait()
         .map_err(zerr)?;
-    // Raw: a second session (its own runtime) connects to the echo.
-    let raw = {
-        let me = SharedSession::open(&SessionConfig::peer(&["tcp/127.0.0.1:0"], &[&ep]))?;
-        let sub = me
-            .session()
-            .declare_subscriber("bench/pong")
-            .wait()
-            .map_err(zerr)?;
-        let ping = me
-            .session()
-            .declare_publisher("bench/ping")
-            .express(true)
-            .wait()
-            .map_err(zerr)?;
-        let msg = sample_msg()?;
-        // Warm up until the link is up.
-        let t_up = Instant::now() + Duration::from_secs(10);
-        loop {
-            ping.put(msg.clone()).wait().map_err(zerr)?;
-            if sub
-                .recv_timeout(Duration::from_millis(50))
-                .map_err(zerr)?
-                .is_some()
-            {
-                break;
-            }
-            if Instant::now() > t_up {
-                anyhow::bail!("raw round trip: no echo within 10 s");
-            }
-        }
-        let mut s = Vec::with_capacity(n);
-        for i in 0..n + 100 {
-            let t0 = wire::mono_ns();
-            ping.put(msg.clone()).wait().map_err(zerr)?;
-            match sub.recv_timeout(Duration::from_secs(1)).map_err(zerr)? {
-                Some(_) if i >= 100 => s.push(wire::mono_ns() - t0),
-                Some(_) => {}
-                None => anyhow::bail!("raw round trip: echo lost"),
-            }
-        }
-        rtt(s)
-    };
-    // Through our stages, with their own session connecting to the echo.
-    let stages = stage_round_trips(&ep, n)?;
+    Ok(Echo {
+        _sub: sub,
+        _session: session,
+    })
+}
+
+/// Round trips through the raw API and through our stages; the echo side is
+/// the same raw zenoh echo (another session, over TCP on 127.0.0.1) in both.
+fn round_trips(n: usize) -> anyhow::Result<(Rtt, Rtt)> {
+    let port = free_port()?;
+    let ep = format!("tcp/127.0.0.1:{port}");
+    let _echo = echo(&ep)?;
+    let raw = raw_round_trips(&ep, "127.0.0.1", n)?;
+    let stages = stage_round_trips(&ep, "127.0.0.1", n)?;
     Ok((raw, stages))
+}
+
+/// Round trips through the raw API: a session of its own (listening on
+/// `listen_ip`) connects to the echo at `ep`; one thread puts and waits.
+fn raw_round_trips(ep: &str, listen_ip: &str, n: usize) -> anyhow::Result<Rtt> {
+    let listen = format!("tcp/{listen_ip}:0");
+    let me = SharedSession::open(&SessionConfig::peer(&[listen.as_str()], &[ep]))?;
+    let sub = me
+        .session()
+        .declare_subscriber("bench/pong")
+        .wait()
+        .map_err(zerr)?;
+    let ping = me
+        .session()
+        .declare_publisher("bench/ping")
+        .express(true)
+        .wait()
+        .map_err(zerr)?;
+    let msg = sample_msg()?;
+    // Warm up until the link is up.
+    let t_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        ping.put(msg.clone()).wait().map_err(zerr)?;
+        if sub
+            .recv_timeout(Duration::from_millis(50))
+            .map_err(zerr)?
+            .is_some()
+        {
+            break;
+        }
+        if Instant::now() > t_up {
+            anyhow::bail!("raw round trip: no echo from {ep} within 10 s");
+        }
+    }
+    let mut s = Vec::with_capacity(n);
+    for i in 0..n + 100 {
+        let t0 = wire::mono_ns();
+        ping.put(msg.clone()).wait().map_err(zerr)?;
+        match sub.recv_timeout(Duration::from_secs(1)).map_err(zerr)? {
+            Some(_) if i >= 100 => s.push(wire::mono_ns() - t0),
+            Some(_) => {}
+            None => anyhow::bail!("raw round trip: echo lost"),
+        }
+    }
+    Ok(rtt(s))
+}
+
+/// Both round trips across two hosts: network namespaces joined by a veth
+/// pair, the echo (`--zenoh-echo`) on one, the pinger
+/// (`--round-trips-to`) on the other, each a child process of this one.
+fn veth_round_trips(n: usize) -> anyhow::Result<(Rtt, Rtt)> {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+    let pair =
+        edgeflow_control::netns::VethPair::create("efbc", 232, std::process::id() % 250 + 1)?;
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let ep = format!("tcp/{}:7447", pair.ip_b);
+    let mut echo = pair
+        .command(&pair.b, &exe)
+        .args(["bench", "control", "--zenoh-echo", &ep])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start the echo host")?;
+    let mut line = String::new();
+    if let Some(out) = echo.stdout.take() {
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+    }
+    let measured = if line.trim() == "ready" {
+        pair.command(&pair.a, &exe)
+            .args(["bench", "control", "--round-trips-to", &ep])
+            .args(["--listen-ip", &pair.ip_a, "--round-trips", &n.to_string()])
+            .stderr(Stdio::inherit())
+            .output()
+            .context("cannot start the pinging host")
+    } else {
+        Err(anyhow::anyhow!(
+            "the echo host did not start (said {line:?})"
+        ))
+    };
+    // Closing its stdin ends the echo.
+    drop(echo.stdin.take());
+    let _ = echo.kill();
+    let _ = echo.wait();
+    let out = measured?;
+    if !out.status.success() {
+        anyhow::bail!("the pinging host failed ({})", out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(text.trim())
+        .with_context(|| format!("the pinging host printed {text:?}"))?;
+    let get = |k: &str| -> anyhow::Result<Rtt> {
+        let f = |q: &str| {
+            v[k][q]
+                .as_f64()
+                .ok_or_else(|| anyhow::anyhow!("the pinging host's `{k}.{q}` is missing"))
+        };
+        Ok(Rtt {
+            p50_us: f("p50_us")?,
+            p99_us: f("p99_us")?,
+            max_us: f("max_us")?,
+        })
+    };
+    Ok((get("raw")?, get("stages")?))
+}
+
+impl ControlArgs {
+    /// True for the internal helper modes of `--veth`.
+    pub(crate) fn is_helper(&self) -> bool {
+        self.zenoh_echo.is_some() || self.round_trips_to.is_some()
+    }
+
+    /// Run a helper mode: the echo host (until stdin closes) or the
+    /// pinging host (one JSON line of both round trips).
+    pub(crate) fn run_helper(&self) -> anyhow::Result<()> {
+        use std::io::{Read as _, Write as _};
+        if let Some(ep) = &self.zenoh_echo {
+            let _echo = echo(ep)?;
+            println!("ready");
+            std::io::stdout().flush()?;
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+            return Ok(());
+        }
+        if let Some(ep) = &self.round_trips_to {
+            let raw = raw_round_trips(ep, &self.listen_ip, self.round_trips)?;
+            let stages = stage_round_trips(ep, &self.listen_ip, self.round_trips)?;
+            let j = |r: Rtt| serde_json::json!({"p50_us": r.p50_us, "p99_us": r.p99_us, "max_us": r.max_us});
+            println!(
+                "{}",
+                serde_json::json!({"raw": j(raw), "stages": j(stages)})
+            );
+        }
+        Ok(())
+    }
 }
 
 /// The same round trip with the ping sent by a pipeline stage through an
@@ -322,14 +481,14 @@ fn round_trips(n: usize) -> anyhow::Result<(Rtt, Rtt)> {
 /// that puts and then waits on its subscriber's channel), the send happens
 /// on the pinging thread and the receive costs one hop to it. The host only
 /// kicks the first ping (until the link is up) and collects the times.
-fn stage_round_trips(ep: &str, n: usize) -> anyhow::Result<Rtt> {
+fn stage_round_trips(ep: &str, listen_ip: &str, n: usize) -> anyhow::Result<Rtt> {
     let yaml = format!(
         r#"
 stages:
   - {{ id: kick, kind: host_in, params: {{ type: control }} }}
   - {{ id: pinger, kind: bench_pinger }}
-  - {{ id: ping, kind: zenoh_pub, inline: true, params: {{ key: bench/ping, type: robot_state, express: true, token: "", connect: ["{ep}"], listen: ["tcp/127.0.0.1:0"] }} }}
-  - {{ id: pong, kind: zenoh_sub, params: {{ key: bench/pong, type: robot_state, policy: latest, token: "", connect: ["{ep}"], listen: ["tcp/127.0.0.1:0"] }} }}
+  - {{ id: ping, kind: zenoh_pub, inline: true, params: {{ key: bench/ping, type: robot_state, express: true, token: "", connect: ["{ep}"], listen: ["tcp/{listen_ip}:0"] }} }}
+  - {{ id: pong, kind: zenoh_sub, params: {{ key: bench/pong, type: robot_state, policy: latest, token: "", connect: ["{ep}"], listen: ["tcp/{listen_ip}:0"] }} }}
 edges:
   - {{ from: kick.out, to: pinger.kick }}
   - {{ from: pinger.ping, to: ping.in }}

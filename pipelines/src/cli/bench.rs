@@ -59,6 +59,10 @@ pub(super) fn run(b: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Tts(a) => a.run()?,
         BenchCommand::Thinker(a) => a.run()?,
         BenchCommand::Vision(a) => a.run()?,
+        BenchCommand::Control(a) if a.is_helper() => {
+            a.run_helper()?;
+            return Ok(ExitCode::SUCCESS);
+        }
         BenchCommand::Control(a) => a.run()?,
         BenchCommand::Omni(a) => a.run()?,
     };

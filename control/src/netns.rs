@@ -1,0 +1,105 @@
+//! Two hosts on one machine: network namespaces joined by a veth pair,
+//! with real IP between them and no route anywhere else. What the
+//! cross-host tests and `edgeflow bench control --veth` run parts and zenoh
+//! peers in. Needs root (or CAP_NET_ADMIN) and the `ip` tool (iproute2),
+//! as CI has.
+
+use crate::{Error, Result};
+use std::process::Command;
+
+/// Namespaces `a` (`ip_a`) and `b` (`ip_b`), addresses `10.<net>.<n>.1`
+/// and `.2` on a /24, loopback up in both. Deleted on drop (the veth pair
+/// goes with them).
+#[derive(Debug)]
+pub struct VethPair {
+    /// The first namespace's name.
+    pub a: String,
+    /// The second namespace's name.
+    pub b: String,
+    /// The first host's address.
+    pub ip_a: String,
+    /// The second host's address.
+    pub ip_b: String,
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip").args(args).output().map_err(|e| {
+        Error::Host(format!(
+            "cannot run `ip` ({e}): install iproute2 to make test hosts"
+        ))
+    })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(Error::Host(format!(
+        "`ip {}` failed: {}; network namespaces need root or CAP_NET_ADMIN",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
+}
+
+impl VethPair {
+    /// Namespaces `<prefix>a<n>` and `<prefix>b<n>` (leftovers of the same
+    /// names are removed first), `n` from 1 to 250, `net` from 0 to 255:
+    /// callers that may run at once pick different prefixes or nets.
+    pub fn create(prefix: &str, net: u8, n: u32) -> Result<VethPair> {
+        if !(1..=250).contains(&n) {
+            return Err(Error::Host(format!("host pair number {n}: choose 1..=250")));
+        }
+        let (a, b) = (format!("{prefix}a{n}"), format!("{prefix}b{n}"));
+        let (va, vb) = (format!("v{prefix}a{n}"), format!("v{prefix}b{n}"));
+        for ns in [&a, &b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+        ip(&["netns", "add", &a])?;
+        // From here on, drop removes what exists.
+        let pair = VethPair {
+            ip_a: format!("10.{net}.{n}.1"),
+            ip_b: format!("10.{net}.{n}.2"),
+            a,
+            b,
+        };
+        ip(&["netns", "add", &pair.b])?;
+        ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
+        ip(&["link", "set", &va, "netns", &pair.a])?;
+        ip(&["link", "set", &vb, "netns", &pair.b])?;
+        let cidr_a = format!("{}/24", pair.ip_a);
+        let cidr_b = format!("{}/24", pair.ip_b);
+        ip(&["-n", &pair.a, "addr", "add", &cidr_a, "dev", &va])?;
+        ip(&["-n", &pair.b, "addr", "add", &cidr_b, "dev", &vb])?;
+        for (ns, dev) in [(&pair.a, &va), (&pair.b, &vb)] {
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(pair)
+    }
+
+    /// `program` to run inside namespace `ns` (`ip netns exec`); add its
+    /// arguments to the returned command.
+    pub fn command(&self, ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).arg(program);
+        c
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_out_of_range_pair_number_is_refused_before_touching_anything() {
+        let e = VethPair::create("efx", 1, 0).unwrap_err().to_string();
+        assert!(e.contains("choose 1..=250"), "{e}");
+        let e = VethPair::create("efx", 1, 251).unwrap_err().to_string();
+        assert!(e.contains("choose 1..=250"), "{e}");
+    }
+}
