@@ -2,11 +2,12 @@
 # One-time (idempotent) set-up of a fresh Debian 12 machine for edgeflow:
 # system packages for audio (ALSA/PulseAudio), phonemes (espeak-ng), the GPU
 # backend on software Vulkan (lavapipe), iproute2 for the network-namespace
-# test hosts of tests/parts.rs, and the Rust toolchain check.
+# test hosts of tests/parts.rs (iptables for packet loss between them), and
+# the Rust toolchain check.
 set -euo pipefail
 
 need=(pkg-config libasound2-dev espeak-ng pulseaudio pulseaudio-utils libasound2-plugins sox
-      mesa-vulkan-drivers libvulkan1 python3-venv iproute2)
+      mesa-vulkan-drivers libvulkan1 python3-venv iproute2 iptables)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,7 +3,9 @@
 //! 127.0.0.1, a part started from another file refused, and the robot loop
 //! split across two network namespaces joined by a veth pair (real IP
 //! between two test hosts, no multicast), with the policy's part killed
-//! and restarted mid-run.
+//! and restarted mid-run; across the same kind of link with 5 % of the
+//! packets dropped, a `block` edge loses nothing and a `latest` edge still
+//! delivers the newest message.
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
 mod common;
@@ -129,6 +131,88 @@ fn a_part_started_from_another_file_is_refused_naming_both_hashes() {
 }
 
 // ------------------------------------------------------- two network hosts
+
+/// Lines on a `block` edge and timer ticks on a `latest` edge from part
+/// `a` on host A to part `b` on host B.
+fn lossy_yaml(h: &Hosts, lines: u32, ticks: u32) -> String {
+    let text: Vec<String> = (0..lines).map(|i| format!("line {i}")).collect();
+    format!(
+        r#"name: lossy
+parts:
+  a: {{ listen: ["tcp/{a}:7451"] }}
+  b: {{ connect: ["tcp/{a}:7451"], listen: ["tcp/{b}:0"] }}
+stages:
+  - {{ id: lines, kind: text, part: a, params: {{ whole: false, text: {text} }} }}
+  - {{ id: ticks, kind: timer, part: a, params: {{ rate_hz: 100, count: {ticks} }} }}
+  - {{ id: show, kind: stdout, part: b }}
+  - {{ id: fresh, kind: stdout, part: b }}
+edges:
+  - {{ from: lines.out, to: show.in, capacity: 4 }}
+  - {{ from: ticks.out, to: fresh.in, policy: latest, capacity: 1 }}
+"#,
+        a = h.ip_a,
+        b = h.ip_b,
+        text = serde_json::to_string(&text.join("\n")).unwrap()
+    )
+}
+
+#[test]
+fn under_5_percent_packet_loss_a_block_edge_loses_nothing_and_latest_stays_fresh() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let hosts = Hosts::new("efl", 233);
+    hosts.drop_packets(0.05);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lossy.yaml");
+    let (n_lines, n_ticks) = (1000, 300);
+    std::fs::write(&file, lossy_yaml(&hosts, n_lines, n_ticks)).unwrap();
+    let f = file.to_str().unwrap();
+    let b = Proc::spawn(hosts.cmd(&hosts.b, &["run", f, "--part", "b", "--quiet"]));
+    std::thread::sleep(Duration::from_millis(300));
+    let a = Proc::spawn(hosts.cmd(&hosts.a, &["run", f, "--part", "a", "--quiet"]));
+    let (code_b, out_b) = b.finish(Duration::from_secs(120));
+    let (code_a, _) = a.finish(Duration::from_secs(30));
+    let dropped = hosts.dropped_packets();
+    eprintln!("packets dropped on the link: {dropped}");
+    assert!(
+        dropped > 0,
+        "the loss rule dropped nothing: the test tested nothing"
+    );
+    assert_eq!(
+        (code_a, code_b),
+        (Some(0), Some(0)),
+        "both parts end with exit 0"
+    );
+    let want: Vec<String> = (0..n_lines).map(|i| format!("line {i}")).collect();
+    let got: Vec<&str> = out_b.lines().filter(|l| l.starts_with("line ")).collect();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "the block edge lost lines under loss"
+    );
+    assert_eq!(got, want, "in order");
+    let ticks: Vec<u64> = out_b
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split("index: ").nth(1)?;
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    eprintln!(
+        "latest edge: {} of {n_ticks} ticks delivered, the last {:?}",
+        ticks.len(),
+        ticks.last()
+    );
+    assert!(!ticks.is_empty(), "no tick crossed the latest edge");
+    assert!(ticks.windows(2).all(|w| w[0] < w[1]), "ticks in order");
+    assert_eq!(
+        ticks.last(),
+        Some(&(u64::from(n_ticks) - 1)),
+        "the newest tick arrives: the latest edge stays fresh"
+    );
+}
 
 /// robot-split.yaml with the robot part on host A and the brain on host B.
 fn split_file(dir: &Path, h: &Hosts) -> PathBuf {

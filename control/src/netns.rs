@@ -74,6 +74,65 @@ impl VethPair {
         Ok(pair)
     }
 
+    /// Drop each packet arriving in either namespace with `probability`
+    /// (0..1), independently: random loss on the link in both directions,
+    /// by an iptables `statistic` rule on each namespace's INPUT chain
+    /// (the kernel's netem qdisc is often not built; iptables is, and the
+    /// `iptables` package provides the tool). Cleared with the namespaces.
+    pub fn drop_packets(&self, probability: f64) -> Result<()> {
+        if !(0.0..1.0).contains(&probability) {
+            return Err(Error::Host(format!(
+                "drop probability {probability}: choose a value in [0, 1)"
+            )));
+        }
+        let p = format!("{probability}");
+        for ns in [&self.a, &self.b] {
+            let out = Command::new("ip")
+                .args(["netns", "exec", ns, "iptables", "-A", "INPUT"])
+                .args(["-m", "statistic", "--mode", "random", "--probability", &p])
+                .args(["-j", "DROP"])
+                .output()
+                .map_err(|e| Error::Host(format!("cannot run `ip netns exec` ({e})")))?;
+            if !out.status.success() {
+                return Err(Error::Host(format!(
+                    "iptables in `{ns}` refused the loss rule: {} (install the `iptables` package; the kernel needs netfilter's statistic match)",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Packets the [`Self::drop_packets`] rules dropped so far, both
+    /// namespaces together.
+    pub fn dropped_packets(&self) -> Result<u64> {
+        let mut total = 0;
+        for ns in [&self.a, &self.b] {
+            let out = Command::new("ip")
+                .args([
+                    "netns", "exec", ns, "iptables", "-L", "INPUT", "-v", "-x", "-n",
+                ])
+                .output()
+                .map_err(|e| Error::Host(format!("cannot run `ip netns exec` ({e})")))?;
+            if !out.status.success() {
+                return Err(Error::Host(format!(
+                    "iptables in `{ns}` cannot list its rules: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+            total += String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    (f.get(2) == Some(&"DROP") && l.contains("statistic"))
+                        .then(|| f.first().and_then(|n| n.parse::<u64>().ok()))
+                        .flatten()
+                })
+                .sum::<u64>();
+        }
+        Ok(total)
+    }
+
     /// `program` to run inside namespace `ns` (`ip netns exec`); add its
     /// arguments to the returned command.
     pub fn command(&self, ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
@@ -101,5 +160,19 @@ mod tests {
         assert!(e.contains("choose 1..=250"), "{e}");
         let e = VethPair::create("efx", 1, 251).unwrap_err().to_string();
         assert!(e.contains("choose 1..=250"), "{e}");
+    }
+
+    #[test]
+    fn a_loss_probability_outside_0_1_is_refused() {
+        let pair = VethPair {
+            a: "efx-none-a".into(),
+            b: "efx-none-b".into(),
+            ip_a: String::new(),
+            ip_b: String::new(),
+        };
+        for p in [-0.1, 1.0, f64::NAN] {
+            let e = pair.drop_packets(p).unwrap_err().to_string();
+            assert!(e.contains("choose a value in [0, 1)"), "{p}: {e}");
+        }
     }
 }

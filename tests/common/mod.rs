@@ -188,6 +188,20 @@ impl Hosts {
         }
     }
 
+    /// Drop packets on the link with `probability`, both directions.
+    pub(crate) fn drop_packets(&self, probability: f64) {
+        self.pair
+            .drop_packets(probability)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Packets dropped by [`Self::drop_packets`] so far.
+    pub(crate) fn dropped_packets(&self) -> u64 {
+        self.pair
+            .dropped_packets()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// `edgeflow ARGS` on host `ns`.
     pub(crate) fn cmd(&self, ns: &str, args: &[&str]) -> Command {
         let mut c = self.pair.command(ns, edgeflow());
