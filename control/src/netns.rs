@@ -20,6 +20,10 @@ pub struct VethPair {
     pub ip_a: String,
     /// The second host's address.
     pub ip_b: String,
+    /// The veth end in namespace `a`.
+    pub dev_a: String,
+    /// The veth end in namespace `b`.
+    pub dev_b: String,
 }
 
 fn ip(args: &[&str]) -> Result<()> {
@@ -58,6 +62,8 @@ impl VethPair {
             ip_b: format!("10.{net}.{n}.2"),
             a,
             b,
+            dev_a: va.clone(),
+            dev_b: vb.clone(),
         };
         ip(&["netns", "add", &pair.b])?;
         ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
@@ -133,6 +139,65 @@ impl VethPair {
         Ok(total)
     }
 
+    /// Slow the link to `kbit` kilobits per second in each direction, with
+    /// up to `queue_ms` of queueing before the kernel drops: a token-bucket
+    /// (`tbf`) qdisc on both veth ends. Every packet then waits its
+    /// serialisation time and bursts wait in the queue, so the link adds
+    /// delay under load and drops what overflows, as a slow radio link does
+    /// (the kernel's netem qdisc, which adds a fixed delay, is often not
+    /// built; tbf is). Cleared with the namespaces.
+    pub fn limit_rate(&self, kbit: u32, queue_ms: u32) -> Result<()> {
+        if kbit == 0 || queue_ms == 0 {
+            return Err(Error::Host(format!(
+                "rate limit {kbit} kbit/s with {queue_ms} ms of queue: choose both above 0"
+            )));
+        }
+        let (rate, latency) = (format!("{kbit}kbit"), format!("{queue_ms}ms"));
+        for (ns, dev) in [(&self.a, &self.dev_a), (&self.b, &self.dev_b)] {
+            ip(&[
+                "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+                &rate, "burst", "4kb", "latency", &latency,
+            ])
+            .map_err(|e| {
+                Error::Host(format!(
+                    "{e} (the `tc` tool comes with iproute2; the kernel needs the tbf qdisc)"
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Packets the [`Self::limit_rate`] qdiscs held back for want of
+    /// tokens (`overlimits`) and dropped for want of queue, both veth ends
+    /// together: proof that the limit shaped the traffic.
+    pub fn throttled_packets(&self) -> Result<(u64, u64)> {
+        let (mut held, mut dropped) = (0, 0);
+        for (ns, dev) in [(&self.a, &self.dev_a), (&self.b, &self.dev_b)] {
+            let out = self
+                .command(ns, "tc")
+                .args(["-s", "qdisc", "show", "dev", dev])
+                .output()
+                .map_err(|e| Error::Host(format!("cannot run `ip netns exec` ({e})")))?;
+            if !out.status.success() {
+                return Err(Error::Host(format!(
+                    "tc in `{ns}` cannot show its qdisc: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+            let text = String::from_utf8_lossy(&out.stdout);
+            let field = |name: &str| -> u64 {
+                text.split_whitespace()
+                    .skip_while(|w| *w != name)
+                    .nth(1)
+                    .and_then(|v| v.trim_matches(|c: char| !c.is_ascii_digit()).parse().ok())
+                    .unwrap_or(0)
+            };
+            held += field("overlimits");
+            dropped += field("(dropped");
+        }
+        Ok((held, dropped))
+    }
+
     /// `program` to run inside namespace `ns` (`ip netns exec`); add its
     /// arguments to the returned command.
     pub fn command(&self, ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
@@ -163,16 +228,22 @@ mod tests {
     }
 
     #[test]
-    fn a_loss_probability_outside_0_1_is_refused() {
+    fn a_loss_probability_outside_0_1_or_a_zero_rate_is_refused() {
         let pair = VethPair {
             a: "efx-none-a".into(),
             b: "efx-none-b".into(),
             ip_a: String::new(),
             ip_b: String::new(),
+            dev_a: String::new(),
+            dev_b: String::new(),
         };
         for p in [-0.1, 1.0, f64::NAN] {
             let e = pair.drop_packets(p).unwrap_err().to_string();
             assert!(e.contains("choose a value in [0, 1)"), "{p}: {e}");
+        }
+        for (kbit, ms) in [(0, 200), (128, 0)] {
+            let e = pair.limit_rate(kbit, ms).unwrap_err().to_string();
+            assert!(e.contains("choose both above 0"), "{kbit} {ms}: {e}");
         }
     }
 }

@@ -195,6 +195,20 @@ impl Hosts {
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// Slow the link (see `VethPair::limit_rate`).
+    pub(crate) fn limit_rate(&self, kbit: u32, queue_ms: u32) {
+        self.pair
+            .limit_rate(kbit, queue_ms)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Packets held back and dropped by [`Self::limit_rate`] so far.
+    pub(crate) fn throttled_packets(&self) -> (u64, u64) {
+        self.pair
+            .throttled_packets()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Packets dropped by [`Self::drop_packets`] so far.
     pub(crate) fn dropped_packets(&self) -> u64 {
         self.pair
