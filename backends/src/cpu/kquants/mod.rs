@@ -32,8 +32,17 @@
 //! reduced together, and the f32 steps above run with one lane per row
 //! (the same operations in the same order as the scalar code: the same
 //! bits). Where AVX-512 gives 32 registers, two weight rows share each
-//! activation load (`rows8_width`).
+//! activation load (`rows8_width`). Each 32 codes' group scales are one
+//! load (laid out once per weight row), the minima's or offset's
+//! correction one `madd` per pair of groups.
+//!
+//! Where the CPU has AMX-INT8 and Linux grants the tile state ([`amx`]),
+//! prefill runs sixteen weight rows against sixteen activation rows per
+//! tile multiply (`tdpbusd`, one per scale group: exact i32 sums), scales
+//! them with AVX-512 and runs the same f32 steps: the same bits again.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(test)]
@@ -124,7 +133,7 @@ impl Acts {
                 (0.0, 0.0)
             };
             for (c, v) in cb.iter_mut().zip(xb) {
-                *c = (v * id).round().clamp(-127.0, 127.0) as i8;
+                *c = round_code(v * id);
             }
             scales.push(d);
         }
@@ -160,6 +169,19 @@ impl Acts {
     }
 }
 
+/// `t.round().clamp(-127.0, 127.0) as i8` (half away from zero), without
+/// the libm call `round` is on baseline x86-64: clamped first (the same
+/// result: ±127 are integers), truncated, then moved one step where the
+/// dropped fraction (exact in f32) is at least a half. NaN gives 0, as the
+/// cast does.
+#[inline(always)]
+fn round_code(t: f32) -> i8 {
+    let t = t.clamp(-127.0, 127.0);
+    let i = t as i32;
+    let f = t - i as f32;
+    (i + i32::from(f >= 0.5) - i32::from(f <= -0.5)) as i8
+}
+
 /// Eight activation rows of [`Acts`] laid out for the AVX2 prefill kernel,
 /// one lane per row: each block's scale, and its code sums per group of
 /// [`KFormat::groups`] (rows past the end repeat the last row; their lanes
@@ -171,8 +193,11 @@ pub(crate) struct Rows8 {
     rows: usize,
     /// `[block][lane]` scales.
     dx: Vec<f32>,
-    /// `[block][group][lane]` code sums.
-    gs: Vec<i32>,
+    /// Code sums per group, `[block][group pair][lane][2]`: lane `l` of a
+    /// pair holds groups `2p` and `2p + 1` side by side, so one `madd`
+    /// against a weight row's [`Unpacked::min_pairs`] gives each lane its
+    /// two terms (i16: a group of at most 32 codes of at most 127).
+    gs: Vec<i16>,
 }
 
 impl Rows8 {
@@ -183,7 +208,7 @@ impl Rows8 {
         let per = xq.block / g / xq.group;
         let rows = (m - r0).min(8);
         let mut dx = vec![0f32; nb * 8];
-        let mut gs = vec![0i32; nb * g * 8];
+        let mut gs = vec![0i16; nb * g * 8];
         for lane in 0..8 {
             let r = r0 + lane.min(rows - 1);
             let (sc, sums) = (xq.scales(r), xq.sums(r));
@@ -191,7 +216,9 @@ impl Rows8 {
                 dx[b * 8 + lane] = sc[b];
                 for j in 0..g {
                     let at = (b * g + j) * per;
-                    gs[(b * g + j) * 8 + lane] = sums[at..at + per].iter().sum();
+                    let s: i32 = sums[at..at + per].iter().sum();
+                    // |s| <= 32 * 127: exact in i16.
+                    gs[(b * g + (j & !1)) * 8 + 2 * lane + (j & 1)] = s as i16;
                 }
             }
         }
@@ -381,7 +408,9 @@ fn finish(fmt: KFormat, blk: &[u8], d: f32, isum: i32, xq: &Acts, r: usize, b: u
 }
 
 /// A weight row unpacked once for several activation rows (prefill): its
-/// unsigned codes and the integer scale of each group of 16.
+/// unsigned codes and the integer scale of each group of 16 (and, for the
+/// SIMD kernels, the same scales laid out as the `madd` operand of each
+/// 32 codes, and the minima in pairs).
 /// `Σ_groups scale · Σ code·x` over a block is the integer part of
 /// [`scalar`], so the results are [`dot`]'s bit for bit.
 struct Unpacked {
@@ -391,9 +420,16 @@ struct Unpacked {
     d: Vec<f32>,
     /// Q4_K / Q5_K: each block's f16 `dmin`, as f32 (others: 0).
     dmin: Vec<f32>,
+    /// Per 32 codes, the 16 i16 multipliers of their 16 `maddubs` pair
+    /// sums: 8 times the first group's scale, 8 times the second's (empty
+    /// until [`Self::with_sv`]).
+    sv: Vec<i16>,
     /// Per block, the [`Rows8`] group multipliers of the integer
-    /// correction (see [`KFormat::groups`]): Q4_K / Q5_K the eight sub-block minima, Q6_K 32 times the sixteen scales.
-    mins: Vec<i32>,
+    /// correction (see [`KFormat::groups`]): Q4_K / Q5_K the eight
+    /// sub-block minima, Q6_K 32 times the sixteen scales (all within
+    /// -4096..4064), two by two as i16 pairs (group `2p` low, `2p + 1`
+    /// high), the other operand of [`Rows8::gs`]'s `madd`.
+    min_pairs: Vec<i32>,
     /// Integer parts of each block against one activation row (scratch).
     isums: Vec<i32>,
 }
@@ -464,6 +500,7 @@ impl Unpacked {
         let isums = vec![0; d.len()];
         let mut dmin = vec![0f32; d.len()];
         let mut mins = Vec::with_capacity(d.len() * fmt.groups());
+        let pair = |m: &[i32]| i32::from(m[0] as i16 as u16) | (i32::from(m[1] as i16) << 16);
         for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
             match fmt {
                 KFormat::Q4K | KFormat::Q5K => {
@@ -473,14 +510,30 @@ impl Unpacked {
                 KFormat::Q6K => mins.extend(blk[192..208].iter().map(|&v| 32 * i32::from(v as i8))),
             }
         }
+        let min_pairs = mins.chunks_exact(2).map(pair).collect();
         Unpacked {
             codes,
             scales,
             d,
             dmin,
-            mins,
+            sv: Vec::new(),
+            min_pairs,
             isums,
         }
+    }
+
+    /// With the eight-row kernels' `sv` laid out.
+    fn with_sv(mut self) -> Self {
+        self.sv = vec![0; self.codes.len() / 2];
+        for (o, s) in self
+            .sv
+            .chunks_exact_mut(16)
+            .zip(self.scales.chunks_exact(2))
+        {
+            o[..8].fill(s[0]);
+            o[8..].fill(s[1]);
+        }
+        self
     }
 
     /// The row against activation row `r`.
@@ -530,7 +583,7 @@ fn grouped(c: &[u8], sc: &[i16], x: &[i8], block: usize, out: &mut [i32], avx2: 
 }
 
 /// Whether AVX-512 VNNI (with VL) is here, for the prefill kernel's
-/// `vpdpbusd` (the same integers as the AVX2 path).
+/// `vpdpwssd` (the same integers as the AVX2 path).
 pub(crate) fn has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -570,20 +623,49 @@ pub(crate) fn matmul_with(
     m: usize,
     avx2: bool,
 ) -> Option<Vec<f32>> {
-    matmul_isa(fmt, w, n, x, m, avx2, avx2 && has_vnni())
+    let paths = Paths {
+        avx2,
+        vnni: avx2 && has_vnni(),
+        amx: avx2 && has_amx(),
+    };
+    matmul_isa(fmt, w, n, x, m, paths)
 }
 
-/// [`matmul_with`], with `vnni` saying whether the prefill kernel uses
-/// `vpdpbusd` (only where [`has_vnni`]).
+/// Which kernels [`matmul_isa`] may use.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Paths {
+    /// The AVX2 kernels (only where [`has_avx2`]).
+    pub(crate) avx2: bool,
+    /// `vpdpwssd` in the eight-row prefill kernel (only where [`has_vnni`]).
+    pub(crate) vnni: bool,
+    /// Whole groups of sixteen weight rows on AMX tiles (only where
+    /// [`has_amx`]).
+    pub(crate) amx: bool,
+}
+
+/// Whether the AMX prefill kernel runs here (x86-64 Linux with AMX-INT8
+/// granted, and AVX-512).
+pub(crate) fn has_amx() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        amx::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`matmul_with`] on the kernels `paths` names.
 pub(crate) fn matmul_isa(
     fmt: KFormat,
     w: &[u8],
     n: usize,
     x: &[f32],
     m: usize,
-    avx2: bool,
-    vnni: bool,
+    paths: Paths,
 ) -> Option<Vec<f32>> {
+    let Paths { avx2, vnni, amx } = paths;
     if m == 0 || n == 0 || !x.len().is_multiple_of(m) {
         return None;
     }
@@ -595,6 +677,8 @@ pub(crate) fn matmul_isa(
     if w.len() != rb * n {
         return None;
     }
+    // The tile kernel only runs where the process was granted the tiles.
+    let amx = amx && has_amx();
     let xq = Acts::new(fmt, x, k);
     // Prefill on AVX2: activation rows in groups of eight lanes.
     let groups: Vec<Rows8> = if m > 1 && avx2 {
@@ -605,9 +689,45 @@ pub(crate) fn matmul_isa(
     } else {
         Vec::new()
     };
+    #[cfg(target_arch = "x86_64")]
+    let groups16: Vec<amx::Rows16> = if m > 1 && amx {
+        (0..m)
+            .step_by(16)
+            .map(|r0| amx::Rows16::new(fmt, &xq, m, r0))
+            .collect()
+    } else {
+        Vec::new()
+    };
     // Outputs transposed (weight row major): each weight row is read once
     // and dotted with every activation row.
     let run = |j0: usize, out: &mut [f32]| {
+        #[cfg(target_arch = "x86_64")]
+        let (j0, out) = if groups16.is_empty() {
+            (j0, out)
+        } else {
+            // Whole groups of sixteen weight rows on AMX tiles; the rest
+            // (fewer than sixteen) below.
+            let whole = out.len() / (16 * m) * 16 * m;
+            let (tiled, rest) = out.split_at_mut(whole);
+            for (t, yo) in tiled.chunks_mut(16 * m).enumerate() {
+                let j = j0 + 16 * t;
+                let us: Vec<Unpacked> = (j..j + 16)
+                    .map(|j| Unpacked::new(fmt, &w[j * rb..(j + 1) * rb], k, true))
+                    .collect();
+                let w16 = amx::Weights16::new(fmt, &us, k);
+                let mut lanes = [[0f32; 16]; 16];
+                for g in &groups16 {
+                    // SAFETY: AMX is granted (`amx` is only true then);
+                    // `w16` and `us` are these sixteen rows of k values,
+                    // `g` sixteen rows of `xq`, all for `fmt`.
+                    unsafe { amx::rows16_for(fmt, k, &w16, &us, g, &mut lanes) };
+                    for (r, l) in lanes.iter().enumerate() {
+                        yo[r * m + g.r0..r * m + g.r0 + g.rows].copy_from_slice(&l[..g.rows]);
+                    }
+                }
+            }
+            (j0 + whole / m, rest)
+        };
         #[cfg(target_arch = "x86_64")]
         if !groups.is_empty() {
             // Weight rows one or two at a time (`rows8_width`), each
@@ -617,7 +737,7 @@ pub(crate) fn matmul_isa(
                 let rows = yo.len() / m;
                 let j = j0 + t * width;
                 let us: Vec<Unpacked> = (j..j + rows)
-                    .map(|j| Unpacked::new(fmt, &w[j * rb..(j + 1) * rb], k, true))
+                    .map(|j| Unpacked::new(fmt, &w[j * rb..(j + 1) * rb], k, true).with_sv())
                     .collect();
                 let mut lanes = [[0f32; 8]; 2];
                 let lanes = &mut lanes[..rows];
@@ -661,7 +781,11 @@ pub(crate) fn matmul_isa(
         return Some(yt);
     }
     let threads = rayon::current_num_threads().max(1);
-    let per = (n / (threads * 8)).max((65_536 / (rb * m)).max(1)).max(1);
+    let mut per = (n / (threads * 8)).max((65_536 / (rb * m)).max(1)).max(1);
+    if amx {
+        // Tasks of whole tile groups of weight rows.
+        per = per.next_multiple_of(16);
+    }
     // Per task: its weight rows' outputs for every activation row, then
     // moved into their columns of `y` while still in cache.
     let mut y = vec![0f32; n * m];

@@ -68,32 +68,39 @@ fn matmul_matches_the_dequantized_weights() {
     }
 }
 
-/// Every path (portable, AVX2 with its eight-row prefill kernel) and every
-/// row count (whole groups of eight, a tail, both) gives each output the
-/// bits of the one-row (decode) result.
+/// Every path (portable, AVX2 with its eight-row prefill kernel, AMX with
+/// its sixteen-by-sixteen tiles where the CPU has them) and every row count
+/// (whole groups of eight or sixteen, a tail, both; weight rows in whole
+/// tile groups and a tail) gives each output the bits of the one-row
+/// (decode) result.
 #[test]
 fn every_path_and_row_count_gives_the_same_bits() {
-    let (n, k) = (13, 768);
+    let (n, k) = (37, 768);
     let dev = candle_core::Device::Cpu;
     let wc = candle_core::Tensor::from_vec(values(n * k, 3), (n, k), &dev).expect("w");
-    let x = values(17 * k, 5);
+    let x = values(33 * k, 5);
     let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     for (fmt, g) in FORMATS {
         let q = QTensor::quantize(&wc, g).expect("quantize");
         let data = q.data().expect("data");
-        let ones: Vec<Vec<f32>> = (0..17)
+        let ones: Vec<Vec<f32>> = (0..33)
             .map(|r| matmul(fmt, &data, n, &x[r * k..(r + 1) * k], 1).expect("fits"))
             .collect();
-        for m in [2usize, 4, 8, 9, 17] {
+        for m in [2usize, 4, 8, 9, 16, 17, 33] {
             let x = &x[..m * k];
             let portable = matmul_with(fmt, &data, n, x, m, false).expect("fits");
             if has_avx2() {
-                for vnni in [false, has_vnni()] {
-                    let avx = matmul_isa(fmt, &data, n, x, m, true, vnni).expect("fits");
+                for (vnni, amx) in [(false, false), (has_vnni(), false), (has_vnni(), has_amx())] {
+                    let paths = Paths {
+                        avx2: true,
+                        vnni,
+                        amx,
+                    };
+                    let avx = matmul_isa(fmt, &data, n, x, m, paths).expect("fits");
                     assert_eq!(
                         bits(&portable),
                         bits(&avx),
-                        "{fmt:?} m {m} vnni {vnni}: AVX2 differs from the portable path"
+                        "{fmt:?} m {m} vnni {vnni} amx {amx}: differs from the portable path"
                     );
                 }
             }
@@ -185,5 +192,26 @@ fn scales_and_minima_unpack_together_as_one_by_one() {
             let (a, m) = scale_min_k4(j, &s);
             assert_eq!((i32::from(sc[j]), i32::from(mn[j])), (a, m), "{s:?} j {j}");
         }
+    }
+}
+
+/// The activation rounding equals `round().clamp()` on every kind of value,
+/// halves and the largest f32 below a half included.
+#[test]
+fn activation_codes_round_as_round_does() {
+    let mut vs = vec![
+        0.0f32, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, 126.5, -126.5, 127.4, 200.0, -1e30,
+    ];
+    vs.extend([
+        0.49999997f32,
+        -0.49999997,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ]);
+    vs.extend(values(100_000, 9).iter().map(|v| v * 130.0));
+    for v in vs {
+        let want = v.round().clamp(-127.0, 127.0) as i8;
+        assert_eq!(round_code(v), want, "{v}");
     }
 }

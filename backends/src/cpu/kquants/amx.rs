@@ -1,0 +1,360 @@
+//! The K-quant prefill kernel on Intel AMX (Sapphire Rapids and later):
+//! sixteen weight rows against sixteen activation rows per tile multiply.
+//!
+//! Per scale group of the format (32 codes for Q4_K / Q5_K, 16 for Q6_K)
+//! one `tdpbusd` multiplies the sixteen weight rows' unsigned codes (tile
+//! A, 16 rows x G bytes, read in place from the unpacked rows) by the
+//! sixteen activation rows' int8 codes (tile B, laid out once per call in
+//! the tile's four-byte interleave, [`Rows16`]): 256 exact i32 sums `Σ
+//! q·x`. AVX-512 then weights them by each weight row's group scale into
+//! the block's integer sums, subtracts nothing yet, and runs the f32 steps
+//! of the module docs with one lane per activation row, in the same order
+//! as every other path: the same bits. The tile instructions are written
+//! as inline assembly (Rust's AMX intrinsics are not stable); Linux must
+//! grant the process the tile state first ([`available`]).
+
+use super::{Acts, KFormat, Unpacked};
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+/// Whether the AMX kernel runs here: the CPU has AMX-TILE, AMX-INT8 and
+/// AVX-512 (F, BW, VL, VNNI) for the epilogue, and Linux granted this
+/// process the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, asked once).
+pub(crate) fn available() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
+            let edx = __cpuid_count(7, 0).edx;
+            let cpu = edx & (3 << 24) == 3 << 24
+                && super::has_vnni()
+                && std::is_x86_feature_detected!("avx512bw");
+            const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+            const XFEATURE_XTILEDATA: libc::c_long = 18;
+            // SAFETY: arch_prctl with this request only changes which
+            // state components the kernel lets the process use.
+            cpu && unsafe {
+                libc::syscall(
+                    libc::SYS_arch_prctl,
+                    ARCH_REQ_XCOMP_PERM,
+                    XFEATURE_XTILEDATA,
+                )
+            } == 0
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            false
+        }
+    })
+}
+
+/// Codes per tile multiply: the format's scale group.
+pub(super) fn group(fmt: KFormat) -> usize {
+    match fmt {
+        KFormat::Q4K | KFormat::Q5K => 32,
+        KFormat::Q6K => 16,
+    }
+}
+
+/// Sixteen activation rows of [`Acts`] laid out for the AMX kernel (rows
+/// past the end repeat the last row; their lanes are dropped).
+pub(crate) struct Rows16 {
+    /// First row.
+    pub(super) r0: usize,
+    /// Rows that are real (1 to 16).
+    pub(super) rows: usize,
+    /// The codes as B tiles: per group of G codes, G / 4 tile rows of 16
+    /// lanes x 4 consecutive codes (16 bytes per code of a row).
+    tiles: Vec<i8>,
+    /// `[block][lane]` scales.
+    dx: Vec<f32>,
+    /// `[block][group pair][lane][2]` code sums (as `Rows8::gs`).
+    gs: Vec<i16>,
+}
+
+impl Rows16 {
+    pub(super) fn new(fmt: KFormat, xq: &Acts, m: usize, r0: usize) -> Self {
+        let (k, g) = (xq.k, group(fmt));
+        let nb = k / xq.block;
+        let ng = fmt.groups();
+        let per = xq.block / ng / xq.group;
+        let rows = (m - r0).min(16);
+        let mut tiles = vec![0i8; 16 * k];
+        let mut dx = vec![0f32; nb * 16];
+        let mut gs = vec![0i16; nb * ng * 16];
+        for lane in 0..16 {
+            let r = r0 + lane.min(rows - 1);
+            for (c, xc) in xq.codes(r).chunks_exact(g).enumerate() {
+                let tile = &mut tiles[16 * g * c..16 * g * (c + 1)];
+                for (t, four) in xc.chunks_exact(4).enumerate() {
+                    tile[64 * t + 4 * lane..64 * t + 4 * lane + 4].copy_from_slice(four);
+                }
+            }
+            let (sc, sums) = (xq.scales(r), xq.sums(r));
+            for b in 0..nb {
+                dx[b * 16 + lane] = sc[b];
+                for j in 0..ng {
+                    let at = (b * ng + j) * per;
+                    let s: i32 = sums[at..at + per].iter().sum();
+                    // |s| <= 32 * 127: exact in i16.
+                    gs[(b * ng + (j & !1)) * 16 + 2 * lane + (j & 1)] = s as i16;
+                }
+            }
+        }
+        Rows16 {
+            r0,
+            rows,
+            tiles,
+            dx,
+            gs,
+        }
+    }
+}
+
+/// Sixteen weight rows unpacked for the AMX kernel: their codes one row
+/// after the other (tile A reads each group's 16 x G bytes in place) and
+/// each group's scales, `[group][row]` as i32.
+pub(super) struct Weights16 {
+    codes: Vec<u8>,
+    scales: Vec<i32>,
+}
+
+impl Weights16 {
+    pub(super) fn new(fmt: KFormat, u: &[Unpacked], k: usize) -> Self {
+        debug_assert!(u.len() == 16);
+        let g = group(fmt);
+        let mut codes = vec![0u8; 16 * k];
+        for (c, u) in codes.chunks_exact_mut(k).zip(u) {
+            c.copy_from_slice(&u.codes);
+        }
+        let mut scales = vec![0i32; k / g * 16];
+        for (c, s) in scales.chunks_exact_mut(16).enumerate() {
+            for (s, u) in s.iter_mut().zip(u) {
+                // `Unpacked::scales` holds one scale per 16 codes.
+                *s = i32::from(u.scales[c * g / 16]);
+            }
+        }
+        Weights16 { codes, scales }
+    }
+}
+
+/// The tile configuration (palette 1): tmm0..3 four groups' 16 x 16 i32
+/// sums, tmm4 and tmm5 the weights' 16 x G codes, tmm6 and tmm7 the
+/// activations' G / 4 x 64 bytes (two of each, so consecutive multiplies
+/// overlap).
+#[repr(C, align(64))]
+struct TileConfig {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    colsb: [u16; 16],
+    rows: [u8; 16],
+    reserved2: [u8; 16],
+}
+
+/// Four groups' 16 x 16 sums, as the tiles store them.
+#[repr(C, align(64))]
+struct Sums([[[i32; 16]; 16]; 4]);
+
+/// Weight rows `w` (with their [`Unpacked`] rows `u`, the same 16) against
+/// the sixteen activation rows of `x`: `out[w][lane]` is what
+/// [`super::dot`] gives for weight row `w` and that activation row, bit for
+/// bit.
+///
+/// # Safety
+/// [`available`] must be true; `w`, `u` and `x` made for `fmt` and the
+/// same row length `k`, `u` the same sixteen rows;
+/// `NG` is `fmt.groups()`, `G` is [`group`]`(fmt)` and `MINMAX` whether
+/// `fmt` has minima (Q4_K, Q5_K).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn rows16<const G: usize, const NG: usize, const MINMAX: bool>(
+    k: usize,
+    w: &Weights16,
+    u: &[Unpacked],
+    x: &Rows16,
+    out: &mut [[f32; 16]; 16],
+) {
+    let nb = k / 256;
+    debug_assert!(u.len() == 16 && w.codes.len() == 16 * k && x.tiles.len() == 16 * k);
+    debug_assert!(x.dx.len() == nb * 16 && x.gs.len() == nb * NG * 16);
+    let mut cfg = TileConfig {
+        palette: 1,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: [0; 16],
+        rows: [0; 16],
+        reserved2: [0; 16],
+    };
+    for t in 0..4 {
+        (cfg.colsb[t], cfg.rows[t]) = (64, 16);
+    }
+    for t in 4..6 {
+        (cfg.colsb[t], cfg.rows[t]) = (G as u16, 16);
+        (cfg.colsb[t + 2], cfg.rows[t + 2]) = (64, (G / 4) as u8);
+    }
+    // Another AMX user on this thread (candle's quantized matmul keeps its
+    // configuration loaded between calls) gets its configuration back at
+    // the end: saved here (all zero when none is loaded).
+    let mut saved = TileConfig {
+        palette: 0,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: [0; 16],
+        rows: [0; 16],
+        reserved2: [0; 16],
+    };
+    // SAFETY: AMX is available and granted (the caller's promise); `saved`
+    // is 64 writable bytes; the configuration is valid for palette 1.
+    unsafe {
+        asm!("sttilecfg [{0}]", in(reg) &mut saved, options(nostack));
+        asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
+    }
+    // Four groups a batch (a block has 8 or 16), two batches in flight:
+    // the tiles multiply batch i + 1 while AVX-512 scales batch i's sums.
+    let mut sums = [Sums([[[0; 16]; 16]; 4]), Sums([[[0; 16]; 16]; 4])];
+    let (batches, per_block) = (k / G / 4, 256 / G / 4);
+    // SAFETY: batch 0 is within the row (k >= 256).
+    unsafe { issue::<G>(k, w, x, 0, &mut sums[0]) };
+    let mut acc = [_mm512_setzero_ps(); 16];
+    let mut isum = [_mm512_setzero_si512(); 16];
+    for i in 0..batches {
+        if i + 1 < batches {
+            // SAFETY: batch i + 1 is within the row.
+            unsafe { issue::<G>(k, w, x, 4 * (i + 1), &mut sums[(i + 1) % 2]) };
+        }
+        let c = 4 * i;
+        for (t, tile) in sums[i % 2].0.iter().enumerate() {
+            for (r, s) in isum.iter_mut().enumerate() {
+                // SAFETY: row r of a stored tile (64 aligned bytes); group
+                // c + t's scales are 16 entries from 16 (c + t).
+                let (v, sc) = unsafe {
+                    (
+                        _mm512_load_si512(tile[r].as_ptr() as *const __m512i),
+                        *w.scales.get_unchecked(16 * (c + t) + r),
+                    )
+                };
+                *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(v, _mm512_set1_epi32(sc)));
+            }
+        }
+        if (i + 1) % per_block != 0 {
+            continue;
+        }
+        let b = i / per_block;
+        // SAFETY: b * 16 + 16 <= x.dx.len().
+        let dx = unsafe { _mm512_loadu_ps(x.dx.as_ptr().add(b * 16)) };
+        for ((a, s), u) in acc.iter_mut().zip(&isum).zip(u) {
+            let mut gsum = _mm512_setzero_si512();
+            for p in 0..NG / 2 {
+                // SAFETY: (b * NG / 2 + p) * 32 + 32 <= x.gs.len() and
+                // b * NG / 2 + p < u.min_pairs.len().
+                let (gv, mp) = unsafe {
+                    (
+                        _mm512_loadu_si512(
+                            x.gs.as_ptr().add((b * NG / 2 + p) * 32) as *const __m512i
+                        ),
+                        *u.min_pairs.get_unchecked(b * NG / 2 + p),
+                    )
+                };
+                gsum = _mm512_add_epi32(gsum, _mm512_madd_epi16(gv, _mm512_set1_epi32(mp)));
+            }
+            let ddx = _mm512_mul_ps(_mm512_set1_ps(u.d[b]), dx);
+            let v = if MINMAX {
+                _mm512_sub_ps(
+                    _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(*s)),
+                    _mm512_mul_ps(
+                        _mm512_mul_ps(_mm512_set1_ps(u.dmin[b]), dx),
+                        _mm512_cvtepi32_ps(gsum),
+                    ),
+                )
+            } else {
+                _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(_mm512_sub_epi32(*s, gsum)))
+            };
+            *a = _mm512_add_ps(*a, v);
+        }
+        isum = [_mm512_setzero_si512(); 16];
+    }
+    // SAFETY: as for ldtilecfg; `saved` is a configuration the CPU stored.
+    unsafe {
+        if saved.palette == 0 {
+            asm!("tilerelease", options(nostack, nomem));
+        } else {
+            asm!("ldtilecfg [{0}]", in(reg) &saved, options(nostack, readonly));
+        }
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        // SAFETY: `o` has 16 floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
+    }
+}
+
+/// Groups `c..c + 4` of the sixteen weight rows `w` against the sixteen
+/// activation rows `x`: their 16 x 16 sums into `out` (one tile each).
+///
+/// # Safety
+/// The tile configuration of [`rows16`] is loaded; `c + 4 <= k / G`.
+#[inline(always)]
+unsafe fn issue<const G: usize>(k: usize, w: &Weights16, x: &Rows16, c: usize, out: &mut Sums) {
+    debug_assert!(G * (c + 4) <= k);
+    // SAFETY: each group's codes are rows of k bytes from G * c (G * c + G
+    // <= k), its B tile 16 * G bytes from 16 * G * c (<= 16 k); `out`
+    // holds 4 x 16 rows of 64 bytes.
+    unsafe {
+        let (a, bt) = (
+            w.codes.as_ptr().add(G * c),
+            x.tiles.as_ptr().add(16 * G * c),
+        );
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            "tileloadd tmm4, [{a} + {sa}*1]",
+            "tileloadd tmm6, [{b} + {s64}*1]",
+            "tdpbusd tmm0, tmm4, tmm6",
+            "tileloadd tmm5, [{a} + {sa}*1 + {ga}]",
+            "tileloadd tmm7, [{b} + {s64}*1 + {gb}]",
+            "tdpbusd tmm1, tmm5, tmm7",
+            "tileloadd tmm4, [{a} + {sa}*1 + 2*{ga}]",
+            "tileloadd tmm6, [{b} + {s64}*1 + 2*{gb}]",
+            "tdpbusd tmm2, tmm4, tmm6",
+            "tileloadd tmm5, [{a} + {sa}*1 + 3*{ga}]",
+            "tileloadd tmm7, [{b} + {s64}*1 + 3*{gb}]",
+            "tdpbusd tmm3, tmm5, tmm7",
+            "tilestored [{c} + {s64}*1], tmm0",
+            "tilestored [{c} + {s64}*1 + 1024], tmm1",
+            "tilestored [{c} + {s64}*1 + 2048], tmm2",
+            "tilestored [{c} + {s64}*1 + 3072], tmm3",
+            a = in(reg) a,
+            sa = in(reg) k,
+            b = in(reg) bt,
+            c = in(reg) out.0.as_mut_ptr(),
+            s64 = in(reg) 64usize,
+            ga = const G,
+            gb = const 16 * G,
+            options(nostack),
+        );
+    }
+}
+
+/// [`rows16`] with `fmt`'s constants.
+///
+/// # Safety
+/// As [`rows16`].
+pub(super) unsafe fn rows16_for(
+    fmt: KFormat,
+    k: usize,
+    w: &Weights16,
+    u: &[Unpacked],
+    x: &Rows16,
+    out: &mut [[f32; 16]; 16],
+) {
+    // SAFETY: the caller's guarantees; the constants are `fmt`'s.
+    unsafe {
+        match fmt {
+            KFormat::Q4K | KFormat::Q5K => rows16::<32, 8, true>(k, w, u, x, out),
+            KFormat::Q6K => rows16::<16, 16, false>(k, w, u, x, out),
+        }
+    }
+}
