@@ -113,30 +113,96 @@ impl Rows16 {
     }
 }
 
-/// Sixteen weight rows unpacked for the AMX kernel: their codes one row
-/// after the other (tile A reads each group's 16 x G bytes in place) and
-/// each group's scales, `[group][row]` as i32.
+/// Sixteen weight rows laid out for the AMX kernels.
+///
+/// Q6_K ([`rows16`]): the codes one row after the other (tile A reads each
+/// group's 16 x G bytes in place) and each group's scales, `[group][row]`
+/// as i32.
+///
+/// Q4_K / Q5_K ([`rows16_scaled`]): the group scales folded into the codes,
+/// `p = sc · q` (at most 63 · 31 = 1953, never negative), split into two
+/// unsigned bytes `p = 256 · hi + lo`, each laid out as A tiles of 16 rows
+/// x 64 codes (1,024 contiguous bytes per tile). `Σ p·x` over a block is
+/// then `256 · (hi · x) + (lo · x)`: two tile multiplies per 64 codes, no
+/// per-group sums to store and scale, and the same exact integer.
 pub(super) struct Weights16 {
     codes: Vec<u8>,
     scales: Vec<i32>,
+    lo: Vec<u8>,
+    hi: Vec<u8>,
 }
 
 impl Weights16 {
     pub(super) fn new(fmt: KFormat, u: &[Unpacked], k: usize) -> Self {
         debug_assert!(u.len() == 16);
+        let mut w = Weights16 {
+            codes: Vec::new(),
+            scales: Vec::new(),
+            lo: Vec::new(),
+            hi: Vec::new(),
+        };
+        if matches!(fmt, KFormat::Q4K | KFormat::Q5K) {
+            w.lo = vec![0u8; 16 * k];
+            w.hi = vec![0u8; 16 * k];
+            let tiles = w.lo.chunks_exact_mut(1024).zip(w.hi.chunks_exact_mut(1024));
+            for (c, (lo, hi)) in tiles.enumerate() {
+                let rows = lo.chunks_exact_mut(64).zip(hi.chunks_exact_mut(64));
+                for ((lo, hi), u) in rows.zip(u) {
+                    // `Unpacked::scales` holds one scale per 16 codes.
+                    let (codes, scales) =
+                        (&u.codes[64 * c..64 * c + 64], &u.scales[4 * c..4 * c + 4]);
+                    // SAFETY: AVX-512 F + BW are here (`available`, which
+                    // every caller of the AMX kernels checked); 64 codes,
+                    // 4 scales, 64 bytes of each output.
+                    unsafe { scale_split(codes, scales, lo, hi) };
+                }
+            }
+            return w;
+        }
         let g = group(fmt);
-        let mut codes = vec![0u8; 16 * k];
-        for (c, u) in codes.chunks_exact_mut(k).zip(u) {
+        w.codes = vec![0u8; 16 * k];
+        for (c, u) in w.codes.chunks_exact_mut(k).zip(u) {
             c.copy_from_slice(&u.codes);
         }
-        let mut scales = vec![0i32; k / g * 16];
-        for (c, s) in scales.chunks_exact_mut(16).enumerate() {
+        w.scales = vec![0i32; k / g * 16];
+        for (c, s) in w.scales.chunks_exact_mut(16).enumerate() {
             for (s, u) in s.iter_mut().zip(u) {
-                // `Unpacked::scales` holds one scale per 16 codes.
                 *s = i32::from(u.scales[c * g / 16]);
             }
         }
-        Weights16 { codes, scales }
+        w
+    }
+}
+
+/// `p = scales[i / 16] · codes[i]` for 64 codes (at most 63 · 31: exact in
+/// u16), split into `lo[i] = p mod 256` and `hi[i] = p / 256`.
+///
+/// # Safety
+/// AVX-512 F + BW; `codes`, `lo` and `hi` hold 64 bytes, `scales` 4
+/// values in 0..64.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn scale_split(codes: &[u8], scales: &[i16], lo: &mut [u8], hi: &mut [u8]) {
+    debug_assert!(codes.len() == 64 && scales.len() == 4 && lo.len() == 64 && hi.len() == 64);
+    // SAFETY: 64 readable bytes.
+    let q = unsafe { _mm512_loadu_si512(codes.as_ptr() as *const __m512i) };
+    let halves = [_mm512_castsi512_si256(q), _mm512_extracti64x4_epi64::<1>(q)];
+    for (h, half) in halves.into_iter().enumerate() {
+        let sv = _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(_mm256_set1_epi16(scales[2 * h])),
+            _mm256_set1_epi16(scales[2 * h + 1]),
+        );
+        let p = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(half), sv);
+        // SAFETY: bytes 32 h..32 h + 32 of each 64-byte output.
+        unsafe {
+            _mm256_storeu_si256(
+                lo.as_mut_ptr().add(32 * h) as *mut __m256i,
+                _mm512_cvtepi16_epi8(p),
+            );
+            _mm256_storeu_si256(
+                hi.as_mut_ptr().add(32 * h) as *mut __m256i,
+                _mm512_cvtepi16_epi8(_mm512_srli_epi16::<8>(p)),
+            );
+        }
     }
 }
 
@@ -179,14 +245,7 @@ pub(super) unsafe fn rows16<const G: usize, const NG: usize, const MINMAX: bool>
     let nb = k / 256;
     debug_assert!(u.len() == 16 && w.codes.len() == 16 * k && x.tiles.len() == 16 * k);
     debug_assert!(x.dx.len() == nb * 16 && x.gs.len() == nb * NG * 16);
-    let mut cfg = TileConfig {
-        palette: 1,
-        start_row: 0,
-        reserved: [0; 14],
-        colsb: [0; 16],
-        rows: [0; 16],
-        reserved2: [0; 16],
-    };
+    let mut cfg = TileConfig::empty(1);
     for t in 0..4 {
         (cfg.colsb[t], cfg.rows[t]) = (64, 16);
     }
@@ -194,23 +253,8 @@ pub(super) unsafe fn rows16<const G: usize, const NG: usize, const MINMAX: bool>
         (cfg.colsb[t], cfg.rows[t]) = (G as u16, 16);
         (cfg.colsb[t + 2], cfg.rows[t + 2]) = (64, (G / 4) as u8);
     }
-    // Another AMX user on this thread (candle's quantized matmul keeps its
-    // configuration loaded between calls) gets its configuration back at
-    // the end: saved here (all zero when none is loaded).
-    let mut saved = TileConfig {
-        palette: 0,
-        start_row: 0,
-        reserved: [0; 14],
-        colsb: [0; 16],
-        rows: [0; 16],
-        reserved2: [0; 16],
-    };
-    // SAFETY: AMX is available and granted (the caller's promise); `saved`
-    // is 64 writable bytes; the configuration is valid for palette 1.
-    unsafe {
-        asm!("sttilecfg [{0}]", in(reg) &mut saved, options(nostack));
-        asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
-    }
+    // SAFETY: AMX is available and granted (the caller's promise).
+    let saved = unsafe { enter(&cfg) };
     // Four groups a batch (a block has 8 or 16), two batches in flight:
     // the tiles multiply batch i + 1 while AVX-512 scales batch i's sums.
     let mut sums = [Sums([[[0; 16]; 16]; 4]), Sums([[[0; 16]; 16]; 4])];
@@ -241,51 +285,319 @@ pub(super) unsafe fn rows16<const G: usize, const NG: usize, const MINMAX: bool>
         if (i + 1) % per_block != 0 {
             continue;
         }
-        let b = i / per_block;
-        // SAFETY: b * 16 + 16 <= x.dx.len().
-        let dx = unsafe { _mm512_loadu_ps(x.dx.as_ptr().add(b * 16)) };
-        for ((a, s), u) in acc.iter_mut().zip(&isum).zip(u) {
-            let mut gsum = _mm512_setzero_si512();
-            for p in 0..NG / 2 {
-                // SAFETY: (b * NG / 2 + p) * 32 + 32 <= x.gs.len() and
-                // b * NG / 2 + p < u.min_pairs.len().
-                let (gv, mp) = unsafe {
-                    (
-                        _mm512_loadu_si512(
-                            x.gs.as_ptr().add((b * NG / 2 + p) * 32) as *const __m512i
-                        ),
-                        *u.min_pairs.get_unchecked(b * NG / 2 + p),
-                    )
-                };
-                gsum = _mm512_add_epi32(gsum, _mm512_madd_epi16(gv, _mm512_set1_epi32(mp)));
-            }
-            let ddx = _mm512_mul_ps(_mm512_set1_ps(u.d[b]), dx);
-            let v = if MINMAX {
-                _mm512_sub_ps(
-                    _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(*s)),
-                    _mm512_mul_ps(
-                        _mm512_mul_ps(_mm512_set1_ps(u.dmin[b]), dx),
-                        _mm512_cvtepi32_ps(gsum),
-                    ),
-                )
-            } else {
-                _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(_mm512_sub_epi32(*s, gsum)))
-            };
-            *a = _mm512_add_ps(*a, v);
-        }
+        // SAFETY: block i / per_block of rows made for the same format.
+        unsafe { finish_block::<NG, MINMAX>(u, x, i / per_block, &isum, &mut acc) };
         isum = [_mm512_setzero_si512(); 16];
     }
-    // SAFETY: as for ldtilecfg; `saved` is a configuration the CPU stored.
+    // SAFETY: `saved` is what `enter` stored.
+    unsafe { leave(&saved) };
+    for (o, a) in out.iter_mut().zip(&acc) {
+        // SAFETY: `o` has 16 floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
+    }
+}
+
+impl TileConfig {
+    /// A configuration of `palette` with no tiles.
+    fn empty(palette: u8) -> Self {
+        TileConfig {
+            palette,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb: [0; 16],
+            rows: [0; 16],
+            reserved2: [0; 16],
+        }
+    }
+}
+
+/// Loads `cfg` and returns the thread's previous configuration (all zero
+/// when none was loaded), for [`leave`]: another AMX user on this thread
+/// (candle's quantized matmul keeps its configuration loaded between
+/// calls) gets its own back.
+///
+/// # Safety
+/// [`available`] must be true; `cfg` valid for its palette.
+#[inline]
+unsafe fn enter(cfg: &TileConfig) -> TileConfig {
+    let mut saved = TileConfig::empty(0);
+    // SAFETY: `saved` is 64 writable bytes; the caller's promises.
+    unsafe {
+        asm!("sttilecfg [{0}]", in(reg) &mut saved, options(nostack));
+        asm!("ldtilecfg [{0}]", in(reg) cfg, options(nostack, readonly));
+    }
+    saved
+}
+
+/// Restores what [`enter`] saved (or releases the tiles).
+///
+/// # Safety
+/// `saved` came from [`enter`] on this thread.
+#[inline]
+unsafe fn leave(saved: &TileConfig) {
+    // SAFETY: a configuration the CPU stored, or none.
     unsafe {
         if saved.palette == 0 {
             asm!("tilerelease", options(nostack, nomem));
         } else {
-            asm!("ldtilecfg [{0}]", in(reg) &saved, options(nostack, readonly));
+            asm!("ldtilecfg [{0}]", in(reg) saved, options(nostack, readonly));
         }
     }
+}
+
+/// Block `b`'s f32 contribution added to `acc` (one register per weight
+/// row, one lane per activation row) from the block's exact integer sums
+/// `isum`: the minima's (`MINMAX`) or offset's integer correction, one
+/// `madd` per pair of groups, then the f32 steps of the module docs in
+/// their order.
+///
+/// # Safety
+/// AVX-512 F + BW; `u` sixteen rows and `x` made for the same format
+/// (`NG` groups per block) and row length, `b` one of its blocks.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn finish_block<const NG: usize, const MINMAX: bool>(
+    u: &[Unpacked],
+    x: &Rows16,
+    b: usize,
+    isum: &[__m512i; 16],
+    acc: &mut [__m512; 16],
+) {
+    // SAFETY: b * 16 + 16 <= x.dx.len().
+    let dx = unsafe { _mm512_loadu_ps(x.dx.as_ptr().add(b * 16)) };
+    for ((a, s), u) in acc.iter_mut().zip(isum).zip(u) {
+        let mut gsum = _mm512_setzero_si512();
+        for p in 0..NG / 2 {
+            // SAFETY: (b * NG / 2 + p) * 32 + 32 <= x.gs.len() and
+            // b * NG / 2 + p < u.min_pairs.len().
+            let (gv, mp) = unsafe {
+                (
+                    _mm512_loadu_si512(x.gs.as_ptr().add((b * NG / 2 + p) * 32) as *const __m512i),
+                    *u.min_pairs.get_unchecked(b * NG / 2 + p),
+                )
+            };
+            gsum = _mm512_add_epi32(gsum, _mm512_madd_epi16(gv, _mm512_set1_epi32(mp)));
+        }
+        let ddx = _mm512_mul_ps(_mm512_set1_ps(u.d[b]), dx);
+        let v = if MINMAX {
+            _mm512_sub_ps(
+                _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(*s)),
+                _mm512_mul_ps(
+                    _mm512_mul_ps(_mm512_set1_ps(u.dmin[b]), dx),
+                    _mm512_cvtepi32_ps(gsum),
+                ),
+            )
+        } else {
+            _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(_mm512_sub_epi32(*s, gsum)))
+        };
+        *a = _mm512_add_ps(*a, v);
+    }
+}
+
+/// Two 16 x 16 i32 tiles as stored.
+#[repr(C, align(64))]
+struct Pair([[[i32; 16]; 16]; 2]);
+
+/// [`rows16`] for Q4_K / Q5_K on the scale-folded weights of
+/// [`Weights16`]: per block, four 64-code steps of two tile multiplies
+/// (`lo` and `hi` against the same activation tile) into two accumulator
+/// tiles, stored once; the block's integer sums are `256 · hi + lo`.
+///
+/// # Safety
+/// As [`rows16`], `w` made for Q4_K or Q5_K.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn rows16_scaled(
+    k: usize,
+    w: &Weights16,
+    u: &[Unpacked],
+    x: &Rows16,
+    out: &mut [[f32; 16]; 16],
+) {
+    let nb = k / 256;
+    debug_assert!(u.len() == 16 && w.lo.len() == 16 * k && w.hi.len() == 16 * k);
+    debug_assert!(x.tiles.len() == 16 * k && x.dx.len() == nb * 16);
+    // tmm0 / tmm1 the lo / hi sums, tmm2 / tmm3 lo / hi codes (16 x 64),
+    // tmm4 the activations (16 rows of 16 lanes x 4 codes).
+    let mut cfg = TileConfig::empty(1);
+    for t in 0..5 {
+        (cfg.colsb[t], cfg.rows[t]) = (64, 16);
+    }
+    // SAFETY: AMX is available and granted (the caller's promise).
+    let saved = unsafe { enter(&cfg) };
+    let mut sums = Pair([[[0; 16]; 16]; 2]);
+    let mut acc = [_mm512_setzero_ps(); 16];
+    for b in 0..nb {
+        // SAFETY: block b's four 64-code tiles of each operand are 4,096
+        // bytes from 4,096 b (within 16 k); `sums` holds 2 x 16 rows of 64
+        // bytes. The activation tiles of 32-code groups 2c and 2c + 1 are
+        // together the 64-code tile c (16 bytes per code, in order).
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tileloadd tmm4, [{x} + {s}*1]",
+                "tileloadd tmm2, [{lo} + {s}*1]",
+                "tileloadd tmm3, [{hi} + {s}*1]",
+                "tdpbusd tmm0, tmm2, tmm4",
+                "tdpbusd tmm1, tmm3, tmm4",
+                "tileloadd tmm4, [{x} + {s}*1 + 1024]",
+                "tileloadd tmm2, [{lo} + {s}*1 + 1024]",
+                "tileloadd tmm3, [{hi} + {s}*1 + 1024]",
+                "tdpbusd tmm0, tmm2, tmm4",
+                "tdpbusd tmm1, tmm3, tmm4",
+                "tileloadd tmm4, [{x} + {s}*1 + 2048]",
+                "tileloadd tmm2, [{lo} + {s}*1 + 2048]",
+                "tileloadd tmm3, [{hi} + {s}*1 + 2048]",
+                "tdpbusd tmm0, tmm2, tmm4",
+                "tdpbusd tmm1, tmm3, tmm4",
+                "tileloadd tmm4, [{x} + {s}*1 + 3072]",
+                "tileloadd tmm2, [{lo} + {s}*1 + 3072]",
+                "tileloadd tmm3, [{hi} + {s}*1 + 3072]",
+                "tdpbusd tmm0, tmm2, tmm4",
+                "tdpbusd tmm1, tmm3, tmm4",
+                "tilestored [{c} + {s}*1], tmm0",
+                "tilestored [{c} + {s}*1 + 1024], tmm1",
+                x = in(reg) x.tiles.as_ptr().add(4096 * b),
+                lo = in(reg) w.lo.as_ptr().add(4096 * b),
+                hi = in(reg) w.hi.as_ptr().add(4096 * b),
+                c = in(reg) sums.0.as_mut_ptr(),
+                s = in(reg) 64usize,
+                options(nostack),
+            );
+        }
+        let mut isum = [_mm512_setzero_si512(); 16];
+        for (r, s) in isum.iter_mut().enumerate() {
+            // SAFETY: row r of the two stored tiles (64 aligned bytes each).
+            let (lo, hi) = unsafe {
+                (
+                    _mm512_load_si512(sums.0[0][r].as_ptr() as *const __m512i),
+                    _mm512_load_si512(sums.0[1][r].as_ptr() as *const __m512i),
+                )
+            };
+            *s = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi), lo);
+        }
+        // SAFETY: block b of rows made for the same format (Q4_K / Q5_K:
+        // 8 groups, minima).
+        unsafe { finish_block::<8, true>(u, x, b, &isum, &mut acc) };
+    }
+    // SAFETY: `saved` is what `enter` stored.
+    unsafe { leave(&saved) };
     for (o, a) in out.iter_mut().zip(&acc) {
         // SAFETY: `o` has 16 floats.
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
+    }
+}
+
+/// Four 16 x 16 i32 tiles as stored.
+#[repr(C, align(64))]
+struct Quad([[[i32; 16]; 16]; 4]);
+
+/// [`rows16_scaled`] against two groups of sixteen activation rows at
+/// once: each weight tile loaded serves both (half the weight loads per
+/// multiply; the weights' tiles of a row group do not fit in L1).
+///
+/// # Safety
+/// As [`rows16_scaled`], for `x[0]` and `x[1]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn rows16_scaled2(
+    k: usize,
+    w: &Weights16,
+    u: &[Unpacked],
+    x: [&Rows16; 2],
+    out: [&mut [[f32; 16]; 16]; 2],
+) {
+    let nb = k / 256;
+    debug_assert!(u.len() == 16 && w.lo.len() == 16 * k && w.hi.len() == 16 * k);
+    debug_assert!(x
+        .iter()
+        .all(|x| x.tiles.len() == 16 * k && x.dx.len() == nb * 16));
+    // tmm0 / tmm1 the lo / hi sums against x[0], tmm5 / tmm6 against
+    // x[1]; tmm2 / tmm3 lo / hi codes; tmm4 / tmm7 the activations.
+    let mut cfg = TileConfig::empty(1);
+    for t in 0..8 {
+        (cfg.colsb[t], cfg.rows[t]) = (64, 16);
+    }
+    // SAFETY: AMX is available and granted (the caller's promise).
+    let saved = unsafe { enter(&cfg) };
+    let mut sums = Quad([[[0; 16]; 16]; 4]);
+    let mut acc = [[_mm512_setzero_ps(); 16]; 2];
+    for b in 0..nb {
+        // SAFETY: as in `rows16_scaled`, for both activation groups;
+        // `sums` holds 4 x 16 rows of 64 bytes.
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm5",
+                "tilezero tmm6",
+                "tileloadd tmm2, [{lo} + {s}*1]",
+                "tileloadd tmm4, [{x0} + {s}*1]",
+                "tdpbusd tmm0, tmm2, tmm4",
+                "tileloadd tmm3, [{hi} + {s}*1]",
+                "tdpbusd tmm1, tmm3, tmm4",
+                "tileloadd tmm7, [{x1} + {s}*1]",
+                "tdpbusd tmm5, tmm2, tmm7",
+                "tdpbusd tmm6, tmm3, tmm7",
+                "tileloadd tmm2, [{lo} + {s}*1 + 1024]",
+                "tileloadd tmm4, [{x0} + {s}*1 + 1024]",
+                "tdpbusd tmm0, tmm2, tmm4",
+                "tileloadd tmm3, [{hi} + {s}*1 + 1024]",
+                "tdpbusd tmm1, tmm3, tmm4",
+                "tileloadd tmm7, [{x1} + {s}*1 + 1024]",
+                "tdpbusd tmm5, tmm2, tmm7",
+                "tdpbusd tmm6, tmm3, tmm7",
+                "tileloadd tmm2, [{lo} + {s}*1 + 2048]",
+                "tileloadd tmm4, [{x0} + {s}*1 + 2048]",
+                "tdpbusd tmm0, tmm2, tmm4",
+                "tileloadd tmm3, [{hi} + {s}*1 + 2048]",
+                "tdpbusd tmm1, tmm3, tmm4",
+                "tileloadd tmm7, [{x1} + {s}*1 + 2048]",
+                "tdpbusd tmm5, tmm2, tmm7",
+                "tdpbusd tmm6, tmm3, tmm7",
+                "tileloadd tmm2, [{lo} + {s}*1 + 3072]",
+                "tileloadd tmm4, [{x0} + {s}*1 + 3072]",
+                "tdpbusd tmm0, tmm2, tmm4",
+                "tileloadd tmm3, [{hi} + {s}*1 + 3072]",
+                "tdpbusd tmm1, tmm3, tmm4",
+                "tileloadd tmm7, [{x1} + {s}*1 + 3072]",
+                "tdpbusd tmm5, tmm2, tmm7",
+                "tdpbusd tmm6, tmm3, tmm7",
+                "tilestored [{c} + {s}*1], tmm0",
+                "tilestored [{c} + {s}*1 + 1024], tmm1",
+                "tilestored [{c} + {s}*1 + 2048], tmm5",
+                "tilestored [{c} + {s}*1 + 3072], tmm6",
+                x0 = in(reg) x[0].tiles.as_ptr().add(4096 * b),
+                x1 = in(reg) x[1].tiles.as_ptr().add(4096 * b),
+                lo = in(reg) w.lo.as_ptr().add(4096 * b),
+                hi = in(reg) w.hi.as_ptr().add(4096 * b),
+                c = in(reg) sums.0.as_mut_ptr(),
+                s = in(reg) 64usize,
+                options(nostack),
+            );
+        }
+        for (g, acc) in acc.iter_mut().enumerate() {
+            let mut isum = [_mm512_setzero_si512(); 16];
+            for (r, s) in isum.iter_mut().enumerate() {
+                // SAFETY: row r of two stored tiles (64 aligned bytes each).
+                let (lo, hi) = unsafe {
+                    (
+                        _mm512_load_si512(sums.0[2 * g][r].as_ptr() as *const __m512i),
+                        _mm512_load_si512(sums.0[2 * g + 1][r].as_ptr() as *const __m512i),
+                    )
+                };
+                *s = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi), lo);
+            }
+            // SAFETY: block b of rows made for Q4_K / Q5_K.
+            unsafe { finish_block::<8, true>(u, x[g], b, &isum, acc) };
+        }
+    }
+    // SAFETY: `saved` is what `enter` stored.
+    unsafe { leave(&saved) };
+    for (o, a) in out.into_iter().zip(&acc) {
+        for (o, a) in o.iter_mut().zip(a) {
+            // SAFETY: `o` has 16 floats.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
+        }
     }
 }
 
@@ -338,23 +650,36 @@ unsafe fn issue<const G: usize>(k: usize, w: &Weights16, x: &Rows16, c: usize, o
     }
 }
 
-/// [`rows16`] with `fmt`'s constants.
+/// The AMX kernel for `fmt` on one or two groups of sixteen activation
+/// rows (`x.len()`, as many `out`).
 ///
 /// # Safety
-/// As [`rows16`].
+/// As [`rows16`], for each of `x`.
 pub(super) unsafe fn rows16_for(
     fmt: KFormat,
     k: usize,
     w: &Weights16,
     u: &[Unpacked],
-    x: &Rows16,
-    out: &mut [[f32; 16]; 16],
+    x: &[Rows16],
+    out: &mut [[[f32; 16]; 16]],
 ) {
+    assert!(x.len() == out.len() && (1..=2).contains(&x.len()));
     // SAFETY: the caller's guarantees; the constants are `fmt`'s.
     unsafe {
-        match fmt {
-            KFormat::Q4K | KFormat::Q5K => rows16::<32, 8, true>(k, w, u, x, out),
-            KFormat::Q6K => rows16::<16, 16, false>(k, w, u, x, out),
+        match (fmt, x, out) {
+            (KFormat::Q4K | KFormat::Q5K, [x0, x1], [o0, o1]) => {
+                rows16_scaled2(k, w, u, [x0, x1], [o0, o1])
+            }
+            (KFormat::Q4K | KFormat::Q5K, x, out) => {
+                for (x, o) in x.iter().zip(out) {
+                    rows16_scaled(k, w, u, x, o);
+                }
+            }
+            (KFormat::Q6K, x, out) => {
+                for (x, o) in x.iter().zip(out) {
+                    rows16::<16, 16, false>(k, w, u, x, o);
+                }
+            }
         }
     }
 }

@@ -715,14 +715,18 @@ pub(crate) fn matmul_isa(
                     .map(|j| Unpacked::new(fmt, &w[j * rb..(j + 1) * rb], k, true))
                     .collect();
                 let w16 = amx::Weights16::new(fmt, &us, k);
-                let mut lanes = [[0f32; 16]; 16];
-                for g in &groups16 {
+                let mut lanes = [[[0f32; 16]; 16]; 2];
+                // Two groups of activation rows at a time.
+                for gs in groups16.chunks(2) {
+                    let lanes = &mut lanes[..gs.len()];
                     // SAFETY: AMX is granted (`amx` is only true then);
                     // `w16` and `us` are these sixteen rows of k values,
-                    // `g` sixteen rows of `xq`, all for `fmt`.
-                    unsafe { amx::rows16_for(fmt, k, &w16, &us, g, &mut lanes) };
-                    for (r, l) in lanes.iter().enumerate() {
-                        yo[r * m + g.r0..r * m + g.r0 + g.rows].copy_from_slice(&l[..g.rows]);
+                    // each of `gs` sixteen rows of `xq`, all for `fmt`.
+                    unsafe { amx::rows16_for(fmt, k, &w16, &us, gs, lanes) };
+                    for (g, lanes) in gs.iter().zip(lanes.iter()) {
+                        for (r, l) in lanes.iter().enumerate() {
+                            yo[r * m + g.r0..r * m + g.r0 + g.rows].copy_from_slice(&l[..g.rows]);
+                        }
                     }
                 }
             }
