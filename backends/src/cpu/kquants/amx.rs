@@ -78,12 +78,10 @@ impl Rows16 {
     pub(super) fn new(fmt: KFormat, xq: &Acts, m: usize, r0: usize) -> Self {
         let (k, g) = (xq.k, group(fmt));
         let nb = k / xq.block;
-        let ng = fmt.groups();
-        let per = xq.block / ng / xq.group;
         let rows = (m - r0).min(16);
         let mut tiles = vec![0i8; 16 * k];
         let mut dx = vec![0f32; nb * 16];
-        let mut gs = vec![0i16; nb * ng * 16];
+        let mut gs = vec![0i16; nb * fmt.groups() * 16];
         for lane in 0..16 {
             let r = r0 + lane.min(rows - 1);
             for (c, xc) in xq.codes(r).chunks_exact(g).enumerate() {
@@ -92,16 +90,7 @@ impl Rows16 {
                     tile[64 * t + 4 * lane..64 * t + 4 * lane + 4].copy_from_slice(four);
                 }
             }
-            let (sc, sums) = (xq.scales(r), xq.sums(r));
-            for b in 0..nb {
-                dx[b * 16 + lane] = sc[b];
-                for j in 0..ng {
-                    let at = (b * ng + j) * per;
-                    let s: i32 = sums[at..at + per].iter().sum();
-                    // |s| <= 32 * 127: exact in i16.
-                    gs[(b * ng + (j & !1)) * 16 + 2 * lane + (j & 1)] = s as i16;
-                }
-            }
+            super::fill_lane(fmt, xq, r, (16, lane), &mut dx, &mut gs);
         }
         Rows16 {
             r0,

@@ -203,26 +203,47 @@ pub(crate) struct Rows8 {
 impl Rows8 {
     fn new(fmt: KFormat, xq: &Acts, m: usize, r0: usize) -> Self {
         let nb = xq.k / xq.block;
-        let g = fmt.groups();
-        // Code sums (of 16) per group.
-        let per = xq.block / g / xq.group;
         let rows = (m - r0).min(8);
         let mut dx = vec![0f32; nb * 8];
-        let mut gs = vec![0i16; nb * g * 8];
+        let mut gs = vec![0i16; nb * fmt.groups() * 8];
         for lane in 0..8 {
-            let r = r0 + lane.min(rows - 1);
-            let (sc, sums) = (xq.scales(r), xq.sums(r));
-            for b in 0..nb {
-                dx[b * 8 + lane] = sc[b];
-                for j in 0..g {
-                    let at = (b * g + j) * per;
-                    let s: i32 = sums[at..at + per].iter().sum();
-                    // |s| <= 32 * 127: exact in i16.
-                    gs[(b * g + (j & !1)) * 8 + 2 * lane + (j & 1)] = s as i16;
-                }
-            }
+            fill_lane(
+                fmt,
+                xq,
+                r0 + lane.min(rows - 1),
+                (8, lane),
+                &mut dx,
+                &mut gs,
+            );
         }
         Rows8 { r0, rows, dx, gs }
+    }
+}
+
+/// Row `r`'s block scales and group code sums (of
+/// [`KFormat::groups`]) into lane `lane` of `lanes`: `dx` is `[block][lane]`,
+/// `gs` `[block][group pair][lane][2]` (the layout of [`Rows8`] and the
+/// AMX kernel's row groups).
+fn fill_lane(
+    fmt: KFormat,
+    xq: &Acts,
+    r: usize,
+    (lanes, lane): (usize, usize),
+    dx: &mut [f32],
+    gs: &mut [i16],
+) {
+    let g = fmt.groups();
+    // Code sums (of 16) per group.
+    let per = xq.block / g / xq.group;
+    let (sc, sums) = (xq.scales(r), xq.sums(r));
+    for (b, &d) in sc.iter().enumerate() {
+        dx[b * lanes + lane] = d;
+        for j in 0..g {
+            let at = (b * g + j) * per;
+            let s: i32 = sums[at..at + per].iter().sum();
+            // |s| <= 32 * 127: exact in i16.
+            gs[(b * g + (j & !1)) * lanes + 2 * lane + (j & 1)] = s as i16;
+        }
     }
 }
 
