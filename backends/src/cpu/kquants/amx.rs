@@ -1,17 +1,19 @@
 //! The K-quant prefill kernel on Intel AMX (Sapphire Rapids and later):
 //! sixteen weight rows against sixteen activation rows per tile multiply.
 //!
-//! Per scale group of the format (32 codes for Q4_K / Q5_K, 16 for Q6_K)
-//! one `tdpbusd` multiplies the sixteen weight rows' unsigned codes (tile
-//! A, 16 rows x G bytes, read in place from the unpacked rows) by the
-//! sixteen activation rows' int8 codes (tile B, laid out once per call in
-//! the tile's four-byte interleave, [`Rows16`]): 256 exact i32 sums `Σ
-//! q·x`. AVX-512 then weights them by each weight row's group scale into
-//! the block's integer sums, subtracts nothing yet, and runs the f32 steps
-//! of the module docs with one lane per activation row, in the same order
-//! as every other path: the same bits. The tile instructions are written
-//! as inline assembly (Rust's AMX intrinsics are not stable); Linux must
-//! grant the process the tile state first ([`available`]).
+//! Once per sixteen weight rows the group scales are folded into the
+//! codes: `p = sc · q` (Q6_K: `sc · q + 8192`, its scales being signed),
+//! split into two unsigned bytes `p = 256 · hi + lo` laid out as A tiles
+//! ([`Weights16`]). The sixteen activation rows' int8 codes are laid out
+//! once per call as B tiles ([`Rows16`]). A block is then four 64-code
+//! steps of two `tdpbusd` (`lo`, `hi`) into two accumulator tiles, and its
+//! exact integer sums are `256 · hi + lo` (less `8192 · Σx` for Q6_K): the
+//! `Σ_groups sc · Σ q·x` of every other path. AVX-512 adds the minima's or
+//! offset's correction and runs the f32 steps of the module docs with one
+//! lane per activation row, in the same order: the same bits. Each weight
+//! tile serves two groups of activation rows. The tile instructions are
+//! inline assembly (Rust's AMX intrinsics are not stable); Linux must grant
+//! the process the tile state first ([`available`]).
 
 use super::{Acts, KFormat, Unpacked};
 use std::arch::asm;
@@ -50,14 +52,6 @@ pub(crate) fn available() -> bool {
     })
 }
 
-/// Codes per tile multiply: the format's scale group.
-pub(super) fn group(fmt: KFormat) -> usize {
-    match fmt {
-        KFormat::Q4K | KFormat::Q5K => 32,
-        KFormat::Q6K => 16,
-    }
-}
-
 /// Sixteen activation rows of [`Acts`] laid out for the AMX kernel (rows
 /// past the end repeat the last row; their lanes are dropped).
 pub(crate) struct Rows16 {
@@ -65,8 +59,8 @@ pub(crate) struct Rows16 {
     pub(super) r0: usize,
     /// Rows that are real (1 to 16).
     pub(super) rows: usize,
-    /// The codes as B tiles: per group of G codes, G / 4 tile rows of 16
-    /// lanes x 4 consecutive codes (16 bytes per code of a row).
+    /// The codes as B tiles: per 4 consecutive codes one tile row of 16
+    /// lanes x 4 bytes, so each 64 codes are one 16 x 64 tile.
     tiles: Vec<i8>,
     /// `[block][lane]` scales.
     dx: Vec<f32>,
@@ -76,7 +70,7 @@ pub(crate) struct Rows16 {
 
 impl Rows16 {
     pub(super) fn new(fmt: KFormat, xq: &Acts, m: usize, r0: usize) -> Self {
-        let (k, g) = (xq.k, group(fmt));
+        let k = xq.k;
         let nb = k / xq.block;
         let rows = (m - r0).min(16);
         let mut tiles = vec![0i8; 16 * k];
@@ -84,11 +78,8 @@ impl Rows16 {
         let mut gs = vec![0i16; nb * fmt.groups() * 16];
         for lane in 0..16 {
             let r = r0 + lane.min(rows - 1);
-            for (c, xc) in xq.codes(r).chunks_exact(g).enumerate() {
-                let tile = &mut tiles[16 * g * c..16 * g * (c + 1)];
-                for (t, four) in xc.chunks_exact(4).enumerate() {
-                    tile[64 * t + 4 * lane..64 * t + 4 * lane + 4].copy_from_slice(four);
-                }
+            for (t, four) in xq.codes(r).chunks_exact(4).enumerate() {
+                tiles[64 * t + 4 * lane..64 * t + 4 * lane + 4].copy_from_slice(four);
             }
             super::fill_lane(fmt, xq, r, (16, lane), &mut dx, &mut gs);
         }
@@ -102,75 +93,54 @@ impl Rows16 {
     }
 }
 
-/// Sixteen weight rows laid out for the AMX kernels.
-///
-/// Q6_K ([`rows16`]): the codes one row after the other (tile A reads each
-/// group's 16 x G bytes in place) and each group's scales, `[group][row]`
-/// as i32.
-///
-/// Q4_K / Q5_K ([`rows16_scaled`]): the group scales folded into the codes,
-/// `p = sc · q` (at most 63 · 31 = 1953, never negative), split into two
-/// unsigned bytes `p = 256 · hi + lo`, each laid out as A tiles of 16 rows
-/// x 64 codes (1,024 contiguous bytes per tile). `Σ p·x` over a block is
-/// then `256 · (hi · x) + (lo · x)`: two tile multiplies per 64 codes, no
-/// per-group sums to store and scale, and the same exact integer.
+/// Sixteen weight rows laid out for the AMX kernel: the group scales
+/// folded into the codes, `p = sc · q + offset` (Q4_K / Q5_K: at most
+/// 63 · 31 = 1953, offset 0; Q6_K: 64..=16193 with offset 8192, its scales
+/// being signed), split into two unsigned bytes `p = 256 · hi + lo`, each
+/// laid out as A tiles of 16 rows x 64 codes (1,024 contiguous bytes per
+/// tile).
 pub(super) struct Weights16 {
-    codes: Vec<u8>,
-    scales: Vec<i32>,
     lo: Vec<u8>,
     hi: Vec<u8>,
 }
 
+/// [`Weights16`]'s offset for Q6_K.
+const Q6K_OFFSET: i16 = 8192;
+
 impl Weights16 {
     pub(super) fn new(fmt: KFormat, u: &[Unpacked], k: usize) -> Self {
         debug_assert!(u.len() == 16);
-        let mut w = Weights16 {
-            codes: Vec::new(),
-            scales: Vec::new(),
-            lo: Vec::new(),
-            hi: Vec::new(),
+        let offset = match fmt {
+            KFormat::Q4K | KFormat::Q5K => 0,
+            KFormat::Q6K => Q6K_OFFSET,
         };
-        if matches!(fmt, KFormat::Q4K | KFormat::Q5K) {
-            w.lo = vec![0u8; 16 * k];
-            w.hi = vec![0u8; 16 * k];
-            let tiles = w.lo.chunks_exact_mut(1024).zip(w.hi.chunks_exact_mut(1024));
-            for (c, (lo, hi)) in tiles.enumerate() {
-                let rows = lo.chunks_exact_mut(64).zip(hi.chunks_exact_mut(64));
-                for ((lo, hi), u) in rows.zip(u) {
-                    // `Unpacked::scales` holds one scale per 16 codes.
-                    let (codes, scales) =
-                        (&u.codes[64 * c..64 * c + 64], &u.scales[4 * c..4 * c + 4]);
-                    // SAFETY: AVX-512 F + BW are here (`available`, which
-                    // every caller of the AMX kernels checked); 64 codes,
-                    // 4 scales, 64 bytes of each output.
-                    unsafe { scale_split(codes, scales, lo, hi) };
-                }
-            }
-            return w;
-        }
-        let g = group(fmt);
-        w.codes = vec![0u8; 16 * k];
-        for (c, u) in w.codes.chunks_exact_mut(k).zip(u) {
-            c.copy_from_slice(&u.codes);
-        }
-        w.scales = vec![0i32; k / g * 16];
-        for (c, s) in w.scales.chunks_exact_mut(16).enumerate() {
-            for (s, u) in s.iter_mut().zip(u) {
-                *s = i32::from(u.scales[c * g / 16]);
+        let (mut lo, mut hi) = (vec![0u8; 16 * k], vec![0u8; 16 * k]);
+        let tiles = lo.chunks_exact_mut(1024).zip(hi.chunks_exact_mut(1024));
+        for (c, (lo, hi)) in tiles.enumerate() {
+            let rows = lo.chunks_exact_mut(64).zip(hi.chunks_exact_mut(64));
+            for ((lo, hi), u) in rows.zip(u) {
+                // `Unpacked::scales` holds one scale per 16 codes.
+                let (codes, scales) = (&u.codes[64 * c..64 * c + 64], &u.scales[4 * c..4 * c + 4]);
+                // SAFETY: AVX-512 F + BW are here (`available`, which every
+                // caller of the AMX kernel checked); 64 codes, 4 scales, 64
+                // bytes of each output.
+                unsafe { scale_split(codes, scales, offset, lo, hi) };
             }
         }
-        w
+        Weights16 { lo, hi }
     }
 }
 
-/// `p = scales[i / 16] · codes[i]` for 64 codes (at most 63 · 31: exact in
-/// u16), split into `lo[i] = p mod 256` and `hi[i] = p / 256`.
+/// `p = scales[i / 16] · codes[i] + offset` for 64 codes, split into
+/// `lo[i] = p mod 256` and `hi[i] = p / 256`.
 ///
 /// # Safety
 /// AVX-512 F + BW; `codes`, `lo` and `hi` hold 64 bytes, `scales` 4
-/// values in 0..64.
+/// values; every `p` within 0..32768 (exact in i16: codes below 64 and
+/// scales within -128..128 with offset 8192, or non-negative scales below
+/// 64 with offset 0 and codes below 32).
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn scale_split(codes: &[u8], scales: &[i16], lo: &mut [u8], hi: &mut [u8]) {
+unsafe fn scale_split(codes: &[u8], scales: &[i16], offset: i16, lo: &mut [u8], hi: &mut [u8]) {
     debug_assert!(codes.len() == 64 && scales.len() == 4 && lo.len() == 64 && hi.len() == 64);
     // SAFETY: 64 readable bytes.
     let q = unsafe { _mm512_loadu_si512(codes.as_ptr() as *const __m512i) };
@@ -180,7 +150,10 @@ unsafe fn scale_split(codes: &[u8], scales: &[i16], lo: &mut [u8], hi: &mut [u8]
             _mm512_castsi256_si512(_mm256_set1_epi16(scales[2 * h])),
             _mm256_set1_epi16(scales[2 * h + 1]),
         );
-        let p = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(half), sv);
+        let p = _mm512_add_epi16(
+            _mm512_mullo_epi16(_mm512_cvtepu8_epi16(half), sv),
+            _mm512_set1_epi16(offset),
+        );
         // SAFETY: bytes 32 h..32 h + 32 of each 64-byte output.
         unsafe {
             _mm256_storeu_si256(
@@ -195,10 +168,7 @@ unsafe fn scale_split(codes: &[u8], scales: &[i16], lo: &mut [u8], hi: &mut [u8]
     }
 }
 
-/// The tile configuration (palette 1): tmm0..3 four groups' 16 x 16 i32
-/// sums, tmm4 and tmm5 the weights' 16 x G codes, tmm6 and tmm7 the
-/// activations' G / 4 x 64 bytes (two of each, so consecutive multiplies
-/// overlap).
+/// A tile configuration (`ldtilecfg`'s 64-byte layout).
 #[repr(C, align(64))]
 struct TileConfig {
     palette: u8,
@@ -207,83 +177,6 @@ struct TileConfig {
     colsb: [u16; 16],
     rows: [u8; 16],
     reserved2: [u8; 16],
-}
-
-/// Four groups' 16 x 16 sums, as the tiles store them.
-#[repr(C, align(64))]
-struct Sums([[[i32; 16]; 16]; 4]);
-
-/// Weight rows `w` (with their [`Unpacked`] rows `u`, the same 16) against
-/// the sixteen activation rows of `x`: `out[w][lane]` is what
-/// [`super::dot`] gives for weight row `w` and that activation row, bit for
-/// bit.
-///
-/// # Safety
-/// [`available`] must be true; `w`, `u` and `x` made for `fmt` and the
-/// same row length `k`, `u` the same sixteen rows;
-/// `NG` is `fmt.groups()`, `G` is [`group`]`(fmt)` and `MINMAX` whether
-/// `fmt` has minima (Q4_K, Q5_K).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn rows16<const G: usize, const NG: usize, const MINMAX: bool>(
-    k: usize,
-    w: &Weights16,
-    u: &[Unpacked],
-    x: &Rows16,
-    out: &mut [[f32; 16]; 16],
-) {
-    let nb = k / 256;
-    debug_assert!(u.len() == 16 && w.codes.len() == 16 * k && x.tiles.len() == 16 * k);
-    debug_assert!(x.dx.len() == nb * 16 && x.gs.len() == nb * NG * 16);
-    let mut cfg = TileConfig::empty(1);
-    for t in 0..4 {
-        (cfg.colsb[t], cfg.rows[t]) = (64, 16);
-    }
-    for t in 4..6 {
-        (cfg.colsb[t], cfg.rows[t]) = (G as u16, 16);
-        (cfg.colsb[t + 2], cfg.rows[t + 2]) = (64, (G / 4) as u8);
-    }
-    // SAFETY: AMX is available and granted (the caller's promise).
-    let saved = unsafe { enter(&cfg) };
-    // Four groups a batch (a block has 8 or 16), two batches in flight:
-    // the tiles multiply batch i + 1 while AVX-512 scales batch i's sums.
-    let mut sums = [Sums([[[0; 16]; 16]; 4]), Sums([[[0; 16]; 16]; 4])];
-    let (batches, per_block) = (k / G / 4, 256 / G / 4);
-    // SAFETY: batch 0 is within the row (k >= 256).
-    unsafe { issue::<G>(k, w, x, 0, &mut sums[0]) };
-    let mut acc = [_mm512_setzero_ps(); 16];
-    let mut isum = [_mm512_setzero_si512(); 16];
-    for i in 0..batches {
-        if i + 1 < batches {
-            // SAFETY: batch i + 1 is within the row.
-            unsafe { issue::<G>(k, w, x, 4 * (i + 1), &mut sums[(i + 1) % 2]) };
-        }
-        let c = 4 * i;
-        for (t, tile) in sums[i % 2].0.iter().enumerate() {
-            for (r, s) in isum.iter_mut().enumerate() {
-                // SAFETY: row r of a stored tile (64 aligned bytes); group
-                // c + t's scales are 16 entries from 16 (c + t).
-                let (v, sc) = unsafe {
-                    (
-                        _mm512_load_si512(tile[r].as_ptr() as *const __m512i),
-                        *w.scales.get_unchecked(16 * (c + t) + r),
-                    )
-                };
-                *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(v, _mm512_set1_epi32(sc)));
-            }
-        }
-        if (i + 1) % per_block != 0 {
-            continue;
-        }
-        // SAFETY: block i / per_block of rows made for the same format.
-        unsafe { finish_block::<NG, MINMAX>(u, x, i / per_block, &isum, &mut acc) };
-        isum = [_mm512_setzero_si512(); 16];
-    }
-    // SAFETY: `saved` is what `enter` stored.
-    unsafe { leave(&saved) };
-    for (o, a) in out.iter_mut().zip(&acc) {
-        // SAFETY: `o` has 16 floats.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
-    }
 }
 
 impl TileConfig {
@@ -387,15 +280,60 @@ unsafe fn finish_block<const NG: usize, const MINMAX: bool>(
 #[repr(C, align(64))]
 struct Pair([[[i32; 16]; 16]; 2]);
 
-/// [`rows16`] for Q4_K / Q5_K on the scale-folded weights of
-/// [`Weights16`]: per block, four 64-code steps of two tile multiplies
-/// (`lo` and `hi` against the same activation tile) into two accumulator
-/// tiles, stored once; the block's integer sums are `256 · hi + lo`.
+/// The block's exact integer sums, one register per weight row, from the
+/// two stored tiles `lo` and `hi`: `256 · hi + lo`, less `8192 · Σx` for
+/// Q6_K (not `MINMAX`), `Σx` the block's code sums of each lane from `x`.
 ///
 /// # Safety
-/// As [`rows16`], `w` made for Q4_K or Q5_K.
+/// AVX-512 F + BW; `x` made for a format of `NG` groups, `b` its block.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn block_sums<const NG: usize, const MINMAX: bool>(
+    lo: &[[i32; 16]; 16],
+    hi: &[[i32; 16]; 16],
+    x: &Rows16,
+    b: usize,
+) -> [__m512i; 16] {
+    let mut off = _mm512_setzero_si512();
+    if !MINMAX {
+        // Σx of each lane: the group sums, pairwise by `madd` with ones.
+        for p in 0..NG / 2 {
+            // SAFETY: (b * NG / 2 + p) * 32 + 32 <= x.gs.len().
+            let gv = unsafe {
+                _mm512_loadu_si512(x.gs.as_ptr().add((b * NG / 2 + p) * 32) as *const __m512i)
+            };
+            off = _mm512_add_epi32(off, _mm512_madd_epi16(gv, _mm512_set1_epi16(1)));
+        }
+        off = _mm512_mullo_epi32(off, _mm512_set1_epi32(i32::from(Q6K_OFFSET)));
+    }
+    let mut isum = [_mm512_setzero_si512(); 16];
+    for ((s, lo), hi) in isum.iter_mut().zip(lo).zip(hi) {
+        // SAFETY: one stored tile row each (64 aligned bytes).
+        let (lo, hi) = unsafe {
+            (
+                _mm512_load_si512(lo.as_ptr() as *const __m512i),
+                _mm512_load_si512(hi.as_ptr() as *const __m512i),
+            )
+        };
+        *s = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32::<8>(hi), lo), off);
+    }
+    isum
+}
+
+/// Weight rows `w` (with their [`Unpacked`] rows `u`, the same 16) against
+/// the sixteen activation rows of `x`: `out[w][lane]` is what
+/// [`super::dot`] gives for weight row `w` and that activation row, bit for
+/// bit. Per block, four 64-code steps of two tile multiplies (`lo` and
+/// `hi` against the same activation tile) into two accumulator tiles,
+/// stored once.
+///
+/// # Safety
+/// [`available`] must be true; `w`, `u` and `x` made for the same format
+/// and row length `k`, `u` the same sixteen rows as `w`; `NG` is the
+/// format's `groups()` and `MINMAX` whether it has minima (Q4_K, Q5_K;
+/// otherwise Q6_K).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn rows16_scaled(
+pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
     k: usize,
     w: &Weights16,
     u: &[Unpacked],
@@ -454,20 +392,11 @@ pub(super) unsafe fn rows16_scaled(
                 options(nostack),
             );
         }
-        let mut isum = [_mm512_setzero_si512(); 16];
-        for (r, s) in isum.iter_mut().enumerate() {
-            // SAFETY: row r of the two stored tiles (64 aligned bytes each).
-            let (lo, hi) = unsafe {
-                (
-                    _mm512_load_si512(sums.0[0][r].as_ptr() as *const __m512i),
-                    _mm512_load_si512(sums.0[1][r].as_ptr() as *const __m512i),
-                )
-            };
-            *s = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi), lo);
+        // SAFETY: block b of rows made for the same format.
+        unsafe {
+            let isum = block_sums::<NG, MINMAX>(&sums.0[0], &sums.0[1], x, b);
+            finish_block::<NG, MINMAX>(u, x, b, &isum, &mut acc);
         }
-        // SAFETY: block b of rows made for the same format (Q4_K / Q5_K:
-        // 8 groups, minima).
-        unsafe { finish_block::<8, true>(u, x, b, &isum, &mut acc) };
     }
     // SAFETY: `saved` is what `enter` stored.
     unsafe { leave(&saved) };
@@ -481,14 +410,14 @@ pub(super) unsafe fn rows16_scaled(
 #[repr(C, align(64))]
 struct Quad([[[i32; 16]; 16]; 4]);
 
-/// [`rows16_scaled`] against two groups of sixteen activation rows at
-/// once: each weight tile loaded serves both (half the weight loads per
-/// multiply; the weights' tiles of a row group do not fit in L1).
+/// [`rows16`] against two groups of sixteen activation rows at once: each
+/// weight tile loaded serves both (half the weight loads per multiply; the
+/// weights' tiles of a row group do not fit in L1).
 ///
 /// # Safety
-/// As [`rows16_scaled`], for `x[0]` and `x[1]`.
+/// As [`rows16`], for `x[0]` and `x[1]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn rows16_scaled2(
+pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
     k: usize,
     w: &Weights16,
     u: &[Unpacked],
@@ -511,7 +440,7 @@ pub(super) unsafe fn rows16_scaled2(
     let mut sums = Quad([[[0; 16]; 16]; 4]);
     let mut acc = [[_mm512_setzero_ps(); 16]; 2];
     for b in 0..nb {
-        // SAFETY: as in `rows16_scaled`, for both activation groups;
+        // SAFETY: as in `rows16`, for both activation groups;
         // `sums` holds 4 x 16 rows of 64 bytes.
         unsafe {
             asm!(
@@ -565,19 +494,11 @@ pub(super) unsafe fn rows16_scaled2(
             );
         }
         for (g, acc) in acc.iter_mut().enumerate() {
-            let mut isum = [_mm512_setzero_si512(); 16];
-            for (r, s) in isum.iter_mut().enumerate() {
-                // SAFETY: row r of two stored tiles (64 aligned bytes each).
-                let (lo, hi) = unsafe {
-                    (
-                        _mm512_load_si512(sums.0[2 * g][r].as_ptr() as *const __m512i),
-                        _mm512_load_si512(sums.0[2 * g + 1][r].as_ptr() as *const __m512i),
-                    )
-                };
-                *s = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi), lo);
+            // SAFETY: block b of rows made for the same format.
+            unsafe {
+                let isum = block_sums::<NG, MINMAX>(&sums.0[2 * g], &sums.0[2 * g + 1], x[g], b);
+                finish_block::<NG, MINMAX>(u, x[g], b, &isum, acc);
             }
-            // SAFETY: block b of rows made for Q4_K / Q5_K.
-            unsafe { finish_block::<8, true>(u, x[g], b, &isum, acc) };
         }
     }
     // SAFETY: `saved` is what `enter` stored.
@@ -587,55 +508,6 @@ pub(super) unsafe fn rows16_scaled2(
             // SAFETY: `o` has 16 floats.
             unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
         }
-    }
-}
-
-/// Groups `c..c + 4` of the sixteen weight rows `w` against the sixteen
-/// activation rows `x`: their 16 x 16 sums into `out` (one tile each).
-///
-/// # Safety
-/// The tile configuration of [`rows16`] is loaded; `c + 4 <= k / G`.
-#[inline(always)]
-unsafe fn issue<const G: usize>(k: usize, w: &Weights16, x: &Rows16, c: usize, out: &mut Sums) {
-    debug_assert!(G * (c + 4) <= k);
-    // SAFETY: each group's codes are rows of k bytes from G * c (G * c + G
-    // <= k), its B tile 16 * G bytes from 16 * G * c (<= 16 k); `out`
-    // holds 4 x 16 rows of 64 bytes.
-    unsafe {
-        let (a, bt) = (
-            w.codes.as_ptr().add(G * c),
-            x.tiles.as_ptr().add(16 * G * c),
-        );
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            "tileloadd tmm4, [{a} + {sa}*1]",
-            "tileloadd tmm6, [{b} + {s64}*1]",
-            "tdpbusd tmm0, tmm4, tmm6",
-            "tileloadd tmm5, [{a} + {sa}*1 + {ga}]",
-            "tileloadd tmm7, [{b} + {s64}*1 + {gb}]",
-            "tdpbusd tmm1, tmm5, tmm7",
-            "tileloadd tmm4, [{a} + {sa}*1 + 2*{ga}]",
-            "tileloadd tmm6, [{b} + {s64}*1 + 2*{gb}]",
-            "tdpbusd tmm2, tmm4, tmm6",
-            "tileloadd tmm5, [{a} + {sa}*1 + 3*{ga}]",
-            "tileloadd tmm7, [{b} + {s64}*1 + 3*{gb}]",
-            "tdpbusd tmm3, tmm5, tmm7",
-            "tilestored [{c} + {s64}*1], tmm0",
-            "tilestored [{c} + {s64}*1 + 1024], tmm1",
-            "tilestored [{c} + {s64}*1 + 2048], tmm2",
-            "tilestored [{c} + {s64}*1 + 3072], tmm3",
-            a = in(reg) a,
-            sa = in(reg) k,
-            b = in(reg) bt,
-            c = in(reg) out.0.as_mut_ptr(),
-            s64 = in(reg) 64usize,
-            ga = const G,
-            gb = const 16 * G,
-            options(nostack),
-        );
     }
 }
 
@@ -657,16 +529,19 @@ pub(super) unsafe fn rows16_for(
     unsafe {
         match (fmt, x, out) {
             (KFormat::Q4K | KFormat::Q5K, [x0, x1], [o0, o1]) => {
-                rows16_scaled2(k, w, u, [x0, x1], [o0, o1])
+                rows16x2::<8, true>(k, w, u, [x0, x1], [o0, o1])
+            }
+            (KFormat::Q6K, [x0, x1], [o0, o1]) => {
+                rows16x2::<16, false>(k, w, u, [x0, x1], [o0, o1])
             }
             (KFormat::Q4K | KFormat::Q5K, x, out) => {
                 for (x, o) in x.iter().zip(out) {
-                    rows16_scaled(k, w, u, x, o);
+                    rows16::<8, true>(k, w, u, x, o);
                 }
             }
             (KFormat::Q6K, x, out) => {
                 for (x, o) in x.iter().zip(out) {
-                    rows16::<16, 16, false>(k, w, u, x, o);
+                    rows16::<16, false>(k, w, u, x, o);
                 }
             }
         }

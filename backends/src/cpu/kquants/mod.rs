@@ -38,8 +38,9 @@
 //!
 //! Where the CPU has AMX-INT8 and Linux grants the tile state ([`amx`]),
 //! prefill runs sixteen weight rows against sixteen activation rows per
-//! tile multiply (`tdpbusd`, one per scale group: exact i32 sums), scales
-//! them with AVX-512 and runs the same f32 steps: the same bits again.
+//! tile multiply (`tdpbusd`), the group scales folded into the weight codes
+//! once per sixteen rows (exact i32 sums), and runs the same f32 steps with
+//! AVX-512: the same bits again.
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
