@@ -702,8 +702,9 @@ pub(crate) fn matmul_isa(
     // The tile kernel only runs where the process was granted the tiles.
     let amx = amx && has_amx();
     let xq = Acts::new(fmt, x, k);
-    // Prefill on AVX2: activation rows in groups of eight lanes.
-    let groups: Vec<Rows8> = if m > 1 && avx2 {
+    // Prefill on AVX2: activation rows in groups of eight lanes (with AMX
+    // only for the weight rows past the last whole tile group).
+    let groups: Vec<Rows8> = if m > 1 && avx2 && !(amx && n.is_multiple_of(16)) {
         (0..m)
             .step_by(8)
             .map(|r0| Rows8::new(fmt, &xq, m, r0))
