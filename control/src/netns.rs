@@ -93,18 +93,14 @@ impl VethPair {
         }
         let p = format!("{probability}");
         for ns in [&self.a, &self.b] {
-            let out = Command::new("ip")
-                .args(["netns", "exec", ns, "iptables", "-A", "INPUT"])
-                .args(["-m", "statistic", "--mode", "random", "--probability", &p])
-                .args(["-j", "DROP"])
-                .output()
-                .map_err(|e| Error::Host(format!("cannot run `ip netns exec` ({e})")))?;
-            if !out.status.success() {
-                return Err(Error::Host(format!(
-                    "iptables in `{ns}` refused the loss rule: {} (install the `iptables` package; the kernel needs netfilter's statistic match)",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                )));
-            }
+            let rule = ["-A", "INPUT", "-m", "statistic", "--mode", "random"];
+            let args = [&rule[..], &["--probability", &p, "-j", "DROP"]].concat();
+            self.run_in(ns, "iptables", &args, "refused the loss rule")
+                .map_err(|e| {
+                    Error::Host(format!(
+                        "{e} (install the `iptables` package; the kernel needs netfilter's statistic match)"
+                    ))
+                })?;
         }
         Ok(())
     }
@@ -114,19 +110,9 @@ impl VethPair {
     pub fn dropped_packets(&self) -> Result<u64> {
         let mut total = 0;
         for ns in [&self.a, &self.b] {
-            let out = Command::new("ip")
-                .args([
-                    "netns", "exec", ns, "iptables", "-L", "INPUT", "-v", "-x", "-n",
-                ])
-                .output()
-                .map_err(|e| Error::Host(format!("cannot run `ip netns exec` ({e})")))?;
-            if !out.status.success() {
-                return Err(Error::Host(format!(
-                    "iptables in `{ns}` cannot list its rules: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                )));
-            }
-            total += String::from_utf8_lossy(&out.stdout)
+            let args = ["-L", "INPUT", "-v", "-x", "-n"];
+            total += self
+                .run_in(ns, "iptables", &args, "cannot list its rules")?
                 .lines()
                 .filter_map(|l| {
                     let f: Vec<&str> = l.split_whitespace().collect();
@@ -173,18 +159,8 @@ impl VethPair {
     pub fn throttled_packets(&self) -> Result<(u64, u64)> {
         let (mut held, mut dropped) = (0, 0);
         for (ns, dev) in [(&self.a, &self.dev_a), (&self.b, &self.dev_b)] {
-            let out = self
-                .command(ns, "tc")
-                .args(["-s", "qdisc", "show", "dev", dev])
-                .output()
-                .map_err(|e| Error::Host(format!("cannot run `ip netns exec` ({e})")))?;
-            if !out.status.success() {
-                return Err(Error::Host(format!(
-                    "tc in `{ns}` cannot show its qdisc: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                )));
-            }
-            let text = String::from_utf8_lossy(&out.stdout);
+            let args = ["-s", "qdisc", "show", "dev", dev];
+            let text = self.run_in(ns, "tc", &args, "cannot show its qdisc")?;
             let field = |name: &str| -> u64 {
                 text.split_whitespace()
                     .skip_while(|w| *w != name)
@@ -196,6 +172,24 @@ impl VethPair {
             dropped += field("(dropped");
         }
         Ok((held, dropped))
+    }
+
+    /// Runs `program args` inside namespace `ns` and returns its standard
+    /// output; a failure names the program, the namespace and `what` went
+    /// wrong, with the program's own message.
+    fn run_in(&self, ns: &str, program: &str, args: &[&str], what: &str) -> Result<String> {
+        let out = self
+            .command(ns, program)
+            .args(args)
+            .output()
+            .map_err(|e| Error::Host(format!("cannot run `ip netns exec` ({e})")))?;
+        if !out.status.success() {
+            return Err(Error::Host(format!(
+                "{program} in `{ns}` {what}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// `program` to run inside namespace `ns` (`ip netns exec`); add its
