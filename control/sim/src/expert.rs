@@ -12,45 +12,45 @@ use crate::task::{
 };
 
 /// Free-motion speed along the planned path, m/s.
-const MOVE_SPEED: f32 = 0.25;
+pub(crate) const MOVE_SPEED: f32 = 0.25;
 /// Pushing speed limits, m/s, and the gain from remaining distance to speed.
-const PUSH_SPEED_MAX: f32 = 0.12;
-const PUSH_SPEED_MIN: f32 = 0.02;
-const PUSH_GAIN: f32 = 1.5;
+pub(crate) const PUSH_SPEED_MAX: f32 = 0.12;
+pub(crate) const PUSH_SPEED_MIN: f32 = 0.02;
+pub(crate) const PUSH_GAIN: f32 = 1.5;
 /// A block's circumradius.
-const BLOCK_RADIUS: f32 = BLOCK_HALF * std::f32::consts::SQRT_2;
+pub(crate) const BLOCK_RADIUS: f32 = BLOCK_HALF * std::f32::consts::SQRT_2;
 /// The pusher keeps this far from a block's centre while moving around it.
-const CLEAR: f32 = BLOCK_RADIUS + PUSHER_RADIUS + 0.015;
+pub(crate) const CLEAR: f32 = BLOCK_RADIUS + PUSHER_RADIUS + 0.015;
 /// The named block keeps this far from the other block's centre.
-const BLOCK_CLEAR: f32 = 2.0 * BLOCK_RADIUS + 0.01;
+pub(crate) const BLOCK_CLEAR: f32 = 2.0 * BLOCK_RADIUS + 0.01;
 /// Start pushing when the pusher is within this angle of "behind", keep
 /// pushing while within the larger one (radians).
 const ALIGN_ENTER: f32 = 20.0 * std::f32::consts::PI / 180.0;
 const ALIGN_KEEP: f32 = 35.0 * std::f32::consts::PI / 180.0;
 /// Stop pushing when the named block is this close to its target, metres.
-const DONE_DIST: f32 = 0.006;
+pub(crate) const DONE_DIST: f32 = 0.006;
 /// A detour point for the block counts as reached within this distance.
 const VIA_REACHED: f32 = 0.03;
 
-type V2 = [f32; 2];
+pub(crate) type V2 = [f32; 2];
 
-fn add(a: V2, b: V2) -> V2 {
+pub(crate) fn add(a: V2, b: V2) -> V2 {
     [a[0] + b[0], a[1] + b[1]]
 }
-fn sub(a: V2, b: V2) -> V2 {
+pub(crate) fn sub(a: V2, b: V2) -> V2 {
     [a[0] - b[0], a[1] - b[1]]
 }
-fn scale(a: V2, k: f32) -> V2 {
+pub(crate) fn scale(a: V2, k: f32) -> V2 {
     [a[0] * k, a[1] * k]
 }
-fn dot(a: V2, b: V2) -> f32 {
+pub(crate) fn dot(a: V2, b: V2) -> f32 {
     a[0] * b[0] + a[1] * b[1]
 }
-fn norm(a: V2) -> f32 {
+pub(crate) fn norm(a: V2) -> f32 {
     dot(a, a).sqrt()
 }
 /// Unit vector along `a`, or `fallback` when `a` is (nearly) zero.
-fn unit_or(a: V2, fallback: V2) -> V2 {
+pub(crate) fn unit_or(a: V2, fallback: V2) -> V2 {
     let n = norm(a);
     if n > 1e-6 {
         scale(a, 1.0 / n)
@@ -58,14 +58,14 @@ fn unit_or(a: V2, fallback: V2) -> V2 {
         fallback
     }
 }
-fn perp(a: V2) -> V2 {
+pub(crate) fn perp(a: V2) -> V2 {
     [-a[1], a[0]]
 }
 fn polar(c: V2, r: f32, theta: f32) -> V2 {
     [c[0] + r * theta.cos(), c[1] + r * theta.sin()]
 }
 /// Angle wrapped to `(-pi, pi]`.
-fn wrap(a: f32) -> f32 {
+pub(crate) fn wrap(a: f32) -> f32 {
     let tau = std::f32::consts::TAU;
     let mut x = a % tau;
     if x > std::f32::consts::PI {
@@ -87,11 +87,59 @@ fn closest_on_segment(a: V2, b: V2, c: V2) -> (V2, f32) {
     (add(a, scale(ab, t)), t)
 }
 
-/// The scripted expert. It keeps a little state between chunks (whether it
-/// is pushing, and the block's current detour point); call
-/// [`Expert::reset`] at every episode reset.
+/// A point beside the block at `other` to push the named block at `b`
+/// through on its way to `g`, when `other` lies on that way; `None` when
+/// the way is clear.
+pub(crate) fn detour_point(b: V2, g: V2, other: V2) -> Option<V2> {
+    let (c, t) = closest_on_segment(b, g, other);
+    if dist(c, other) >= BLOCK_CLEAR || t <= 0.0 || t >= 1.0 {
+        return None;
+    }
+    let dir = unit_or(sub(g, b), [1.0, 0.0]);
+    let n0 = unit_or(sub(c, other), perp(dir));
+    let lim = TABLE_HALF - WALL_THICKNESS - CLEAR - 0.02;
+    let inside = |q: V2| q[0].abs() <= lim && q[1].abs() <= lim;
+    let r = BLOCK_CLEAR + 0.02;
+    let first = add(other, scale(n0, r));
+    let second = add(other, scale(n0, -r));
+    Some(if inside(first) || !inside(second) {
+        first
+    } else {
+        second
+    })
+}
+
+/// `n` targets moving slowly away from the block at `b` (to let it rest in
+/// the zone).
+pub(crate) fn back_off(workspace: Workspace, p: V2, b: V2, n: usize) -> Vec<V2> {
+    let away = unit_or(sub(p, b), [0.0, 1.0]);
+    (1..=n)
+        .map(|k| workspace.clamp(add(p, scale(away, (0.002 * k as f32).min(0.02)))))
+        .collect()
+}
+
+/// How the expert plans a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExpertKind {
+    /// Discrete waypoint plans (which way round, when to push, a detour
+    /// point kept once chosen), with memory between chunks: the default,
+    /// the one the shipped policy learned from.
+    #[default]
+    Waypoints,
+    /// A memoryless velocity field around the named block, continuous in
+    /// the state (see `expert_field.rs`), written so that a learned policy
+    /// has a smooth function to imitate. It solves fewer episodes (187 of
+    /// seeds 1000..1199 against 196) and, so far, heads trained on it do
+    /// no better.
+    Field,
+}
+
+/// The scripted expert. The waypoint planner keeps a little state between
+/// chunks (whether it is pushing, and the block's current detour point);
+/// call [`Expert::reset`] at every episode reset.
 #[derive(Debug, Clone)]
 pub struct Expert {
+    kind: ExpertKind,
     dt: f32,
     workspace: Workspace,
     pushing: bool,
@@ -101,7 +149,13 @@ pub struct Expert {
 impl Expert {
     /// An expert for simulations run with `cfg` (it needs the control period).
     pub fn new(cfg: &PushConfig) -> Self {
+        Self::with_kind(cfg, ExpertKind::default())
+    }
+
+    /// An expert planning with `kind`.
+    pub fn with_kind(cfg: &PushConfig, kind: ExpertKind) -> Self {
         Self {
+            kind,
             dt: cfg.control_dt(),
             workspace: Workspace::PUSHER,
             pushing: false,
@@ -151,13 +205,16 @@ impl Expert {
     /// per control period, all inside [`Workspace::PUSHER`]), planned from
     /// `s` alone, to be executed open-loop.
     pub fn chunk(&mut self, s: &TrueState, horizon: usize) -> Vec<[f32; 2]> {
+        if self.kind == ExpertKind::Field {
+            return crate::expert_field::chunk(s, self.dt, self.workspace, horizon);
+        }
         let p = s.pusher_pos;
         let b = s.goal_block().pos;
         let g = s.goal_zone().pos;
         let other = s.blocks[1 - s.variant.block.index()].pos;
         if s.success || dist(b, g) < DONE_DIST {
             self.pushing = false;
-            return self.back_off(p, b, horizon);
+            return back_off(self.workspace, p, b, horizon);
         }
         let aim = self.block_aim(b, g, other);
         let u = unit_or(sub(aim, b), [1.0, 0.0]);
@@ -188,26 +245,14 @@ impl Expert {
     /// Where to push the named block now: its target, or a detour point
     /// beside the other block when that one lies on the way.
     fn block_aim(&mut self, b: V2, g: V2, other: V2) -> V2 {
-        let (c, t) = closest_on_segment(b, g, other);
-        let blocked = dist(c, other) < BLOCK_CLEAR && t > 0.0 && t < 1.0;
+        let detour = detour_point(b, g, other);
         if let Some(v) = self.via {
-            if dist(b, v) < VIA_REACHED || !blocked {
+            if dist(b, v) < VIA_REACHED || detour.is_none() {
                 self.via = None;
             }
         }
-        if self.via.is_none() && blocked {
-            let dir = unit_or(sub(g, b), [1.0, 0.0]);
-            let n0 = unit_or(sub(c, other), perp(dir));
-            let lim = TABLE_HALF - WALL_THICKNESS - CLEAR - 0.02;
-            let inside = |q: V2| q[0].abs() <= lim && q[1].abs() <= lim;
-            let r = BLOCK_CLEAR + 0.02;
-            let first = add(other, scale(n0, r));
-            let second = add(other, scale(n0, -r));
-            self.via = Some(if inside(first) || !inside(second) {
-                first
-            } else {
-                second
-            });
+        if self.via.is_none() {
+            self.via = detour;
         }
         self.via.unwrap_or(g)
     }
@@ -337,17 +382,6 @@ impl Expert {
         }
         out
     }
-
-    /// Move slowly away from the block (to let it rest in the zone).
-    fn back_off(&self, p: V2, b: V2, n: usize) -> Vec<V2> {
-        let away = unit_or(sub(p, b), [0.0, 1.0]);
-        (1..=n)
-            .map(|k| {
-                self.workspace
-                    .clamp(add(p, scale(away, (0.002 * k as f32).min(0.02))))
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]
@@ -355,18 +389,19 @@ mod tests {
     use super::*;
     use crate::PushSim;
 
-    /// Run one episode with the expert's chunks executed open-loop, replanned
-    /// after each chunk. Returns (success, steps).
+    /// Run one episode planning `h` targets and executing the first
+    /// `execute` of each chunk open-loop. Returns (success, steps).
     pub(crate) fn run_episode(
         sim: &mut PushSim,
         expert: &mut Expert,
         seed: u64,
         h: usize,
+        execute: usize,
     ) -> (bool, u64) {
         sim.reset(seed);
         expert.reset();
         while !sim.done() {
-            for t in expert.chunk(&sim.true_state(), h) {
+            for t in expert.chunk(&sim.true_state(), h).into_iter().take(execute) {
                 sim.step(t);
                 if sim.done() {
                     break;
@@ -376,18 +411,32 @@ mod tests {
         (sim.success(), sim.true_state().step)
     }
 
-    #[test]
-    fn expert_solves_at_least_95_percent_of_20_episodes_open_loop() {
+    /// Seeds 0..20 that `kind` fails, planning 16 and executing `execute`.
+    fn failures(kind: ExpertKind, execute: usize) -> Vec<(u64, u64)> {
         let cfg = PushConfig::default();
         let mut sim = PushSim::new(cfg.clone()).unwrap();
-        let mut expert = Expert::new(&cfg);
-        let mut failed = Vec::new();
-        for seed in 0..20 {
-            let (ok, steps) = run_episode(&mut sim, &mut expert, seed, 16);
-            if !ok {
-                failed.push((seed, steps));
-            }
-        }
+        let mut expert = Expert::with_kind(&cfg, kind);
+        (0..20)
+            .filter_map(|seed| {
+                let (ok, steps) = run_episode(&mut sim, &mut expert, seed, 16, execute);
+                (!ok).then_some((seed, steps))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn field_expert_solves_at_least_80_percent_of_20_episodes() {
+        // As `edgeflow sim record` runs it: plan 16, execute 8. It is the
+        // weaker planner (16 of these 20; 187 of seeds 1000..1199, the
+        // waypoint planner 196): it stalls where the other block covers
+        // the point behind the named one, or a wall does.
+        let failed = failures(ExpertKind::Field, 8);
+        assert!(failed.len() <= 4, "failed (seed, steps): {failed:?}");
+    }
+
+    #[test]
+    fn waypoint_expert_solves_at_least_95_percent_of_20_episodes_open_loop() {
+        let failed = failures(ExpertKind::Waypoints, 16);
         assert!(failed.len() <= 1, "failed (seed, steps): {failed:?}");
     }
 

@@ -18,6 +18,12 @@
 //! (orientation is free). Episodes time out after
 //! [`PushConfig::episode_seconds`].
 //!
+//! The scripted expert ([`Expert`]) plans chunks of pusher targets from
+//! the true state: by default with discrete waypoint plans
+//! ([`ExpertKind::Waypoints`]), or as a memoryless velocity field around
+//! the named block whose chunk is a continuous function of the state
+//! ([`ExpertKind::Field`]).
+//!
 //! Defaults: 50 Hz control, 500 Hz physics (10 substeps), 20 s episodes,
 //! 96 x 96 camera, 2 cm tolerance held 10 steps, pusher 0.5 m/s, 5 m/s^2.
 //!
@@ -44,6 +50,7 @@
 
 mod error;
 mod expert;
+mod expert_field;
 pub mod record;
 mod render;
 mod rng;
@@ -51,7 +58,7 @@ mod sim;
 mod task;
 
 pub use error::{Result, SimError};
-pub use expert::Expert;
+pub use expert::{Expert, ExpertKind};
 pub use render::{table_to_pixel, Image, PUSHER_RGB, TABLE_RGB, WALL_RGB};
 pub use sim::PushSim;
 pub use task::{

@@ -52,6 +52,28 @@ pub(crate) struct RecordArgs {
     /// Episode timeout, simulated seconds.
     #[arg(long, default_value_t = 20.0)]
     pub episode_seconds: f64,
+    /// The expert's planner: `waypoints` (discrete plans with memory) or
+    /// `field` (memoryless, continuous in the state).
+    #[arg(long, value_enum, default_value = "waypoints")]
+    pub expert: ExpertArg,
+}
+
+/// The scripted expert's planner, on the command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum ExpertArg {
+    /// [`edgeflow_sim::ExpertKind::Field`].
+    Field,
+    /// [`edgeflow_sim::ExpertKind::Waypoints`].
+    Waypoints,
+}
+
+impl From<ExpertArg> for edgeflow_sim::ExpertKind {
+    fn from(a: ExpertArg) -> Self {
+        match a {
+            ExpertArg::Field => edgeflow_sim::ExpertKind::Field,
+            ExpertArg::Waypoints => edgeflow_sim::ExpertKind::Waypoints,
+        }
+    }
 }
 
 /// `edgeflow sim push` options.
@@ -153,7 +175,7 @@ fn record(a: &RecordArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let mut sim = edgeflow_sim::PushSim::new(cfg.clone())?;
-    let mut expert = edgeflow_sim::Expert::new(&cfg);
+    let mut expert = edgeflow_sim::Expert::with_kind(&cfg, a.expert.into());
     let t0 = std::time::Instant::now();
     let mut ok = 0;
     for seed in a.seed..a.seed + a.episodes {
