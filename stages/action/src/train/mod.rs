@@ -41,6 +41,8 @@ pub struct TrainOptions {
     /// must come from the observation, and it is what synchronous execution
     /// and every first chunk ask for.
     pub unprefixed: f64,
+    /// How flow times are drawn for training.
+    pub flow_times: FlowTimes,
     /// Weight of the auxiliary keypoint loss (mean squared error of the
     /// first keypoints against the episodes' `frame_targets`, in keypoint
     /// coordinates) beside the flow loss. Used when the config has
@@ -66,6 +68,7 @@ impl Default for TrainOptions {
             weight_decay: 0.01,
             seed: 0,
             unprefixed: 0.5,
+            flow_times: FlowTimes::default(),
             keypoint_weight: 10.0,
             log_every: 50,
             init: None,
@@ -112,6 +115,30 @@ impl TrainOptions {
         let span = (self.steps - self.warmup.min(self.steps)).max(1) as f64;
         let p = ((step - self.warmup) as f64 / span).min(1.0);
         self.lr * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * p).cos()))
+    }
+}
+
+/// The distribution of training flow times (`t = 0` noise, `t = 1` the
+/// chunk).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FlowTimes {
+    /// `t ~ U(0, 1)`.
+    #[default]
+    Uniform,
+    /// pi0's: `t = 0.999 (1 - y)` with `y ~ Beta(1.5, 1)`: more of the
+    /// noisy times, where the chunk must come from the observation alone,
+    /// and none within 0.001 of the data.
+    Pi0,
+}
+
+impl FlowTimes {
+    /// One flow time from `rng`.
+    fn draw(self, rng: &mut Rng) -> f32 {
+        match self {
+            FlowTimes::Uniform => rng.uniform(),
+            // Beta(a, 1) by inversion: y = u^(1/a).
+            FlowTimes::Pi0 => 0.999 * (1.0 - rng.uniform().powf(1.0 / 1.5)),
+        }
     }
 }
 
@@ -177,19 +204,19 @@ struct Batch {
     origin: Vec<f32>,
 }
 
-/// Draw a batch: for each sample a uniformly drawn recorded step, its chunk
-/// of actions, a flow time `t ~ U(0, 1)`, noise, and, for a fraction
-/// `1 - unprefixed` of them, a frozen prefix of `d ~ U{1..=max_prefix}`
-/// actions given clean (`t = 1`) and left out of the loss.
+/// Draw a batch of `opts.batch` samples: for each a uniformly drawn
+/// recorded step, its chunk of actions, a flow time (`opts.flow_times`),
+/// noise, and, for a fraction `1 - opts.unprefixed` of them, a frozen
+/// prefix of `d ~ U{1..=max_prefix}` actions given clean (`t = 1`) and left
+/// out of the loss.
 fn draw_batch(
     data: &Dataset,
-    cfg: &Config,
+    opts: &TrainOptions,
     norm: &Normalizer,
     index: &[(usize, usize)],
-    batch: usize,
-    unprefixed: f64,
     rng: &mut Rng,
 ) -> Batch {
+    let (cfg, batch, unprefixed) = (&opts.config, opts.batch, opts.unprefixed);
     let (h, ad) = (cfg.horizon, cfg.action_dim);
     let mut b = Batch {
         vision: Vec::with_capacity(batch * cfg.vision_tokens() * cfg.vision_width()),
@@ -217,7 +244,7 @@ fn draw_batch(
         b.state.extend(norm.state(st));
         b.origin.extend(cfg.keypoint_origin(st));
         let a = norm.actions(st, &ep.chunk_at(cfg, i));
-        let t = rng.uniform();
+        let t = opts.flow_times.draw(rng);
         let d = if (rng.uniform() as f64) < unprefixed || cfg.max_prefix == 0 {
             0
         } else {
@@ -331,15 +358,7 @@ pub fn train(
     for step in 0..opts.steps {
         let lr = opts.lr_at(step);
         opt.set_learning_rate(lr);
-        let b = draw_batch(
-            data,
-            cfg,
-            &norm,
-            &index,
-            opts.batch,
-            opts.unprefixed,
-            &mut rng,
-        );
+        let b = draw_batch(data, opts, &norm, &index, &mut rng);
         let (loss, kp) = batch_loss(&net, b, opts.batch, opts.keypoint_weight)?;
         if let Some(m) = kp {
             kp_window += m;
@@ -376,4 +395,27 @@ pub fn train(
         losses,
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FlowTimes, Rng};
+
+    #[test]
+    fn pi0_flow_times_lean_to_the_noise_and_stay_off_the_data() {
+        let mut rng = Rng::new(7);
+        let n = 20_000;
+        let t: Vec<f32> = (0..n).map(|_| FlowTimes::Pi0.draw(&mut rng)).collect();
+        assert!(t.iter().all(|&t| (0.0..=0.999).contains(&t)));
+        // t = 0.999 (1 - y), y ~ Beta(1.5, 1): E[t] = 0.999 * 0.4.
+        let mean = t.iter().sum::<f32>() / n as f32;
+        assert!((mean - 0.3996).abs() < 0.01, "mean {mean}");
+        let noisy = t.iter().filter(|&&t| t < 0.5).count() as f32 / n as f32;
+        // P(t < 0.5) = P(y > 0.4995) = 1 - 0.4995^1.5 ~ 0.647.
+        assert!((noisy - 0.647).abs() < 0.02, "{noisy}");
+        let mut rng = Rng::new(7);
+        let u: Vec<f32> = (0..n).map(|_| FlowTimes::Uniform.draw(&mut rng)).collect();
+        let mean = u.iter().sum::<f32>() / n as f32;
+        assert!((mean - 0.5).abs() < 0.01, "mean {mean}");
+    }
 }
