@@ -115,6 +115,14 @@ pub(crate) struct PolicyArgs {
     /// real-time chunking's inpainting of a frozen prefix).
     #[arg(long, default_value_t = 0.5)]
     pub unprefixed: f64,
+    /// Add the instruction and state tokens to every action token (see the
+    /// action head's `condition_actions`).
+    #[arg(long)]
+    pub condition_actions: bool,
+    /// Training flow times: `uniform` in (0, 1), or `pi0` (Beta(1.5, 1)
+    /// towards the noise, none within 0.001 of the data, as pi0 trains).
+    #[arg(long, default_value = "uniform", value_parser = parse_flow_times)]
+    pub flow_times: edgeflow_action::train::FlowTimes,
     /// Use failed episodes too (default: successful ones only).
     #[arg(long)]
     pub include_failed: bool,
@@ -334,6 +342,7 @@ fn train_policy(
         lr: a.lr,
         seed: a.seed,
         unprefixed: a.unprefixed,
+        flow_times: a.flow_times,
         keypoint_weight: a.keypoint_weight,
         init: a.init.clone(),
         ..TrainOptions::default()
@@ -356,6 +365,15 @@ fn train_policy(
     })
 }
 
+fn parse_flow_times(s: &str) -> Result<edgeflow_action::train::FlowTimes, String> {
+    use edgeflow_action::train::FlowTimes;
+    match s {
+        "uniform" => Ok(FlowTimes::Uniform),
+        "pi0" => Ok(FlowTimes::Pi0),
+        _ => Err(format!("`{s}`: expected uniform or pi0")),
+    }
+}
+
 fn parse_prediction(s: &str) -> Result<Prediction, String> {
     match s {
         "velocity" => Ok(Prediction::Velocity),
@@ -373,6 +391,7 @@ fn shape_config(a: &PolicyArgs) -> Config {
         keypoints: a.keypoints,
         text_norm: !a.no_text_norm,
         prediction: a.prediction,
+        condition_actions: a.condition_actions,
         state_dim: a.state_dim,
         image_size: a.image_size,
         max_prefix: (a.horizon / 2).max(1).min(a.horizon.saturating_sub(1)),
@@ -598,6 +617,8 @@ mod tests {
             state_dim: 2,
             privileged: false,
             unprefixed: 0.5,
+            flow_times: edgeflow_action::train::FlowTimes::Pi0,
+            condition_actions: true,
             include_failed: true,
             features: vec![dir.path().join("features.safetensors")],
             eval_seeds: 0,

@@ -103,6 +103,13 @@ pub struct Config {
     /// Checkpoints from before this field read `velocity`.
     #[serde(default)]
     pub prediction: Prediction,
+    /// Add the instruction and state tokens (the last two conditioning
+    /// tokens, with their positions) to every action token before the
+    /// first block, as diffusion policies condition every step of their
+    /// denoiser, instead of leaving attention alone to bring them there.
+    /// Checkpoints from before this field read false.
+    #[serde(default)]
+    pub condition_actions: bool,
     /// Actions per chunk H.
     pub horizon: usize,
     /// Transformer width.
@@ -183,6 +190,7 @@ impl Default for Config {
             keypoint_hidden: 128,
             privileged: false,
             prediction: Prediction::Velocity,
+            condition_actions: false,
             horizon: 16,
             d_model: 128,
             n_layers: 4,

@@ -380,7 +380,11 @@ impl ActionHead {
         let at = dev.concat(&[&a, temb], 2)?;
         let at = dev.silu(&self.time_mlp_in.forward(dev, &at)?)?;
         let at = self.time_mlp_out.forward(dev, &at)?;
-        let at = dev.add(&at, &dev.narrow(&self.pos, 0, tc, h)?)?;
+        let mut at = dev.add(&at, &dev.narrow(&self.pos, 0, tc, h)?)?;
+        if self.cfg.condition_actions {
+            at = dev.add(&at, &dev.narrow(cond, 1, tc - 2, 1)?)?;
+            at = dev.add(&at, &dev.narrow(cond, 1, tc - 1, 1)?)?;
+        }
         let mut z = dev.concat(&[cond, &at], 1)?;
         for b in &self.blocks {
             z = b.forward(dev, &z)?;

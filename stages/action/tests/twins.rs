@@ -61,7 +61,8 @@ fn norm(cfg: &Config) -> Normalizer {
 
 #[test]
 fn runtime_head_matches_the_training_twin_on_the_same_weights() {
-    // With spatial-softmax keypoints (the default) and with patch tokens.
+    // With spatial-softmax keypoints (the default) and with patch tokens,
+    // each prediction, with and without the condition on every action token.
     twins_agree(small());
     twins_agree(Config {
         keypoint_relative_scale: 0.0,
@@ -73,6 +74,15 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
     });
     twins_agree(Config {
         prediction: Prediction::Sample,
+        ..small()
+    });
+    twins_agree(Config {
+        condition_actions: true,
+        ..small()
+    });
+    twins_agree(Config {
+        condition_actions: true,
+        keypoints: 0,
         ..small()
     });
 }

@@ -256,7 +256,11 @@ impl TrainNet {
         let at = Tensor::cat(&[&a, temb], 2)?;
         let at = candle_nn::ops::silu(&self.linear("time_mlp_in", &at)?)?;
         let at = self.linear("time_mlp_out", &at)?;
-        let at = self.add_per_sample(&at, &self.var("pos")?.narrow(0, tc, h)?)?;
+        let mut at = self.add_per_sample(&at, &self.var("pos")?.narrow(0, tc, h)?)?;
+        if self.cfg.condition_actions {
+            let ls = (cond.narrow(1, tc - 2, 1)? + cond.narrow(1, tc - 1, 1)?)?;
+            at = at.broadcast_add(&ls)?;
+        }
         let mut z = Tensor::cat(&[cond, &at], 1)?;
         for i in 0..self.cfg.n_layers {
             let b = format!("blocks.{i}");
