@@ -48,6 +48,7 @@
 //! rapier2d is built with `enhanced-determinism`, which also makes it
 //! identical across platforms.
 
+mod dart;
 mod error;
 mod expert;
 mod expert_field;
@@ -57,6 +58,7 @@ mod rng;
 mod sim;
 mod task;
 
+pub use dart::{record_perturbed_episode, Perturbation};
 pub use error::{Result, SimError};
 pub use expert::{Expert, ExpertKind};
 pub use render::{table_to_pixel, Image, PUSHER_RGB, TABLE_RGB, WALL_RGB};

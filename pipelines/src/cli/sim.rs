@@ -56,6 +56,15 @@ pub(crate) struct RecordArgs {
     /// `field` (memoryless, continuous in the state).
     #[arg(long, value_enum, default_value = "waypoints")]
     pub expert: ExpertArg,
+    /// Add noise to the expert's executed targets (DART): a Gaussian
+    /// offset of this standard deviation (metres, per axis), held for
+    /// --noise-hold steps; every step is then labelled with the chunk the
+    /// expert plans there (`labels.f32`), which training targets.
+    #[arg(long)]
+    pub noise: Option<f32>,
+    /// Control steps each noise offset is held.
+    #[arg(long, default_value_t = 8)]
+    pub noise_hold: usize,
 }
 
 /// The scripted expert's planner, on the command line.
@@ -165,6 +174,16 @@ fn record(a: &RecordArgs) -> anyhow::Result<ExitCode> {
             a.execute
         );
     }
+    if let Some(noise) = a.noise {
+        if a.policy.is_some() {
+            anyhow::bail!("--noise perturbs the expert's commands; with --policy the head drives: use one or the other");
+        }
+        edgeflow_sim::Perturbation {
+            sigma: noise,
+            hold: a.noise_hold,
+        }
+        .validate()?;
+    }
     if let Some(policy) = &a.policy {
         return record_policy(a, policy);
     }
@@ -176,17 +195,33 @@ fn record(a: &RecordArgs) -> anyhow::Result<ExitCode> {
     };
     let mut sim = edgeflow_sim::PushSim::new(cfg.clone())?;
     let mut expert = edgeflow_sim::Expert::with_kind(&cfg, a.expert.into());
+    let noise = a.noise.map(|sigma| edgeflow_sim::Perturbation {
+        sigma,
+        hold: a.noise_hold,
+    });
     let t0 = std::time::Instant::now();
     let mut ok = 0;
     for seed in a.seed..a.seed + a.episodes {
-        let info = edgeflow_sim::record::record_expert_episode(
-            &mut sim,
-            &mut expert,
-            seed,
-            a.horizon,
-            a.execute,
-            &a.out.join(format!("episode_{seed:06}")),
-        )?;
+        let dest = a.out.join(format!("episode_{seed:06}"));
+        let info = match noise {
+            Some(noise) => edgeflow_sim::record_perturbed_episode(
+                &mut sim,
+                &mut expert,
+                seed,
+                a.horizon,
+                a.execute,
+                noise,
+                &dest,
+            )?,
+            None => edgeflow_sim::record::record_expert_episode(
+                &mut sim,
+                &mut expert,
+                seed,
+                a.horizon,
+                a.execute,
+                &dest,
+            )?,
+        };
         ok += sim.success() as u64;
         println!(
             "{}",
