@@ -37,7 +37,15 @@ fn the_python_mcap_reader_opens_a_recording() {
         .wait(None)
         .expect("run");
     let stats = rec.finish().expect("finish");
-    assert_eq!(stats.messages, 50);
+    // 25 ticks, each sent on both edges, unless the timer skipped ticks it
+    // was too late for (it counts them towards its 25, and a loaded
+    // machine makes it late): the reader must see what was recorded.
+    let ticks = stats.messages / 2;
+    assert!(
+        stats.messages % 2 == 0 && (1..=25).contains(&ticks),
+        "{} messages recorded",
+        stats.messages
+    );
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/read_mcap.py");
     let out = Command::new(&python)
@@ -53,18 +61,21 @@ fn the_python_mcap_reader_opens_a_recording() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["profile"], "edgeflow");
     assert_eq!(v["has_summary"], true);
-    assert_eq!(v["statistics_messages"], 50);
+    assert_eq!(v["statistics_messages"], stats.messages);
     assert_eq!(v["bad_seq"], 0, "{v}");
     for topic in ["tick.out->mid.in", "mid.out->sink.in"] {
         let t = &v["topics"][topic];
-        assert_eq!(t["count"], 25, "{topic}: {v}");
+        assert_eq!(t["count"], ticks, "{topic}: {v}");
         assert_eq!(t["encoding"], "edgeflow-wire-v1");
         assert_eq!(t["schema"], "edgeflow.wire.v1");
         assert_eq!(t["epochs"], serde_json::json!([0]));
     }
     assert_eq!(v["attachments"]["pipeline.yaml"]["text"], YAML);
     assert_eq!(v["metadata"]["edgeflow.run"]["pipeline"], "py");
-    assert_eq!(v["metadata"]["edgeflow.end"]["messages"], "50");
+    assert_eq!(
+        v["metadata"]["edgeflow.end"]["messages"],
+        stats.messages.to_string()
+    );
     assert!(v["metadata"]["edgeflow.params"]["tick"]
         .as_str()
         .is_some_and(|s| s.contains("\"count\":25")));
