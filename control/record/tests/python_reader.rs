@@ -42,7 +42,7 @@ fn the_python_mcap_reader_opens_a_recording() {
     // machine makes it late): the reader must see what was recorded.
     let ticks = stats.messages / 2;
     assert!(
-        stats.messages % 2 == 0 && (1..=25).contains(&ticks),
+        stats.messages.is_multiple_of(2) && (1..=25).contains(&ticks),
         "{} messages recorded",
         stats.messages
     );
