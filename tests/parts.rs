@@ -4,9 +4,9 @@
 //! split across two network namespaces joined by a veth pair (real IP
 //! between two test hosts, no multicast), with the policy's part killed
 //! and restarted mid-run; across the same kind of link with 5 % of the
-//! packets dropped, or slowed to 128 kbit/s with a queue that delays and
-//! overflows, a `block` edge loses nothing and a `latest` edge still
-//! delivers the newest message.
+//! packets dropped, slowed to 128 kbit/s with a queue that delays and
+//! overflows, or 50 ms long each way and lossy, a `block` edge loses
+//! nothing and a `latest` edge still delivers the newest message.
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
 mod common;
@@ -159,10 +159,10 @@ edges:
 
 /// Runs [`lossy_yaml`]'s two parts on `hosts` and checks that the `block`
 /// edge delivered every line in order and the `latest` edge its newest tick.
-fn block_is_lossless_and_latest_is_fresh(hosts: &Hosts) {
+fn block_is_lossless_and_latest_is_fresh(hosts: &Hosts, n_lines: u32) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("lossy.yaml");
-    let (n_lines, n_ticks) = (1000, 300);
+    let n_ticks = 300;
     std::fs::write(&file, lossy_yaml(hosts, n_lines, n_ticks)).unwrap();
     let f = file.to_str().unwrap();
     let b = Proc::spawn(hosts.cmd(&hosts.b, &["run", f, "--part", "b", "--quiet"]));
@@ -208,7 +208,7 @@ fn under_5_percent_packet_loss_a_block_edge_loses_nothing_and_latest_stays_fresh
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let hosts = Hosts::new("efl", 233);
     hosts.drop_packets(0.05);
-    block_is_lossless_and_latest_is_fresh(&hosts);
+    block_is_lossless_and_latest_is_fresh(&hosts, 1000);
     let dropped = hosts.dropped_packets();
     eprintln!("packets dropped on the link: {dropped}");
     assert!(
@@ -225,7 +225,7 @@ fn on_a_slow_queueing_link_a_block_edge_loses_nothing_and_latest_stays_fresh() {
     // the link, so every packet waits its turn and the overflow is dropped.
     hosts.limit_rate(128, 200);
     let t0 = Instant::now();
-    block_is_lossless_and_latest_is_fresh(&hosts);
+    block_is_lossless_and_latest_is_fresh(&hosts, 1000);
     let (held, dropped) = hosts.throttled_packets();
     eprintln!(
         "slow link: {held} packets held back, {dropped} dropped by the queue, run took {:.1} s",
@@ -234,6 +234,30 @@ fn on_a_slow_queueing_link_a_block_edge_loses_nothing_and_latest_stays_fresh() {
     assert!(
         held > 0,
         "the rate limit held nothing back: the test tested nothing"
+    );
+}
+
+#[test]
+fn over_a_long_lossy_link_a_block_edge_loses_nothing_and_latest_stays_fresh() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // 50 ms each way (a 100 ms round trip, a slow WAN) and 5 % of the
+    // packets dropped: the block edge's credit window (its capacity, 4)
+    // then allows about 40 lines per second, so 200 lines.
+    let delay = Duration::from_millis(50);
+    let hosts = Hosts::delayed("efd", 235, delay);
+    hosts.drop_packets(0.05);
+    let t0 = Instant::now();
+    block_is_lossless_and_latest_is_fresh(&hosts, 200);
+    let (carried, full) = hosts.wire_packets();
+    let dropped = hosts.dropped_packets();
+    eprintln!(
+        "long link ({delay:?} each way): {carried} packets carried, {dropped} dropped by the loss rule, {full} by a full delay line, run took {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(carried > 0, "nothing crossed the delayed link");
+    assert!(
+        dropped > 0,
+        "the loss rule dropped nothing: the test tested nothing"
     );
 }
 

@@ -25,6 +25,7 @@ pub mod queue;
 pub mod rt;
 pub mod session;
 pub mod sim_link;
+mod tun_wire;
 pub mod wire;
 pub mod zenoh_io;
 

@@ -1,11 +1,13 @@
-//! Two hosts on one machine: network namespaces joined by a veth pair,
+//! Two hosts on one machine: network namespaces joined by a veth pair (or
+//! by a link with a fixed added delay, see [`VethPair::create_delayed`]),
 //! with real IP between them and no route anywhere else. What the
 //! cross-host tests and `edgeflow bench control --veth` run parts and zenoh
 //! peers in. Needs root (or CAP_NET_ADMIN) and the `ip` tool (iproute2),
 //! as CI has.
 
-use crate::{Error, Result};
+use crate::{tun_wire, Error, Result};
 use std::process::Command;
+use std::time::Duration;
 
 /// Namespaces `a` (`ip_a`) and `b` (`ip_b`), addresses `10.<net>.<n>.1`
 /// and `.2` on a /24, loopback up in both. Deleted on drop (the veth pair
@@ -24,6 +26,8 @@ pub struct VethPair {
     pub dev_a: String,
     /// The veth end in namespace `b`.
     pub dev_b: String,
+    /// The user-space delayed link, when the ends are TUN devices.
+    wire: Option<tun_wire::Wire>,
 }
 
 fn ip(args: &[&str]) -> Result<()> {
@@ -47,11 +51,40 @@ impl VethPair {
     /// names are removed first), `n` from 1 to 250, `net` from 0 to 255:
     /// callers that may run at once pick different prefixes or nets.
     pub fn create(prefix: &str, net: u8, n: u32) -> Result<VethPair> {
+        let pair = Self::namespaces(prefix, net, n, "v")?;
+        let (va, vb) = (&pair.dev_a, &pair.dev_b);
+        ip(&["link", "add", va, "type", "veth", "peer", "name", vb])?;
+        ip(&["link", "set", va, "netns", &pair.a])?;
+        ip(&["link", "set", vb, "netns", &pair.b])?;
+        pair.address()?;
+        Ok(pair)
+    }
+
+    /// The same two hosts joined instead by a link that holds every packet
+    /// `delay` in each direction (a round trip gains twice that): a TUN
+    /// device in each namespace and a user-space wire between them. What a
+    /// test uses for a long link where the kernel has no netem qdisc;
+    /// [`Self::drop_packets`] and [`Self::limit_rate`] apply to it too.
+    pub fn create_delayed(prefix: &str, net: u8, n: u32, delay: Duration) -> Result<VethPair> {
+        let mut pair = Self::namespaces(prefix, net, n, "t")?;
+        // Each device is made here, in this process's namespace, then moved
+        // into its host; its queue stays with this process.
+        let ta = tun_wire::open(&pair.dev_a)?;
+        ip(&["link", "set", &pair.dev_a, "netns", &pair.a])?;
+        let tb = tun_wire::open(&pair.dev_b)?;
+        ip(&["link", "set", &pair.dev_b, "netns", &pair.b])?;
+        pair.address()?;
+        pair.wire = Some(tun_wire::Wire::start(ta, tb, delay)?);
+        Ok(pair)
+    }
+
+    /// Makes the two namespaces (loopback up) and names the link's ends
+    /// `<dev><prefix>a<n>` and `<dev><prefix>b<n>`.
+    fn namespaces(prefix: &str, net: u8, n: u32, dev: &str) -> Result<VethPair> {
         if !(1..=250).contains(&n) {
             return Err(Error::Host(format!("host pair number {n}: choose 1..=250")));
         }
         let (a, b) = (format!("{prefix}a{n}"), format!("{prefix}b{n}"));
-        let (va, vb) = (format!("v{prefix}a{n}"), format!("v{prefix}b{n}"));
         for ns in [&a, &b] {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
@@ -60,24 +93,42 @@ impl VethPair {
         let pair = VethPair {
             ip_a: format!("10.{net}.{n}.1"),
             ip_b: format!("10.{net}.{n}.2"),
+            dev_a: format!("{dev}{a}"),
+            dev_b: format!("{dev}{b}"),
             a,
             b,
-            dev_a: va.clone(),
-            dev_b: vb.clone(),
+            wire: None,
         };
         ip(&["netns", "add", &pair.b])?;
-        ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
-        ip(&["link", "set", &va, "netns", &pair.a])?;
-        ip(&["link", "set", &vb, "netns", &pair.b])?;
-        let cidr_a = format!("{}/24", pair.ip_a);
-        let cidr_b = format!("{}/24", pair.ip_b);
-        ip(&["-n", &pair.a, "addr", "add", &cidr_a, "dev", &va])?;
-        ip(&["-n", &pair.b, "addr", "add", &cidr_b, "dev", &vb])?;
-        for (ns, dev) in [(&pair.a, &va), (&pair.b, &vb)] {
-            ip(&["-n", ns, "link", "set", dev, "up"])?;
+        for ns in [&pair.a, &pair.b] {
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
         Ok(pair)
+    }
+
+    /// Gives each end, now in its namespace, its address on the /24 and
+    /// brings it up.
+    fn address(&self) -> Result<()> {
+        for (ns, dev, addr) in [
+            (&self.a, &self.dev_a, &self.ip_a),
+            (&self.b, &self.dev_b, &self.ip_b),
+        ] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+        }
+        Ok(())
+    }
+
+    /// Packets the delayed link ([`Self::create_delayed`]) carried so far
+    /// and dropped for want of room in its delay line, both directions;
+    /// `None` for a veth pair.
+    pub fn wire_packets(&self) -> Option<(u64, u64)> {
+        self.wire.as_ref().map(|w| (w.carried(), w.dropped()))
+    }
+
+    /// The delay [`Self::create_delayed`] adds each way; zero for a veth pair.
+    pub fn added_delay(&self) -> Duration {
+        self.wire.as_ref().map_or(Duration::ZERO, |w| w.delay())
     }
 
     /// Drop each packet arriving in either namespace with `probability`
@@ -203,6 +254,8 @@ impl VethPair {
 
 impl Drop for VethPair {
     fn drop(&mut self) {
+        // Stop the wire first: closing its queues removes the TUN devices.
+        self.wire = None;
         for ns in [&self.a, &self.b] {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
@@ -230,6 +283,7 @@ mod tests {
             ip_b: String::new(),
             dev_a: String::new(),
             dev_b: String::new(),
+            wire: None,
         };
         for p in [-0.1, 1.0, f64::NAN] {
             let e = pair.drop_packets(p).unwrap_err().to_string();
@@ -239,5 +293,77 @@ mod tests {
             let e = pair.limit_rate(kbit, ms).unwrap_err().to_string();
             assert!(e.contains("choose both above 0"), "{kbit} {ms}: {e}");
         }
+    }
+
+    /// Runs `f` on a thread that has entered network namespace `ns`.
+    fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        use std::os::fd::AsRawFd;
+        let path = format!("/var/run/netns/{ns}");
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).expect("namespace file");
+            // SAFETY: a valid namespace descriptor; setns only changes
+            // this thread's network namespace.
+            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .expect("namespace thread")
+    }
+
+    #[test]
+    fn a_delayed_link_adds_its_delay_to_every_round_trip_and_carries_tcp() {
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        use std::time::Instant;
+        let delay = Duration::from_millis(40);
+        let n = std::process::id() % 250 + 1;
+        let pair = VethPair::create_delayed("efw", 236, n, delay)
+            .unwrap_or_else(|e| panic!("{e} (this test needs root, as CI has)"));
+        assert_eq!(pair.added_delay(), delay);
+        let addr = format!("{}:7460", pair.ip_b);
+        let listener = in_ns(&pair.b, {
+            let addr = addr.clone();
+            move || TcpListener::bind(addr).expect("bind on host b")
+        });
+        // Host b echoes what it reads.
+        let echo = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("accept");
+            let mut buf = [0u8; 64];
+            while let Ok(k) = s.read(&mut buf) {
+                if k == 0 || s.write_all(&buf[..k]).is_err() {
+                    break;
+                }
+            }
+        });
+        let rtts = in_ns(&pair.a, move || {
+            let t = Instant::now();
+            let mut s = TcpStream::connect(&addr).expect("connect from host a");
+            s.set_nodelay(true).expect("nodelay");
+            let mut rtts = vec![t.elapsed()];
+            for i in 0..5u8 {
+                let t = Instant::now();
+                s.write_all(&[i; 8]).expect("send");
+                let mut back = [0u8; 8];
+                s.read_exact(&mut back).expect("echo");
+                assert_eq!(back, [i; 8]);
+                rtts.push(t.elapsed());
+            }
+            rtts
+        });
+        echo.join().expect("echo thread");
+        // The connect (SYN, SYN-ACK) and every echo cross the link twice.
+        // A floor only: a loaded machine can only make them slower.
+        for (i, rtt) in rtts.iter().enumerate() {
+            assert!(
+                *rtt >= 2 * delay,
+                "round trip {i}: {rtt:?} < {:?}",
+                2 * delay
+            );
+        }
+        let (carried, dropped) = pair.wire_packets().expect("a wire");
+        assert!(carried >= 12, "the wire carried {carried} packets");
+        assert_eq!(dropped, 0);
+        eprintln!("round trips over a {delay:?} link: {rtts:?}; {carried} packets carried");
     }
 }

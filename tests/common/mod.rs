@@ -160,7 +160,7 @@ impl Drop for Proc {
     }
 }
 
-/// Two network namespaces joined by a veth pair
+/// Two network namespaces joined by a veth pair or a delayed link
 /// ([`edgeflow_control::netns::VethPair`]): the project's own test hosts,
 /// `10.<net>.<n>.1` and `10.<net>.<n>.2`, named `<prefix>a<n>` and
 /// `<prefix>b<n>` (each test file its own prefix and net, so they never
@@ -176,7 +176,20 @@ pub(crate) struct Hosts {
 impl Hosts {
     pub(crate) fn new(prefix: &str, net: u8) -> Hosts {
         let n = std::process::id() % 250 + 1;
-        let pair = edgeflow_control::netns::VethPair::create(prefix, net, n).unwrap_or_else(|e| {
+        Self::from(edgeflow_control::netns::VethPair::create(prefix, net, n))
+    }
+
+    /// The same hosts joined by a link that holds every packet `delay`
+    /// each way (`VethPair::create_delayed`).
+    pub(crate) fn delayed(prefix: &str, net: u8, delay: std::time::Duration) -> Hosts {
+        let n = std::process::id() % 250 + 1;
+        Self::from(edgeflow_control::netns::VethPair::create_delayed(
+            prefix, net, n, delay,
+        ))
+    }
+
+    fn from(pair: edgeflow_control::Result<edgeflow_control::netns::VethPair>) -> Hosts {
+        let pair = pair.unwrap_or_else(|e| {
             panic!("{e} (these tests need root and network namespaces, as CI has)")
         });
         Hosts {
@@ -207,6 +220,11 @@ impl Hosts {
         self.pair
             .throttled_packets()
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Packets the delayed link carried and dropped so far.
+    pub(crate) fn wire_packets(&self) -> (u64, u64) {
+        self.pair.wire_packets().expect("a delayed link")
     }
 
     /// Packets dropped by [`Self::drop_packets`] so far.
