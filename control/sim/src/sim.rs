@@ -383,6 +383,16 @@ mod tests {
         assert_eq!(p[10..12], t.zones[0].pos);
         assert_eq!(p[12..14], t.zones[1].pos);
         assert_eq!(p[14..16], r[2..4]);
+        let q = t.privileged_relative();
+        let rel = |i: usize| [p[i] - p[0], p[i + 1] - p[1]];
+        assert_eq!(q[..2], p[..2]);
+        for i in [2, 6, 10, 12] {
+            assert_eq!(q[i..i + 2], rel(i), "value {i}");
+        }
+        assert_eq!(
+            (q[4..6], q[8..10], q[14..16]),
+            (p[4..6], p[8..10], p[14..16])
+        );
     }
 
     /// Run `steps` control steps from `seed`: the expert for a while, then

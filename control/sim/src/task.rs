@@ -414,6 +414,20 @@ impl TrueState {
         s.extend(self.pusher_vel);
         s
     }
+
+    /// [`Self::privileged`] with every block and zone position taken
+    /// relative to the pusher (the pusher's own position stays absolute,
+    /// for the walls): the geometry a head must otherwise work out from
+    /// absolute coordinates.
+    pub fn privileged_relative(&self) -> Vec<f32> {
+        let mut s = self.privileged();
+        let [px, py] = self.pusher_pos;
+        for at in [2, 6, 10, 12] {
+            s[at] -= px;
+            s[at + 1] -= py;
+        }
+        s
+    }
 }
 
 /// Length of [`TrueState::privileged`].

@@ -10,6 +10,7 @@
 //! policy end to end through the real pipeline and its timing.
 
 use anyhow::Context;
+use edgeflow_action::config::Config;
 use edgeflow_action::policy::{Observation, Policy, RtcMode};
 use edgeflow_sim::record::EpisodeWriter;
 use edgeflow_sim::{Expert, PushConfig, PushSim};
@@ -212,6 +213,16 @@ impl Rollout {
 /// Roll the checkpoint at `checkpoint` out over `opts.episodes` seeds from
 /// `opts.seed`; the scripted expert runs the same seeds for comparison.
 /// `each` sees every finished episode.
+/// What a privileged head reads as its state: the true state, with the
+/// blocks and zones relative to the pusher when its config says so.
+pub(crate) fn true_state_input(cfg: &Config, t: &edgeflow_sim::TrueState) -> Vec<f32> {
+    if cfg.privileged_relative {
+        t.privileged_relative()
+    } else {
+        t.privileged()
+    }
+}
+
 pub(crate) fn rollout(
     checkpoint: &Path,
     opts: &RolloutOptions,
@@ -326,7 +337,7 @@ pub(crate) fn rollout(
                 None => Observation {
                     vision: vec![0.0; cfg.vision_tokens() * cfg.vision_width()],
                     instruction: emb.clone(),
-                    state: sim.true_state().privileged(),
+                    state: true_state_input(&cfg, &sim.true_state()),
                 },
             };
             let ad = cfg.action_dim;

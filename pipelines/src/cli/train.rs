@@ -111,6 +111,10 @@ pub(crate) struct PolicyArgs {
     /// feeds such a head the true state. It cannot run on a robot.
     #[arg(long)]
     pub privileged: bool,
+    /// With --privileged: give the blocks' and zones' positions relative
+    /// to the pusher (the head's `privileged_relative`).
+    #[arg(long, requires = "privileged")]
+    pub relative: bool,
     /// Fraction of training samples with no frozen prefix (the rest train
     /// real-time chunking's inpainting of a frozen prefix).
     #[arg(long, default_value_t = 0.5)]
@@ -279,9 +283,11 @@ fn train_policy(
             "labels": cfg.horizon,
             "include_failed": a.include_failed,
             // The true state's layout, when the cache holds it.
-            "privileged": cfg
-                .privileged
-                .then_some("pusher x, y; blocks; zones; pusher vx, vy; v2"),
+            "privileged": cfg.privileged.then_some(if cfg.privileged_relative {
+                "pusher x, y; blocks and zones relative to it; pusher vx, vy; v2"
+            } else {
+                "pusher x, y; blocks; zones; pusher vx, vy; v2"
+            }),
             "episodes": episodes
                 .iter()
                 .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string())
@@ -403,6 +409,7 @@ fn shape_config(a: &PolicyArgs) -> Config {
     // No image: the CLS slot and one zero vision token, unscaled.
     Config {
         privileged: true,
+        privileged_relative: a.relative,
         // The velocity comes last in the true state: reading all but its
         // two values leaves it out.
         state_dim: edgeflow_sim::PRIVILEGED_DIM - (4 - a.state_dim),
@@ -497,7 +504,10 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
                 frames.push((0, vec![0.0; cfg.vision_tokens() * cfg.vision_width()]));
                 (
                     Vec::new(),
-                    truth.iter().flat_map(|t| t.privileged()).collect(),
+                    truth
+                        .iter()
+                        .flat_map(|t| super::rollout::true_state_input(&cfg, t))
+                        .collect(),
                 )
             }
             Some(_) => (
@@ -616,6 +626,7 @@ mod tests {
             prediction: Prediction::Velocity,
             state_dim: 2,
             privileged: false,
+            relative: false,
             unprefixed: 0.5,
             flow_times: edgeflow_action::train::FlowTimes::Pi0,
             condition_actions: true,
@@ -665,13 +676,14 @@ mod tests {
         let c = PolicyArgs {
             out: dir.path().join("privileged.safetensors"),
             privileged: true,
+            relative: true,
             features: Vec::new(),
             ..b
         };
         train_policy(&c, |_| {}).expect("train privileged");
         let p = Policy::load(&c.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         let pc = p.config();
-        assert!(pc.privileged && pc.keypoints == 0 && !pc.vision_norm);
+        assert!(pc.privileged && pc.privileged_relative && pc.keypoints == 0 && !pc.vision_norm);
         // --state-dim 2: the true state without the pusher's velocity.
         assert_eq!(pc.state_dim, edgeflow_sim::PRIVILEGED_DIM - 2);
         let opts = super::super::rollout::RolloutOptions {

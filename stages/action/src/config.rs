@@ -98,6 +98,11 @@ pub struct Config {
     /// false.
     #[serde(default)]
     pub privileged: bool,
+    /// With `privileged`: the blocks' and zones' positions are given
+    /// relative to the pusher (`edgeflow_sim::TrueState::privileged_relative`).
+    /// Checkpoints from before this field read false.
+    #[serde(default)]
+    pub privileged_relative: bool,
     /// What the network's output is: the flow velocity (pi0's choice) or
     /// the clean chunk itself, from which the sampler's velocity follows.
     /// Checkpoints from before this field read `velocity`.
@@ -189,6 +194,7 @@ impl Default for Config {
             keypoint_relative_scale: 0.3,
             keypoint_hidden: 128,
             privileged: false,
+            privileged_relative: false,
             prediction: Prediction::Velocity,
             condition_actions: false,
             horizon: 16,
@@ -299,6 +305,13 @@ impl Config {
                 "keypoints",
                 self.keypoints.to_string(),
                 "0 in a privileged head (it reads the true state, not the image)",
+            );
+        }
+        if self.privileged_relative && !self.privileged {
+            return bad(
+                "privileged_relative",
+                "true".into(),
+                "false in a head that is not privileged (it sees the scene, not the true state)",
             );
         }
         if self.action_dim == 0 || self.action_dim > 64 {
@@ -770,6 +783,14 @@ mod tests {
         };
         let e = seeing.validate().expect_err("privileged with keypoints");
         assert!(e.to_string().contains("privileged"), "{e}");
+        let relative_seeing = Config {
+            privileged_relative: true,
+            ..c.clone()
+        };
+        let e = relative_seeing
+            .validate()
+            .expect_err("relative, not privileged");
+        assert!(e.to_string().contains("privileged_relative"), "{e}");
         let m = c.metadata().expect("meta");
         let back: Config = serde_json::from_str(&m[CONFIG_KEY]).expect("json");
         assert_eq!(back, c);
@@ -777,10 +798,13 @@ mod tests {
         let mut v: serde_json::Value = serde_json::from_str(&m[CONFIG_KEY]).expect("v");
         v.as_object_mut().expect("obj").remove("vision_stack");
         v.as_object_mut().expect("obj").remove("privileged");
+        v.as_object_mut()
+            .expect("obj")
+            .remove("privileged_relative");
         v.as_object_mut().expect("obj").remove("prediction");
         let old: Config = serde_json::from_value(v).expect("old");
         assert_eq!(old.vision_stack, 1);
-        assert!(!old.privileged);
+        assert!(!old.privileged && !old.privileged_relative);
         assert_eq!(old.prediction, Prediction::Velocity);
         // The prediction is written in lower case.
         let sample = Config {
