@@ -389,10 +389,9 @@ mod tests {
         for i in [2, 6, 10, 12] {
             assert_eq!(q[i..i + 2], rel(i), "value {i}");
         }
-        assert_eq!(
-            (q[4..6], q[8..10], q[14..16]),
-            (p[4..6], p[8..10], p[14..16])
-        );
+        for i in [4, 8, 14] {
+            assert_eq!(q[i..i + 2], p[i..i + 2], "value {i}");
+        }
     }
 
     /// Run `steps` control steps from `seed`: the expert for a while, then
