@@ -53,8 +53,8 @@ fn normal2(rng: &mut SplitMix64) -> [f32; 2] {
 /// Run one episode from `seed` on `sim`: `expert` plans `horizon` targets
 /// from the true state and the first `execute` run, each moved by the
 /// current offset of `noise` (drawn from the seed alone, so the same seed
-/// gives the same episode); a fresh copy of the expert labels every step
-/// with the chunk it plans there. Recorded into the episode folder `dest`
+/// gives the same episode); every step is labelled with the chunk the
+/// expert plans from that state alone ([`Expert::label`]). Recorded into the episode folder `dest`
 /// with labels and finished with its success. Returns the episode's info.
 pub fn record_perturbed_episode(
     sim: &mut PushSim,
@@ -69,7 +69,6 @@ pub fn record_perturbed_episode(
     let cfg = sim.config().clone();
     let info = sim.reset(seed);
     expert.reset();
-    let mut labeller = expert.clone();
     let mut writer = EpisodeWriter::create(dest, &info, &cfg)?.with_labels(horizon)?;
     let mut rng = SplitMix64::new(seed ^ 0xDA27_0000_0000_0001);
     let (mut offset, mut step) = ([0.0f32; 2], 0usize);
@@ -87,7 +86,7 @@ pub fn record_perturbed_episode(
             step += 1;
             let sent = Workspace::PUSHER.clamp([target[0] + offset[0], target[1] + offset[1]]);
             let truth = sim.true_state();
-            let label = labeller.chunk(&truth, horizon);
+            let label = expert.label(&truth, horizon);
             writer.push_labelled(truth.time, &sim.render(), sim.robot_state(), sent, &label)?;
             sim.step(sent);
             if sim.done() {
@@ -128,12 +127,15 @@ mod tests {
         let actions = r.actions().unwrap();
         let (h, labels) = r.labels().unwrap().expect("labelled");
         assert_eq!((h, labels.len()), (16, actions.len() * 16 * 2));
-        // Each row's label is what a fresh expert plans from the replayed
-        // state (the labeller starts fresh and sees every state in turn).
+        // Each row's label is what a new expert plans from the replayed
+        // state alone.
         let states = r.true_states(&cfg).unwrap();
-        let mut fresh = Expert::new(&cfg);
         for (i, s) in states.iter().enumerate() {
-            let plan: Vec<f32> = fresh.chunk(s, 16).into_iter().flatten().collect();
+            let plan: Vec<f32> = Expert::new(&cfg)
+                .chunk(s, 16)
+                .into_iter()
+                .flatten()
+                .collect();
             assert_eq!(plan, labels[i * 32..(i + 1) * 32], "row {i}");
         }
         // The executed commands are not the labels' first targets: the

@@ -83,12 +83,13 @@ pub struct EpisodeMeta {
     pub actions: ArrayMeta,
     /// `t.f64`: N timestamps, seconds since reset.
     pub t: ArrayMeta,
-    /// `labels.f32`: N x L x 2, present in episodes driven by a policy and
-    /// labelled by the scripted expert (DAgger): row `i` is the chunk of
-    /// `L` pusher targets the expert plans from the true state at step `i`,
-    /// which is what a policy should have sent there; `actions` holds what
-    /// was sent. Absent in the expert's own recordings, where the actions
-    /// are the expert's.
+    /// `labels.f32`: N x L x 2, present in episodes driven by a policy or
+    /// a perturbed expert and labelled by the scripted expert (DAgger,
+    /// DART): row `i` is the chunk of `L` pusher targets the expert plans
+    /// from the true state at step `i` alone (`Expert::label`), which is
+    /// what a policy should have sent there; `actions` holds what was
+    /// sent. Absent in the expert's own plain recordings, where the
+    /// actions are the expert's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<ArrayMeta>,
 }

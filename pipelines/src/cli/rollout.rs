@@ -44,8 +44,8 @@ pub(crate) struct RolloutOptions {
     pub trace: bool,
     /// Record every episode the policy drives into `DIR/episode_<seed>/`,
     /// each step labelled with the chunk the scripted expert plans from
-    /// the true state there (DAgger: what the policy should have done in
-    /// the states it reaches).
+    /// the true state there alone (`Expert::label`; DAgger: what the
+    /// policy should have done in the states it reaches).
     pub record: Option<std::path::PathBuf>,
 }
 
@@ -267,7 +267,7 @@ pub(crate) fn rollout(
     };
     let mut sim = PushSim::new(sim_cfg.clone())?;
     let mut expert = Expert::new(&sim_cfg);
-    let mut labeller = Expert::new(&sim_cfg);
+    let labeller = Expert::new(&sim_cfg);
     let mut embeddings: BTreeMap<String, Vec<f32>> = BTreeMap::new();
     let t0 = Instant::now();
     let mut outcomes = Vec::new();
@@ -303,7 +303,6 @@ pub(crate) fn rollout(
             ),
             None => None,
         };
-        labeller.reset();
         // One control step: the next queued action, or hold the last one;
         // recorded with the expert's label when recording.
         let mut step = |sim: &mut PushSim,
@@ -315,7 +314,7 @@ pub(crate) fn rollout(
             }
             if let Some(w) = writer.as_mut() {
                 let truth = sim.true_state();
-                let label = labeller.chunk(&truth, cfg.horizon);
+                let label = labeller.label(&truth, cfg.horizon);
                 w.push_labelled(truth.time, &sim.render(), sim.robot_state(), hold, &label)?;
             }
             commands.push(hold);

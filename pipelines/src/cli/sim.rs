@@ -59,7 +59,8 @@ pub(crate) struct RecordArgs {
     /// Add noise to the expert's executed targets (DART): a Gaussian
     /// offset of this standard deviation (metres, per axis), held for
     /// --noise-hold steps; every step is then labelled with the chunk the
-    /// expert plans there (`labels.f32`), which training targets.
+    /// expert plans from that state alone (`labels.f32`), which training
+    /// targets. `--noise 0` records the expert as it is, labelled so.
     #[arg(long)]
     pub noise: Option<f32>,
     /// Control steps each noise offset is held.
