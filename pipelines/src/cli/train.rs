@@ -506,7 +506,7 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
                     Vec::new(),
                     truth
                         .iter()
-                        .flat_map(|t| super::rollout::true_state_input(&cfg, t))
+                        .flat_map(|t| super::rollout::true_state_input(cfg, t))
                         .collect(),
                 )
             }
