@@ -210,9 +210,6 @@ impl Rollout {
     }
 }
 
-/// Roll the checkpoint at `checkpoint` out over `opts.episodes` seeds from
-/// `opts.seed`; the scripted expert runs the same seeds for comparison.
-/// `each` sees every finished episode.
 /// What a privileged head reads as its state: the true state, with the
 /// blocks and zones relative to the pusher when its config says so.
 pub(crate) fn true_state_input(cfg: &Config, t: &edgeflow_sim::TrueState) -> Vec<f32> {
@@ -223,6 +220,9 @@ pub(crate) fn true_state_input(cfg: &Config, t: &edgeflow_sim::TrueState) -> Vec
     }
 }
 
+/// Roll the checkpoint at `checkpoint` out over `opts.episodes` seeds from
+/// `opts.seed`; the scripted expert runs the same seeds for comparison.
+/// `each` sees every finished episode.
 pub(crate) fn rollout(
     checkpoint: &Path,
     opts: &RolloutOptions,
