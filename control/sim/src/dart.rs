@@ -54,8 +54,9 @@ fn normal2(rng: &mut SplitMix64) -> [f32; 2] {
 /// from the true state and the first `execute` run, each moved by the
 /// current offset of `noise` (drawn from the seed alone, so the same seed
 /// gives the same episode); every step is labelled with the chunk the
-/// expert plans from that state alone ([`Expert::label`]). Recorded into the episode folder `dest`
-/// with labels and finished with its success. Returns the episode's info.
+/// expert plans from that state alone ([`Expert::label`]). Recorded into
+/// the episode folder `dest` with labels and finished with its success.
+/// Returns the episode's info.
 pub fn record_perturbed_episode(
     sim: &mut PushSim,
     expert: &mut Expert,
