@@ -5,7 +5,7 @@
 //! `edgeflow_action::train`.
 
 use anyhow::{bail, Context};
-use edgeflow_action::config::{Config, Prediction};
+use edgeflow_action::config::{Arch, Config, Prediction};
 use edgeflow_action::train::{plot::plot_loss, train, Dataset, EpisodeFeatures, TrainOptions};
 use edgeflow_sim::record::EpisodeReader;
 use std::collections::HashMap;
@@ -95,6 +95,19 @@ pub(crate) struct PolicyArgs {
     /// a deterministic expert).
     #[arg(long, default_value = "velocity", value_parser = parse_prediction)]
     pub prediction: Prediction,
+    /// The network between the conditioning and the chunk: `transformer`
+    /// (pi0's action expert, one token per action) or `mlp` (one MLP over
+    /// the whole chunk, 3 layers 512 wide unless --layers / --mlp-dim say
+    /// otherwise; it fits the expert far more closely per step).
+    #[arg(long, default_value = "transformer", value_parser = parse_arch)]
+    pub arch: Arch,
+    /// Transformer blocks or MLP layers (default: 4 blocks, 3 layers).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Hidden width of each block's MLP or of each MLP layer (default: 384
+    /// in a transformer, 512 in an MLP).
+    #[arg(long)]
+    pub mlp_dim: Option<usize>,
     /// Robot state values the head reads: 2 = the pusher's position only, 4 =
     /// position and velocity. With the velocity in its input the head learns
     /// to continue the pusher's current motion (the recorded actions follow
@@ -380,6 +393,14 @@ fn parse_flow_times(s: &str) -> Result<edgeflow_action::train::FlowTimes, String
     }
 }
 
+fn parse_arch(s: &str) -> Result<Arch, String> {
+    match s {
+        "transformer" => Ok(Arch::Transformer),
+        "mlp" => Ok(Arch::Mlp),
+        _ => Err(format!("`{s}`: give `transformer` or `mlp`")),
+    }
+}
+
 fn parse_prediction(s: &str) -> Result<Prediction, String> {
     match s {
         "velocity" => Ok(Prediction::Velocity),
@@ -397,6 +418,15 @@ fn shape_config(a: &PolicyArgs) -> Config {
         keypoints: a.keypoints,
         text_norm: !a.no_text_norm,
         prediction: a.prediction,
+        arch: a.arch,
+        n_layers: a.layers.unwrap_or(match a.arch {
+            Arch::Transformer => Config::default().n_layers,
+            Arch::Mlp => 3,
+        }),
+        mlp_dim: a.mlp_dim.unwrap_or(match a.arch {
+            Arch::Transformer => Config::default().mlp_dim,
+            Arch::Mlp => 512,
+        }),
         condition_actions: a.condition_actions,
         state_dim: a.state_dim,
         image_size: a.image_size,
@@ -624,6 +654,9 @@ mod tests {
             keypoint_weight: 10.0,
             no_text_norm: false,
             prediction: Prediction::Velocity,
+            arch: Arch::Transformer,
+            layers: None,
+            mlp_dim: None,
             state_dim: 2,
             privileged: false,
             relative: false,
@@ -670,20 +703,52 @@ mod tests {
         train_policy(&b, |_| {}).expect("train without keypoints");
         let p = Policy::load(&b.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         assert!(!p.config().text_norm && p.config().keypoints == 0);
-        // A privileged head from the same recordings: the true state, no
-        // image (and no vision encoder), then driven in closed loop by the
-        // true state.
+        // An MLP head on keypoints, 2 layers 64 wide.
+        let m = PolicyArgs {
+            out: dir.path().join("mlp.safetensors"),
+            keypoints: 4,
+            arch: Arch::Mlp,
+            layers: Some(2),
+            mlp_dim: Some(64),
+            condition_actions: false,
+            prediction: Prediction::Sample,
+            ..b
+        };
+        train_policy(&m, |_| {}).expect("train an mlp");
+        let mut p = Policy::load(&m.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
+        let mc = p.config();
+        assert!(mc.arch == Arch::Mlp && (mc.n_layers, mc.mlp_dim) == (2, 64));
+        let c = p
+            .chunk(
+                &Observation {
+                    vision: vec![0.1; 17 * 384],
+                    instruction: vec![0.05; 384],
+                    state: vec![0.0; 4],
+                },
+                &[],
+                0,
+                || false,
+            )
+            .expect("chunk");
+        assert_eq!(c.actions.len(), 32);
+        // A privileged MLP head from the same
+        // recordings: the true state, no image (and no vision encoder),
+        // then driven in closed loop by the true state.
         let c = PolicyArgs {
             out: dir.path().join("privileged.safetensors"),
             privileged: true,
             relative: true,
+            keypoints: 0,
             features: Vec::new(),
-            ..b
+            layers: None,
+            mlp_dim: None,
+            ..m
         };
         train_policy(&c, |_| {}).expect("train privileged");
         let p = Policy::load(&c.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         let pc = p.config();
         assert!(pc.privileged && pc.privileged_relative && pc.keypoints == 0 && !pc.vision_norm);
+        assert_eq!((pc.n_layers, pc.mlp_dim), (3, 512));
         // --state-dim 2: the true state without the pusher's velocity.
         assert_eq!(pc.state_dim, edgeflow_sim::PRIVILEGED_DIM - 2);
         let opts = super::super::rollout::RolloutOptions {

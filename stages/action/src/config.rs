@@ -115,15 +115,22 @@ pub struct Config {
     /// Checkpoints from before this field read false.
     #[serde(default)]
     pub condition_actions: bool,
+    /// The network between the conditioning and the chunk: pi0's
+    /// transformer over action tokens, or an MLP over the whole chunk.
+    /// Checkpoints from before this field read `transformer`.
+    #[serde(default)]
+    pub arch: Arch,
     /// Actions per chunk H.
     pub horizon: usize,
-    /// Transformer width.
+    /// Transformer width (and, with [`Arch::Mlp`], the width of each
+    /// conditioning token and of the time embedding).
     pub d_model: usize,
-    /// Transformer blocks.
+    /// Transformer blocks (with [`Arch::Mlp`]: hidden layers).
     pub n_layers: usize,
     /// Attention heads (divide `d_model`).
     pub n_heads: usize,
-    /// Hidden width of each block's MLP.
+    /// Hidden width of each block's MLP (with [`Arch::Mlp`]: of each
+    /// hidden layer).
     pub mlp_dim: usize,
     /// Layer-norm epsilon.
     pub norm_eps: f64,
@@ -172,6 +179,24 @@ impl Prediction {
     }
 }
 
+/// The network that maps the conditioning tokens and the noisy chunk to
+/// the output ([`Prediction`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// pi0's action expert: one token per action, a pre-norm transformer
+    /// over the conditioning and action tokens (`blocks.*`).
+    #[default]
+    Transformer,
+    /// One MLP (`mlp.{i}`, SiLU, `n_layers` layers `mlp_dim` wide, then
+    /// `action_out`) over the flattened conditioning tokens, the flattened
+    /// noisy chunk, the flow time's embedding and which actions are frozen
+    /// (real-time chunking): diffusion policy's small-task choice. On the
+    /// push task's true state it fits the expert's chunks to a fraction of
+    /// the transformer's error at a fraction of its cost per step.
+    Mlp,
+}
+
 fn one() -> usize {
     1
 }
@@ -197,6 +222,7 @@ impl Default for Config {
             privileged_relative: false,
             prediction: Prediction::Velocity,
             condition_actions: false,
+            arch: Arch::Transformer,
             horizon: 16,
             d_model: 128,
             n_layers: 4,
@@ -275,6 +301,39 @@ impl Config {
         } else {
             [0.0; 2]
         }
+    }
+
+    /// Width of the flow-time input for `b` samples' per-token times
+    /// `[b * H]`, and its values: with [`Arch::Transformer`] each token's
+    /// [`time_embeddings`] (`[b, H, d_model]`); with [`Arch::Mlp`] one row
+    /// per sample (`[b, 1, d_model + H]`): the embedding of the time of its
+    /// unfrozen actions, then 1 for each frozen action (`t = 1`) and 0 for
+    /// the others.
+    pub fn time_input(&self, times: &[f32]) -> (Vec<f32>, [usize; 3]) {
+        let (h, d) = (self.horizon, self.d_model);
+        let b = times.len() / h.max(1);
+        match self.arch {
+            Arch::Transformer => (time_embeddings(times, d), [b, h, d]),
+            Arch::Mlp => {
+                let mut v = Vec::with_capacity(b * (d + h));
+                for row in times.chunks(h) {
+                    let t = row.iter().copied().fold(1.0f32, f32::min);
+                    v.extend(time_embeddings(&[t], d));
+                    v.extend(row.iter().map(|&t| if t >= 1.0 { 1.0 } else { 0.0 }));
+                }
+                (v, [b, 1, d + h])
+            }
+        }
+    }
+
+    /// Input width of the first layer of an [`Arch::Mlp`] head: the
+    /// flattened conditioning tokens, the flattened chunk, and
+    /// [`Self::time_input`]'s row.
+    pub fn mlp_inputs(&self) -> usize {
+        self.cond_tokens() * self.d_model
+            + self.horizon * self.action_dim
+            + self.d_model
+            + self.horizon
     }
 
     /// Per-head width.
@@ -364,6 +423,13 @@ impl Config {
         }
         if !(self.norm_eps > 0.0 && self.norm_eps < 1.0) {
             return bad("norm_eps", self.norm_eps.to_string(), "in (0, 1)");
+        }
+        if self.arch == Arch::Mlp && self.condition_actions {
+            return bad(
+                "condition_actions",
+                "true".into(),
+                "false with `arch: mlp` (its one MLP reads the conditioning with every action)",
+            );
         }
         if self.max_prefix >= self.horizon {
             return bad(
@@ -802,7 +868,9 @@ mod tests {
             .expect("obj")
             .remove("privileged_relative");
         v.as_object_mut().expect("obj").remove("prediction");
+        v.as_object_mut().expect("obj").remove("arch");
         let old: Config = serde_json::from_value(v).expect("old");
+        assert_eq!(old.arch, Arch::Transformer);
         assert_eq!(old.vision_stack, 1);
         assert!(!old.privileged && !old.privileged_relative);
         assert_eq!(old.prediction, Prediction::Velocity);
@@ -813,6 +881,45 @@ mod tests {
         };
         let m = sample.metadata().expect("meta");
         assert!(m[CONFIG_KEY].contains(r#""prediction":"sample""#));
+    }
+
+    #[test]
+    fn an_mlp_head_reads_one_time_row_with_the_frozen_actions_flagged() {
+        let c = Config {
+            arch: Arch::Mlp,
+            horizon: 4,
+            max_prefix: 2,
+            d_model: 8,
+            ..Config::default()
+        };
+        c.validate().expect("mlp");
+        // Two samples: the first with 2 frozen actions at t = 0.3, the
+        // second with none at t = 0.7.
+        let times = [1.0, 1.0, 0.3, 0.3, 0.7, 0.7, 0.7, 0.7];
+        let (v, dims) = c.time_input(&times);
+        assert_eq!(dims, [2, 1, 8 + 4]);
+        assert_eq!(&v[..8], time_embedding(0.3, 8).as_slice());
+        assert_eq!(&v[8..12], &[1.0, 1.0, 0.0, 0.0]);
+        assert_eq!(&v[12..20], time_embedding(0.7, 8).as_slice());
+        assert_eq!(&v[20..24], &[0.0; 4]);
+        // The transformer embeds every token.
+        let t = Config {
+            arch: Arch::Transformer,
+            ..c.clone()
+        };
+        assert_eq!(t.time_input(&times).1, [2, 4, 8]);
+        // Flattened tokens (CLS, 8 keypoints, text, state), chunk, time row.
+        assert_eq!(c.mlp_inputs(), 11 * 8 + 4 * 2 + 8 + 4);
+        // The written name is lower case; conditioning every action token is
+        // a transformer option.
+        assert!(c.metadata().expect("meta")[CONFIG_KEY].contains(r#""arch":"mlp""#));
+        let e = Config {
+            condition_actions: true,
+            ..c
+        }
+        .validate()
+        .expect_err("mlp with condition_actions");
+        assert!(e.to_string().contains("condition_actions"), "{e}");
     }
 
     #[test]

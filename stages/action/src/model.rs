@@ -16,9 +16,14 @@
 //! token), `z += fc2(silu(fc1(ln2(z))))`; then `ln_f` and `action_out` on
 //! the action tokens give the output `[b, H, action_dim]`: the velocity, or
 //! the clean chunk ([`crate::config::Prediction`]).
+//!
+//! With `arch: mlp` ([`crate::config::Arch::Mlp`]) the same conditioning
+//! tokens (with `pos` over them only) are flattened and, with the flattened
+//! noisy chunk and [`Config::time_input`]'s row, go through `mlp.{i}`
+//! (each followed by SiLU) and `action_out` to the whole chunk at once.
 //! The checkpoint also holds the [`Normalizer`] as `norm.*`.
 
-use crate::config::{spatial_softmax, Config, Normalizer, Prediction};
+use crate::config::{spatial_softmax, Arch, Config, Normalizer, Prediction};
 use crate::{Error, Result};
 use edgeflow_nn::{Attention, LayerNorm, Linear, Masking, Projections, VarBuilder};
 use edgeflow_runtime::{Device, Tensor};
@@ -40,6 +45,18 @@ pub fn tensor_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
     }
     lin("text_in", f, d);
     lin("state_in", cfg.state_dim, d);
+    if cfg.arch == Arch::Mlp {
+        for i in 0..cfg.n_layers {
+            lin(
+                &format!("mlp.{i}"),
+                if i == 0 { cfg.mlp_inputs() } else { m },
+                m,
+            );
+        }
+        lin("action_out", m, cfg.horizon * cfg.action_dim);
+        v.push(("pos".into(), vec![cfg.cond_tokens(), d]));
+        return v;
+    }
     lin("action_in", cfg.action_dim, d);
     lin("time_mlp_in", 2 * d, d);
     lin("time_mlp_out", d, d);
@@ -156,13 +173,26 @@ pub struct ActionHead {
     keypoint: Option<Keypoints>,
     text_in: Linear,
     state_in: Linear,
+    pos: Tensor,
+    body: Body,
+    action_out: Linear,
+}
+
+/// What lies between the conditioning tokens and `action_out`.
+#[derive(Debug, Clone)]
+enum Body {
+    Transformer(Box<TransformerBody>),
+    Mlp(Vec<Linear>),
+}
+
+/// pi0's action tokens and blocks.
+#[derive(Debug, Clone)]
+struct TransformerBody {
     action_in: Linear,
     time_mlp_in: Linear,
     time_mlp_out: Linear,
-    pos: Tensor,
     blocks: Vec<Block>,
     ln_f: LayerNorm,
-    action_out: Linear,
 }
 
 impl ActionHead {
@@ -213,9 +243,32 @@ impl ActionHead {
                 msg: "norm.*_std holds a non-positive or non-finite value".into(),
             });
         }
-        let blocks = (0..cfg.n_layers)
-            .map(|i| Block::load(&vb.pp("blocks").pp(i), cfg))
-            .collect::<Result<Vec<_>>>()?;
+        let (m, chunk) = (cfg.mlp_dim, cfg.horizon * cfg.action_dim);
+        let (body, action_out) = match cfg.arch {
+            Arch::Transformer => (
+                Body::Transformer(Box::new(TransformerBody {
+                    action_in: Linear::load(&vb.pp("action_in"), cfg.action_dim, d, true)?,
+                    time_mlp_in: Linear::load(&vb.pp("time_mlp_in"), 2 * d, d, true)?,
+                    time_mlp_out: Linear::load(&vb.pp("time_mlp_out"), d, d, true)?,
+                    blocks: (0..cfg.n_layers)
+                        .map(|i| Block::load(&vb.pp("blocks").pp(i), cfg))
+                        .collect::<Result<Vec<_>>>()?,
+                    ln_f: LayerNorm::load(&vb.pp("ln_f"), d, cfg.norm_eps)?,
+                })),
+                Linear::load(&vb.pp("action_out"), d, cfg.action_dim, true)?,
+            ),
+            Arch::Mlp => (
+                Body::Mlp(
+                    (0..cfg.n_layers)
+                        .map(|i| {
+                            let i_w = if i == 0 { cfg.mlp_inputs() } else { m };
+                            Linear::load(&vb.pp("mlp").pp(i), i_w, m, true)
+                        })
+                        .collect::<std::result::Result<Vec<_>, _>>()?,
+                ),
+                Linear::load(&vb.pp("action_out"), m, chunk, true)?,
+            ),
+        };
         Ok(ActionHead {
             cfg: cfg.clone(),
             norm,
@@ -231,13 +284,18 @@ impl ActionHead {
             },
             text_in: Linear::load(&vb.pp("text_in"), f, d, true)?,
             state_in: Linear::load(&vb.pp("state_in"), cfg.state_dim, d, true)?,
-            action_in: Linear::load(&vb.pp("action_in"), cfg.action_dim, d, true)?,
-            time_mlp_in: Linear::load(&vb.pp("time_mlp_in"), 2 * d, d, true)?,
-            time_mlp_out: Linear::load(&vb.pp("time_mlp_out"), d, d, true)?,
-            pos: vb.get_f32("pos", &[cfg.tokens(), d])?,
-            blocks,
-            ln_f: LayerNorm::load(&vb.pp("ln_f"), d, cfg.norm_eps)?,
-            action_out: Linear::load(&vb.pp("action_out"), d, cfg.action_dim, true)?,
+            pos: vb.get_f32(
+                "pos",
+                &[
+                    match cfg.arch {
+                        Arch::Transformer => cfg.tokens(),
+                        Arch::Mlp => cfg.cond_tokens(),
+                    },
+                    d,
+                ],
+            )?,
+            body,
+            action_out,
         })
     }
 
@@ -336,18 +394,17 @@ impl ActionHead {
         x: &Tensor,
         times: &[f32],
     ) -> Result<Tensor> {
-        let (d, ad) = (self.cfg.d_model, self.cfg.action_dim);
+        let ad = self.cfg.action_dim;
         let dims = x.dims().to_vec();
-        if dims.len() != 3 || dims[0] * dims[1] != times.len() {
+        if dims.len() != 3 || dims[0] * dims[1] != times.len() || dims[1] != self.cfg.horizon {
             return Err(Error::BadInput(format!(
-                "{} flow times for noisy actions of dims {dims:?}",
-                times.len()
+                "{} flow times for noisy actions of dims {dims:?} (horizon {})",
+                times.len(),
+                self.cfg.horizon
             )));
         }
-        let temb = dev.place(&Tensor::from_vec(
-            crate::config::time_embeddings(times, d),
-            &[dims[0], dims[1], d],
-        )?)?;
+        let (temb, tdims) = self.cfg.time_input(times);
+        let temb = dev.place(&Tensor::from_vec(temb, &tdims)?)?;
         let out = self.forward(dev, cond, x, &temb)?;
         let p = self.cfg.prediction;
         let w: Vec<f32> = times
@@ -363,9 +420,8 @@ impl ActionHead {
     }
 
     /// The network's output `[b, H, action_dim]` for noisy normalised
-    /// actions `x[b, H, action_dim]` whose per-token flow times are
-    /// embedded in `temb[b, H, d_model]`
-    /// ([`crate::config::time_embeddings`]), given [`Self::condition`]'s
+    /// actions `x[b, H, action_dim]` whose per-token flow times are given
+    /// as [`Config::time_input`] writes them, given [`Self::condition`]'s
     /// tokens: the velocity or the clean chunk, as the config's
     /// `prediction` says.
     pub fn forward(
@@ -375,22 +431,46 @@ impl ActionHead {
         x: &Tensor,
         temb: &Tensor,
     ) -> Result<Tensor> {
-        let (tc, h) = (self.cfg.cond_tokens(), self.cfg.horizon);
-        let a = self.action_in.forward(dev, x)?;
+        let (tc, h, ad) = (
+            self.cfg.cond_tokens(),
+            self.cfg.horizon,
+            self.cfg.action_dim,
+        );
+        let (action_in, time_mlp_in, time_mlp_out, blocks, ln_f) = match &self.body {
+            Body::Transformer(t) => (
+                &t.action_in,
+                &t.time_mlp_in,
+                &t.time_mlp_out,
+                &t.blocks,
+                &t.ln_f,
+            ),
+            Body::Mlp(layers) => {
+                let b = kp_batch(x)?;
+                let c = dev.reshape(cond, &[b, 1, tc * self.cfg.d_model])?;
+                let a = dev.reshape(x, &[b, 1, h * ad])?;
+                let mut z = dev.concat(&[&c, &a, temb], 2)?;
+                for l in layers {
+                    z = dev.silu(&l.forward(dev, &z)?)?;
+                }
+                let y = self.action_out.forward(dev, &z)?;
+                return Ok(dev.reshape(&y, &[b, h, ad])?);
+            }
+        };
+        let a = action_in.forward(dev, x)?;
         let at = dev.concat(&[&a, temb], 2)?;
-        let at = dev.silu(&self.time_mlp_in.forward(dev, &at)?)?;
-        let at = self.time_mlp_out.forward(dev, &at)?;
+        let at = dev.silu(&time_mlp_in.forward(dev, &at)?)?;
+        let at = time_mlp_out.forward(dev, &at)?;
         let mut at = dev.add(&at, &dev.narrow(&self.pos, 0, tc, h)?)?;
         if self.cfg.condition_actions {
             at = dev.add(&at, &dev.narrow(cond, 1, tc - 2, 1)?)?;
             at = dev.add(&at, &dev.narrow(cond, 1, tc - 1, 1)?)?;
         }
         let mut z = dev.concat(&[cond, &at], 1)?;
-        for b in &self.blocks {
+        for b in blocks {
             z = b.forward(dev, &z)?;
         }
         let za = dev.narrow(&z, 1, tc, h)?;
-        let za = self.ln_f.forward(dev, &za)?;
+        let za = ln_f.forward(dev, &za)?;
         self.action_out.forward(dev, &za).map_err(Error::from)
     }
 }

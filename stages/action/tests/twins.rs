@@ -2,7 +2,7 @@
 //! same function on the same weights; sampling freezes the RTC prefix and
 //! stops on cancel.
 
-use edgeflow_action::config::{time_embeddings, Config, Normalizer, Prediction};
+use edgeflow_action::config::{Arch, Config, Normalizer, Prediction};
 use edgeflow_action::model::ActionHead;
 use edgeflow_action::policy::{Observation, Policy, RtcMode};
 use edgeflow_action::rng::Rng;
@@ -85,6 +85,19 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
         keypoints: 0,
         ..small()
     });
+    // The MLP body, on keypoints and on the true state's layout.
+    twins_agree(Config {
+        arch: Arch::Mlp,
+        ..small()
+    });
+    twins_agree(Config {
+        arch: Arch::Mlp,
+        keypoints: 0,
+        privileged: true,
+        state_dim: 14,
+        prediction: Prediction::Sample,
+        ..small()
+    });
 }
 
 fn twins_agree(cfg: Config) {
@@ -111,7 +124,7 @@ fn twins_agree(cfg: Config) {
     let times: Vec<f32> = (0..b * h)
         .map(|i| if i % h < 2 { 1.0 } else { rng.uniform() })
         .collect();
-    let temb = time_embeddings(&times, cfg.d_model);
+    let (temb, tdims) = cfg.time_input(&times);
 
     let rt = |v: &[f32], d: &[usize]| Tensor::from_slice(v, d).expect("rt");
     let cond = head
@@ -124,12 +137,7 @@ fn twins_agree(cfg: Config) {
         )
         .expect("cond");
     let got = head
-        .forward(
-            &dev,
-            &cond,
-            &rt(&x, &[b, h, ad]),
-            &rt(&temb, &[b, h, cfg.d_model]),
-        )
+        .forward(&dev, &cond, &rt(&x, &[b, h, ad]), &rt(&temb, &tdims))
         .expect("v")
         .to_vec_f32()
         .expect("host");
@@ -164,7 +172,7 @@ fn twins_agree(cfg: Config) {
         )
         .expect("cond");
     let want: Vec<f32> = net
-        .forward(&c2, &ct(&x, &[b, h, ad]), &ct(&temb, &[b, h, cfg.d_model]))
+        .forward(&c2, &ct(&x, &[b, h, ad]), &ct(&temb, &tdims))
         .expect("v")
         .flatten_all()
         .expect("flat")

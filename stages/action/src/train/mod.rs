@@ -10,7 +10,7 @@ pub mod plot;
 pub use data::{Dataset, EpisodeFeatures};
 pub use net::{write_checkpoint, TrainNet};
 
-use crate::config::{time_embeddings, Config, Normalizer, Prediction};
+use crate::config::{Config, Normalizer, Prediction};
 use crate::rng::Rng;
 use crate::{Error, Result};
 use candle_nn::Optimizer;
@@ -286,10 +286,8 @@ fn batch_loss(
     let text = net.tensor(b.text, &[batch, 1, cfg.feature_dim])?;
     let state = net.tensor(b.state, &[batch, 1, cfg.state_dim])?;
     let x = net.tensor(b.x, &[batch, h, ad])?;
-    let temb = net.tensor(
-        time_embeddings(&b.times, cfg.d_model),
-        &[batch, h, cfg.d_model],
-    )?;
+    let (temb, tdims) = cfg.time_input(&b.times);
+    let temb = net.tensor(temb, &tdims)?;
     let target = net.tensor(b.target, &[batch, h, ad])?;
     let kept: f32 = b.mask.iter().sum();
     let mask = net.tensor(b.mask, &[batch, h, 1])?;

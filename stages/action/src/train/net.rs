@@ -2,7 +2,7 @@
 //! candle with autograd [`Var`]s and the same tensor names, so the
 //! checkpoint it writes loads into the runtime model.
 
-use crate::config::{patch_coords, Config, Normalizer};
+use crate::config::{patch_coords, Arch, Config, Normalizer};
 use crate::model::{norm_shapes, norm_values, tensor_shapes};
 use crate::rng::Rng;
 use crate::{Error, Result};
@@ -37,6 +37,9 @@ impl TrainNet {
             } else {
                 let std = if name.starts_with("action_out") {
                     0.002
+                } else if name.starts_with("mlp.") {
+                    // LeCun: keeps a deep MLP's activations at unit scale.
+                    1.0 / (dims[1] as f32).sqrt()
                 } else {
                     0.02
                 };
@@ -252,6 +255,16 @@ impl TrainNet {
     /// [`crate::model::ActionHead::forward`].
     pub fn forward(&self, cond: &Tensor, x: &Tensor, temb: &Tensor) -> Result<Tensor> {
         let (tc, h) = (self.cfg.cond_tokens(), self.cfg.horizon);
+        if self.cfg.arch == Arch::Mlp {
+            let (b, ad) = (x.dims()[0], self.cfg.action_dim);
+            let c = cond.reshape((b, 1, tc * self.cfg.d_model))?;
+            let a = x.reshape((b, 1, h * ad))?;
+            let mut z = Tensor::cat(&[&c, &a, temb], 2)?;
+            for i in 0..self.cfg.n_layers {
+                z = candle_nn::ops::silu(&self.linear(&format!("mlp.{i}"), &z)?)?;
+            }
+            return Ok(self.linear("action_out", &z)?.reshape((b, h, ad))?);
+        }
         let a = self.linear("action_in", x)?;
         let at = Tensor::cat(&[&a, temb], 2)?;
         let at = candle_nn::ops::silu(&self.linear("time_mlp_in", &at)?)?;
