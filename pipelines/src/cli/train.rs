@@ -610,6 +610,24 @@ mod tests {
     use edgeflow_sim::record::EpisodeWriter;
     use edgeflow_sim::{Expert, PushConfig, PushSim};
 
+    /// A chunk from DINOv2 tokens at 56 px (1 + 4 x 4 of 384, pooled to
+    /// 2 x 2 inside): 16 actions of 2 values.
+    fn chunk_of_32(p: &mut Policy) {
+        let c = p
+            .chunk(
+                &Observation {
+                    vision: vec![0.1; 17 * 384],
+                    instruction: vec![0.05; 384],
+                    state: vec![0.0; 4],
+                },
+                &[],
+                0,
+                || false,
+            )
+            .expect("chunk");
+        assert_eq!(c.actions.len(), 32);
+    }
+
     /// Needs the encoders in the model cache (`edgeflow models fetch
     /// dinov2-vits14 minilm-l6`).
     #[test]
@@ -678,20 +696,7 @@ mod tests {
         let mut p = Policy::load(&a.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         assert_eq!(p.config().image_size, 56);
         assert!(p.config().text_norm && p.config().keypoints == 4);
-        // DINOv2 at 56 px: 1 + 4 x 4 tokens of 384, pooled to 2 x 2 inside.
-        let c = p
-            .chunk(
-                &Observation {
-                    vision: vec![0.1; 17 * 384],
-                    instruction: vec![0.05; 384],
-                    state: vec![0.0; 4],
-                },
-                &[],
-                0,
-                || false,
-            )
-            .expect("chunk");
-        assert_eq!(c.actions.len(), 32);
+        chunk_of_32(&mut p);
         // The same cached features (keypoint targets included) train a head
         // without keypoints and with the raw instruction embedding.
         let b = PolicyArgs {
@@ -718,19 +723,7 @@ mod tests {
         let mut p = Policy::load(&m.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         let mc = p.config();
         assert!(mc.arch == Arch::Mlp && (mc.n_layers, mc.mlp_dim) == (2, 64));
-        let c = p
-            .chunk(
-                &Observation {
-                    vision: vec![0.1; 17 * 384],
-                    instruction: vec![0.05; 384],
-                    state: vec![0.0; 4],
-                },
-                &[],
-                0,
-                || false,
-            )
-            .expect("chunk");
-        assert_eq!(c.actions.len(), 32);
+        chunk_of_32(&mut p);
         // A privileged MLP head from the same
         // recordings: the true state, no image (and no vision encoder),
         // then driven in closed loop by the true state.
