@@ -105,9 +105,9 @@ fn eval_policy_runs_every_mode_and_delay_and_writes_its_figures() {
 
 /// The shipped head drives the pusher from the camera and the instruction
 /// (DINOv2 and MiniLM from the model cache) and solves held-out episodes:
-/// 5 of seeds 100000..100009 when it was trained (Intel Xeon; 32 of 50 on
+/// 10 of seeds 100000..100009 when it was trained (Intel Xeon; 37 of 50 on
 /// 100000..100049), the expert 10. The bound leaves room for float
-/// differences between CPUs flipping an episode or two; a head that has
+/// differences between CPUs flipping a few episodes; a head that has
 /// stopped reading the scene (the transformer heads before it: 0-2 of 10)
 /// fails it.
 #[test]
@@ -129,7 +129,7 @@ fn the_shipped_head_solves_held_out_episodes_from_the_camera() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let solved = v["runs"][0]["successes"].as_u64().unwrap();
-    assert!(solved >= 3, "the shipped head solved {solved} of 10: {v}");
+    assert!(solved >= 6, "the shipped head solved {solved} of 10: {v}");
 }
 
 /// DAgger's round trip through the CLI: the shipped head drives an episode
