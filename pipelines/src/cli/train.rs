@@ -724,9 +724,9 @@ mod tests {
         let mc = p.config();
         assert!(mc.arch == Arch::Mlp && (mc.n_layers, mc.mlp_dim) == (2, 64));
         chunk_of_32(&mut p);
-        // A privileged MLP head from the same
-        // recordings: the true state, no image (and no vision encoder),
-        // then driven in closed loop by the true state.
+        // A privileged MLP head from the same recordings: the true state,
+        // no image (and no vision encoder), then driven in closed loop by
+        // the true state.
         let c = PolicyArgs {
             out: dir.path().join("privileged.safetensors"),
             privileged: true,
