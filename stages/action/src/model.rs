@@ -436,14 +436,8 @@ impl ActionHead {
             self.cfg.horizon,
             self.cfg.action_dim,
         );
-        let (action_in, time_mlp_in, time_mlp_out, blocks, ln_f) = match &self.body {
-            Body::Transformer(t) => (
-                &t.action_in,
-                &t.time_mlp_in,
-                &t.time_mlp_out,
-                &t.blocks,
-                &t.ln_f,
-            ),
+        let t = match &self.body {
+            Body::Transformer(t) => t,
             Body::Mlp(layers) => {
                 let b = kp_batch(x)?;
                 let c = dev.reshape(cond, &[b, 1, tc * self.cfg.d_model])?;
@@ -456,21 +450,21 @@ impl ActionHead {
                 return Ok(dev.reshape(&y, &[b, h, ad])?);
             }
         };
-        let a = action_in.forward(dev, x)?;
+        let a = t.action_in.forward(dev, x)?;
         let at = dev.concat(&[&a, temb], 2)?;
-        let at = dev.silu(&time_mlp_in.forward(dev, &at)?)?;
-        let at = time_mlp_out.forward(dev, &at)?;
+        let at = dev.silu(&t.time_mlp_in.forward(dev, &at)?)?;
+        let at = t.time_mlp_out.forward(dev, &at)?;
         let mut at = dev.add(&at, &dev.narrow(&self.pos, 0, tc, h)?)?;
         if self.cfg.condition_actions {
             at = dev.add(&at, &dev.narrow(cond, 1, tc - 2, 1)?)?;
             at = dev.add(&at, &dev.narrow(cond, 1, tc - 1, 1)?)?;
         }
         let mut z = dev.concat(&[cond, &at], 1)?;
-        for b in blocks {
+        for b in &t.blocks {
             z = b.forward(dev, &z)?;
         }
         let za = dev.narrow(&z, 1, tc, h)?;
-        let za = ln_f.forward(dev, &za)?;
+        let za = t.ln_f.forward(dev, &za)?;
         self.action_out.forward(dev, &za).map_err(Error::from)
     }
 }
