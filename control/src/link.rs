@@ -9,10 +9,18 @@
 //!   message it has delivered into its pipeline on `<key>/ack` (the link
 //!   sequence number), and the sender keeps at most `window` messages
 //!   unacknowledged. A slow consumer thus stalls the producer across hosts
-//!   (backpressure) and the receiver's queue never overflows (lossless). The
-//!   sender also waits while the receiving part is absent (its liveliness
-//!   token gone), so nothing is sent into the void at start-up or while a
-//!   part restarts; messages in flight when it vanished are counted as lost.
+//!   (backpressure) and the receiver's queue never overflows. The sender
+//!   also waits while the receiving part is absent (its liveliness token
+//!   gone), so nothing is sent into the void at start-up or while a part
+//!   restarts;
+//! - **retransmission**, so a `block` edge is lossless across a lost link:
+//!   the sender keeps what is unacknowledged and sends it again when the
+//!   receiving part comes back or no acknowledgement came for a while
+//!   (1 s, doubling to 8 s); every message carries the sender's instance
+//!   (a zenoh attachment, [`instance_attachment`]) and the receiver drops
+//!   a sequence number it already took from that instance, acknowledging
+//!   again. The windowed end of stream takes the next sequence number and
+//!   is acknowledged and resent the same way, so it cannot be lost either.
 //!
 //! Both sides speak the wire format's `control` kind (control/WIRE.md), so
 //! another zenoh program can join an edge.
@@ -23,6 +31,7 @@ use crate::wire::{self, Body, Header, Kind};
 use edgeflow_graph::Event;
 use parking_lot::{Condvar, Mutex};
 use serde_json::json;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zenoh::sample::SampleKind;
@@ -70,9 +79,18 @@ pub(crate) fn event_number(bytes: &[u8], name: &str, field: &str) -> Option<u64>
     decode_event(bytes, name)?[field].as_u64()
 }
 
+/// The end-of-stream event after `sent` messages.
+pub(crate) fn eos_bytes(sent: u64) -> Result<Vec<u8>> {
+    event_bytes("end_of_stream", "sent", sent)
+}
+
 /// Publish the end of stream of `key` after `sent` messages.
 pub(crate) fn send_eos(session: &SharedSession, key: &str, sent: u64) -> Result<()> {
-    let bytes = event_bytes("end_of_stream", "sent", sent)?;
+    put_eos(session, key, eos_bytes(sent)?)
+}
+
+/// Publish end-of-stream event `bytes` ([`eos_bytes`]) for `key`.
+pub(crate) fn put_eos(session: &SharedSession, key: &str, bytes: Vec<u8>) -> Result<()> {
     session
         .session()
         .put(eos_key(key), bytes)
@@ -136,6 +154,29 @@ impl Acker {
         Ok(())
     }
 
+    /// Acknowledge `seq` at once (an end of stream, which ends delivery).
+    pub(crate) fn ack_now(&self, seq: u64) -> Result<()> {
+        let mut st = self.st.lock();
+        st.0 = seq;
+        st.1 = seq;
+        self.send(seq)
+    }
+
+    /// A duplicate arrived: the sender missed an acknowledgement (a lost
+    /// link); send the last one again.
+    pub(crate) fn reack(&self) -> Result<()> {
+        let st = self.st.lock();
+        if st.0 == 0 {
+            return Ok(());
+        }
+        self.send(st.0)
+    }
+
+    /// A new sender instance: its numbering starts afresh.
+    pub(crate) fn restart(&self) {
+        *self.st.lock() = (0, 0);
+    }
+
     fn send(&self, seq: u64) -> Result<()> {
         let bytes = event_bytes("ack", "seq", seq)?;
         self.publisher
@@ -145,7 +186,21 @@ impl Acker {
     }
 }
 
-#[derive(Debug, Default)]
+/// Where a kept message goes when it is sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// The edge's data key.
+    Data,
+    /// Its end-of-stream key.
+    Eos,
+}
+
+/// First wait for an acknowledgement before the unacknowledged messages
+/// are sent again; it doubles up to [`RETRANSMIT_MAX`] while none comes.
+const RETRANSMIT: Duration = Duration::from_secs(1);
+const RETRANSMIT_MAX: Duration = Duration::from_secs(8);
+
+#[derive(Debug)]
 struct WinState {
     /// Link sequence number of the last message sent (1-based).
     sent: u64,
@@ -153,13 +208,84 @@ struct WinState {
     acked: u64,
     /// Receiving parts present (liveliness tokens seen).
     present: usize,
-    /// Messages given up when the receiver vanished with them in flight.
-    lost: u64,
+    /// The messages sent and not acknowledged yet, oldest first, kept to
+    /// be sent again.
+    kept: VecDeque<(u64, Route, Vec<u8>)>,
+    /// A receiver (re)appeared: send what is kept again.
+    rejoined: bool,
+    /// When the window last moved (an acknowledgement, or a first message
+    /// into an empty window), and the wait before sending again.
+    progress: Instant,
+    retransmit: Duration,
+    /// Messages sent again so far.
+    resent: u64,
 }
 
-/// The sender's side of a credit window.
+impl Default for WinState {
+    fn default() -> Self {
+        WinState {
+            sent: 0,
+            acked: 0,
+            present: 0,
+            kept: VecDeque::new(),
+            rejoined: false,
+            progress: Instant::now(),
+            retransmit: RETRANSMIT,
+            resent: 0,
+        }
+    }
+}
+
+impl WinState {
+    /// The receiver has everything up to `seq`: drop what it acknowledged.
+    fn acknowledge(&mut self, seq: u64) {
+        // A receiver that restarted acknowledges from 1 again: take the
+        // newest acknowledgement as it is, not the maximum.
+        let seq = seq.min(self.sent);
+        if seq != self.acked {
+            self.progress = Instant::now();
+            self.retransmit = RETRANSMIT;
+        }
+        self.acked = seq;
+        while self.kept.front().is_some_and(|(s, _, _)| *s <= seq) {
+            self.kept.pop_front();
+        }
+    }
+
+    /// What to send again now: everything kept when a receiver came back,
+    /// or when no acknowledgement came for the retransmit wait.
+    fn due(&mut self, watched: bool) -> Vec<(Route, Vec<u8>)> {
+        if self.kept.is_empty() {
+            self.rejoined = false;
+            return Vec::new();
+        }
+        if watched && self.present == 0 {
+            return Vec::new();
+        }
+        let overdue = self.progress.elapsed() >= self.retransmit;
+        if !self.rejoined && !overdue {
+            return Vec::new();
+        }
+        if overdue {
+            self.retransmit = (self.retransmit * 2).min(RETRANSMIT_MAX);
+        }
+        self.rejoined = false;
+        self.progress = Instant::now();
+        self.resent += self.kept.len() as u64;
+        self.kept.iter().map(|(_, r, b)| (*r, b.clone())).collect()
+    }
+}
+
+/// The sender's side of a credit window. It keeps each message until the
+/// receiver acknowledges it and sends the kept ones again when the
+/// receiving part comes back (a dropped link, a restart) or no
+/// acknowledgement came for a while; the receiver drops the duplicates by
+/// link sequence number within this sender's instance (see
+/// [`instance_of`]), so the edge is lossless across a lost link.
 pub(crate) struct Window {
     size: u64,
+    /// This sender's instance, attached to every message it publishes.
+    instance: u64,
     st: Arc<(Mutex<WinState>, Condvar)>,
     watched: bool,
     _acks: zenoh::pubsub::Subscriber<()>,
@@ -170,6 +296,39 @@ impl std::fmt::Debug for Window {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Window").field("size", &self.size).finish()
     }
+}
+
+/// The attachment that names a windowed sender's instance: `efl1` and the
+/// instance as 8 little-endian bytes.
+const INSTANCE_TAG: &[u8; 4] = b"efl1";
+
+/// A sender instance number no other sender (this process's others, a
+/// restarted process) is likely to share: std's randomly keyed hasher
+/// over the process, the time and a counter.
+fn new_instance() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u64(wire::mono_ns());
+    h.write_u64(COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.finish()
+}
+
+/// The attachment bytes for sender instance `instance`.
+pub(crate) fn instance_attachment(instance: u64) -> Vec<u8> {
+    let mut a = INSTANCE_TAG.to_vec();
+    a.extend_from_slice(&instance.to_le_bytes());
+    a
+}
+
+/// The sender instance a message's attachment names, if it names one.
+pub(crate) fn instance_of(attachment: Option<&[u8]>) -> Option<u64> {
+    let a = attachment?;
+    if a.len() != 12 || &a[..4] != INSTANCE_TAG {
+        return None;
+    }
+    Some(u64::from_le_bytes(a[4..].try_into().ok()?))
 }
 
 impl Window {
@@ -189,10 +348,7 @@ impl Window {
             .callback(move |sample| {
                 if let Some(seq) = event_number(&sample.payload().to_bytes(), "ack", "seq") {
                     let (m, cv) = &*s2;
-                    let mut w = m.lock();
-                    // A restarted sender counts from 1 again: take the
-                    // newest acknowledgement as it is, not the maximum.
-                    w.acked = seq.min(w.sent);
+                    m.lock().acknowledge(seq);
                     cv.notify_all();
                 }
             })
@@ -213,13 +369,9 @@ impl Window {
                             let mut st = m.lock();
                             if s.kind() == SampleKind::Put {
                                 st.present += 1;
-                                // A (re)joined receiver starts afresh.
-                                st.acked = st.sent;
+                                st.rejoined = true;
                             } else {
                                 st.present = st.present.saturating_sub(1);
-                                let in_flight = st.sent - st.acked.min(st.sent);
-                                st.lost += in_flight;
-                                st.acked = st.sent;
                             }
                             cv.notify_all();
                         })
@@ -230,6 +382,7 @@ impl Window {
         };
         Ok(Window {
             size: size.max(1),
+            instance: new_instance(),
             st,
             watched: watch.is_some(),
             _acks: acks,
@@ -237,13 +390,32 @@ impl Window {
         })
     }
 
+    /// The attachment every message of this sender carries.
+    pub(crate) fn attachment(&self) -> Vec<u8> {
+        instance_attachment(self.instance)
+    }
+
     /// Wait for room (and, when watched, for the receiver to be present),
-    /// then take the next link sequence number. `None` when `stop()` said
-    /// to give up.
-    pub(crate) fn acquire(&self, stop: impl Fn() -> bool) -> Option<u64> {
+    /// then take the next link sequence number; meanwhile `resend` is
+    /// handed each kept message that is due again. `None` when `stop()`
+    /// said to give up.
+    pub(crate) fn acquire(
+        &self,
+        stop: impl Fn() -> bool,
+        mut resend: impl FnMut(Route, &[u8]),
+    ) -> Option<u64> {
         let (m, cv) = &*self.st;
         let mut w = m.lock();
         loop {
+            let due = w.due(self.watched);
+            if !due.is_empty() {
+                drop(w);
+                for (r, b) in &due {
+                    resend(*r, b);
+                }
+                w = m.lock();
+                continue;
+            }
             let room = w.sent - w.acked.min(w.sent) < self.size;
             if room && (!self.watched || w.present > 0) {
                 w.sent += 1;
@@ -256,13 +428,47 @@ impl Window {
         }
     }
 
-    /// Wait until every message sent is acknowledged, or `timeout`.
-    pub(crate) fn drain(&self, timeout: Duration, stop: impl Fn() -> bool) -> bool {
-        let end = Instant::now() + timeout;
+    /// Keep message `seq` (taken with [`Self::acquire`]) until the
+    /// receiver acknowledges it.
+    pub(crate) fn keep(&self, seq: u64, route: Route, bytes: Vec<u8>) {
+        let mut w = self.st.0.lock();
+        if seq <= w.acked {
+            return;
+        }
+        if w.kept.is_empty() {
+            w.progress = Instant::now();
+        }
+        w.kept.push_back((seq, route, bytes));
+    }
+
+    /// Wait until every message sent is acknowledged, sending kept ones
+    /// again as [`Self::acquire`] does. Gives up (false) when `stop()`
+    /// says so or after `timeout` without the receiver: when watched, of
+    /// its part's continuous absence (a present receiver that is slow is
+    /// waited for, as backpressure); else `timeout` in all.
+    pub(crate) fn drain(
+        &self,
+        timeout: Duration,
+        stop: impl Fn() -> bool,
+        mut resend: impl FnMut(Route, &[u8]),
+    ) -> bool {
+        let mut since = Instant::now();
         let (m, cv) = &*self.st;
         let mut w = m.lock();
         while w.acked < w.sent {
-            if stop() || Instant::now() >= end {
+            let due = w.due(self.watched);
+            if !due.is_empty() {
+                drop(w);
+                for (r, b) in &due {
+                    resend(*r, b);
+                }
+                w = m.lock();
+                continue;
+            }
+            if self.watched && w.present > 0 {
+                since = Instant::now();
+            }
+            if stop() || since.elapsed() >= timeout {
                 return false;
             }
             cv.wait_for(&mut w, Duration::from_millis(20));
@@ -281,15 +487,78 @@ impl Window {
         w.sent - w.acked.min(w.sent)
     }
 
-    /// Messages lost in flight when a receiver vanished.
-    pub(crate) fn lost(&self) -> u64 {
-        self.st.0.lock().lost
+    /// Messages sent again so far (after a lost link, a restarted
+    /// receiver or a missing acknowledgement).
+    pub(crate) fn resent(&self) -> u64 {
+        self.st.0.lock().resent
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_instance_attachment_round_trips_and_anything_else_names_none() {
+        let a = instance_attachment(0x0123_4567_89ab_cdef);
+        assert_eq!(instance_of(Some(&a)), Some(0x0123_4567_89ab_cdef));
+        assert_eq!(instance_of(None), None);
+        assert_eq!(instance_of(Some(b"efl1")), None);
+        assert_eq!(instance_of(Some(b"xxxx12345678")), None);
+        assert_ne!(new_instance(), new_instance());
+    }
+
+    fn window_with(kept: &[u64]) -> WinState {
+        let mut w = WinState {
+            present: 1,
+            ..WinState::default()
+        };
+        for &s in kept {
+            w.sent = s;
+            w.kept.push_back((s, Route::Data, vec![s as u8]));
+        }
+        w
+    }
+
+    #[test]
+    fn acknowledgements_release_what_is_kept_and_a_returning_receiver_gets_the_rest_again() {
+        let mut w = window_with(&[1, 2, 3, 4]);
+        w.acknowledge(2);
+        assert_eq!(w.acked, 2);
+        assert_eq!(w.kept.iter().map(|k| k.0).collect::<Vec<_>>(), [3, 4]);
+        // Nothing is due while acknowledgements keep coming.
+        assert!(w.due(true).is_empty());
+        // The receiver went and came back: 3 and 4 again, once.
+        w.present = 0;
+        w.rejoined = true;
+        assert!(w.due(true).is_empty(), "nothing is sent while it is away");
+        w.present = 1;
+        let again: Vec<u8> = w.due(true).into_iter().map(|(_, b)| b[0]).collect();
+        assert_eq!(again, [3, 4]);
+        assert!(w.due(true).is_empty());
+        assert_eq!(w.resent, 2);
+        // An acknowledgement past what was sent is clamped.
+        w.acknowledge(99);
+        assert_eq!((w.acked, w.kept.len()), (4, 0));
+    }
+
+    #[test]
+    fn without_acknowledgements_what_is_kept_is_sent_again_with_a_growing_wait() {
+        let mut w = window_with(&[1]);
+        w.progress = Instant::now() - RETRANSMIT;
+        assert_eq!(w.due(true).len(), 1);
+        assert_eq!(w.retransmit, RETRANSMIT * 2);
+        assert!(w.due(true).is_empty(), "the wait starts again");
+        for _ in 0..5 {
+            w.progress = Instant::now() - RETRANSMIT_MAX;
+            assert_eq!(w.due(true).len(), 1);
+        }
+        assert_eq!(w.retransmit, RETRANSMIT_MAX);
+        // Progress resets the wait.
+        w.sent = 2;
+        w.acknowledge(1);
+        assert_eq!(w.retransmit, RETRANSMIT);
+    }
 
     #[test]
     fn events_round_trip_and_other_names_are_ignored() {

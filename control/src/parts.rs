@@ -177,11 +177,13 @@ impl PartBridge for ZenohBridge {
         ];
         if block {
             p.push(("window".into(), json!(c.capacity)));
-            p.push((
-                "watch".into(),
-                json!(format!("{}/{}/*", self.prefix, c.to_part)),
-            ));
         }
+        // The receiving part: a block edge waits for it; the end of stream
+        // of every edge waits for its acknowledgement.
+        p.push((
+            "watch".into(),
+            json!(format!("{}/{}/*", self.prefix, c.to_part)),
+        ));
         p.extend(self.session_params(&c.from_part));
         // On the producer's thread: one wake-up less per message, and a
         // full credit window stalls the producer itself (backpressure).

@@ -17,7 +17,7 @@ use edgeflow_runtime::Tensor;
 use parking_lot::{Condvar, Mutex};
 use serde_json::json;
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use zenoh::sample::SampleKind;
@@ -259,7 +259,8 @@ impl StageFactory for ZenohSubKind {
         let token = token_key(p, env)?;
         let scfg = SessionConfig::from_params(p)?;
         let session = SharedSession::open(&scfg)?;
-        let acker = if ack {
+        // Also for `eos` alone: the end of stream is acknowledged.
+        let acker = if ack || eos {
             Some(
                 crate::link::Acker::open(&session, &key, ack_every)
                     .map_err(|e| StageError::msg(format!("zenoh_sub `{}`: {e}", env.stage_id)))?,
@@ -270,6 +271,7 @@ impl StageFactory for ZenohSubKind {
         let shared = Arc::new(SubShared {
             keep_epoch: p.get_or("keep_epoch", false)?,
             acker,
+            ack_data: ack,
             ..SubShared::default()
         });
         let sh = shared.clone();
@@ -291,7 +293,9 @@ impl StageFactory for ZenohSubKind {
                     }),
                     _ => Ok(m),
                 });
+                let attachment = sample.attachment().map(|a| a.to_bytes());
                 match r {
+                    Ok(m) if !sh.admit(&stage_id, attachment.as_deref(), m.header.seq) => {}
                     Ok(m) => match sh.direct.get() {
                         Some(Direct::Drops(h)) => sh.emit_direct(h, m),
                         Some(Direct::Blocks(h)) => sh.emit_or_hold(h, m, capacity),
@@ -338,6 +342,7 @@ impl StageFactory for ZenohSubKind {
         };
         let eos_sub = if eos {
             let sh = shared.clone();
+            let eos_id = env.stage_id.clone();
             Some(
                 session
                     .session()
@@ -346,6 +351,10 @@ impl StageFactory for ZenohSubKind {
                         let bytes = sample.payload().to_bytes();
                         if let Some(n) = crate::link::event_number(&bytes, "end_of_stream", "sent")
                         {
+                            if sh.eos_acked.load(Ordering::Acquire) {
+                                // Sent again: the acknowledgement was lost.
+                                sh.ack_eos(&eos_id, n);
+                            }
                             sh.state.lock().eos = Some(n);
                             sh.cv.notify_one();
                         }
@@ -369,6 +378,7 @@ impl StageFactory for ZenohSubKind {
             _eos: eos_sub,
             reported_malformed: 0,
             reported_dropped: 0,
+            reported_duplicates: 0,
             peers_lost: 0,
             _sub: sub,
             _liveliness: liveliness,
@@ -406,6 +416,17 @@ struct SubShared {
     keep_epoch: bool,
     /// Acknowledgements for the publisher's credit window (`ack`).
     acker: Option<crate::link::Acker>,
+    /// Data is acknowledged (`ack`); else `acker` serves only the end of
+    /// stream.
+    ack_data: bool,
+    /// With `ack`: the windowed sender's instance and the last link
+    /// sequence number taken from it (what is at or below is a duplicate).
+    link: Mutex<(Option<u64>, u64)>,
+    /// Duplicates dropped (messages sent again after a lost link).
+    duplicates: AtomicU64,
+    /// The end of stream was acknowledged: one sent again is acknowledged
+    /// again from the callback.
+    eos_acked: AtomicBool,
 }
 
 /// How zenoh's callback delivers once the stage has started.
@@ -450,18 +471,59 @@ impl SubShared {
         }
     }
 
+    /// With `ack`, whether a message from a windowed sender is new: one
+    /// it sent again (after a lost link or a missing acknowledgement) that
+    /// was already taken is dropped and acknowledged again. A new sender
+    /// instance (a restarted process) numbers from 1 afresh.
+    fn admit(&self, id: &str, attachment: Option<&[u8]>, seq: u64) -> bool {
+        let Some(acker) = self.acker.as_ref().filter(|_| self.ack_data) else {
+            return true;
+        };
+        let Some(instance) = crate::link::instance_of(attachment) else {
+            return true;
+        };
+        let mut link = self.link.lock();
+        if link.0 != Some(instance) {
+            if link.0.is_some() {
+                acker.restart();
+            }
+            *link = (Some(instance), 0);
+        }
+        if seq <= link.1 {
+            drop(link);
+            self.duplicates.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = acker.reack() {
+                eprintln!("zenoh_sub `{id}`: {e}");
+            }
+            return false;
+        }
+        link.1 = seq;
+        true
+    }
+
     /// Acknowledge link sequence number `seq` (with `ack`), or say why not.
     fn ack(&self, id: &str, seq: u64) {
-        if let Some(a) = &self.acker {
+        if let Some(a) = self.acker.as_ref().filter(|_| self.ack_data) {
             if let Err(e) = a.ack(seq) {
                 eprintln!("zenoh_sub `{id}`: {e}");
             }
         }
     }
 
+    /// Acknowledge the end of stream after `sent` messages: the sender's
+    /// window gives it the next link sequence number.
+    fn ack_eos(&self, id: &str, sent: u64) {
+        if let Some(a) = &self.acker {
+            if let Err(e) = a.ack_now(sent + 1) {
+                eprintln!("zenoh_sub `{id}`: {e}");
+            }
+            self.eos_acked.store(true, Ordering::Release);
+        }
+    }
+
     /// Acknowledge what was delivered and not yet acknowledged (`ack_every`).
     fn flush_acks(&self, id: &str) {
-        if let Some(a) = &self.acker {
+        if let Some(a) = self.acker.as_ref().filter(|_| self.ack_data) {
             if let Err(e) = a.flush() {
                 eprintln!("zenoh_sub `{id}`: {e}");
             }
@@ -599,6 +661,7 @@ pub struct ZenohSub {
     _eos: Option<zenoh::pubsub::Subscriber<()>>,
     reported_malformed: u64,
     reported_dropped: u64,
+    reported_duplicates: u64,
     peers_lost: u64,
     _sub: zenoh::pubsub::Subscriber<()>,
     _liveliness: Option<zenoh::pubsub::Subscriber<()>>,
@@ -747,9 +810,15 @@ impl Stage for ZenohSub {
             self.shared.flush_acks(ctx.id());
         }
         delivered?;
+        let duplicates = self.shared.duplicates.load(Ordering::Relaxed);
+        if duplicates != self.reported_duplicates {
+            self.reported_duplicates = duplicates;
+            ctx.record("duplicates", duplicates as f64);
+        }
         if let Some(sent) = eos {
             // Everything before the end of stream was queued (or emitted
             // directly) before it: the same link delivers in order.
+            self.shared.ack_eos(ctx.id(), sent);
             eprintln!("zenoh_sub `{}`: end of stream ({sent} sent)", ctx.id());
             return Ok(Poll::Done);
         }

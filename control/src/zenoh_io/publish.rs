@@ -2,6 +2,7 @@
 //! format v1, with the QoS its params and edge policy choose.
 
 use super::{declare_token, key_param, kind_param, payload_to_body, port_type, token_key};
+use crate::link::Route;
 use crate::session::{SessionConfig, SharedSession};
 use crate::wire::{self, Header, Kind};
 use edgeflow_graph::{
@@ -9,6 +10,11 @@ use edgeflow_graph::{
     StageCtx, StageError, StageFactory, StageInfo, StageResult,
 };
 use std::time::Duration;
+
+/// How long the end of a windowed stream waits for a receiving part that
+/// is gone to come back and acknowledge what is left (while it is there,
+/// the end waits as long as it takes: that is backpressure).
+const DRAIN: Duration = Duration::from_secs(10);
 use zenoh::qos::{CongestionControl, Priority, Reliability};
 use zenoh::Wait;
 
@@ -107,7 +113,7 @@ impl StageFactory for ZenohPubKind {
             ParamInfo::optional("token", ParamType::String, "liveliness token to declare (default edgeflow/alive/<stage id>; \"\" = none)"),
             ParamInfo::new("eos", ParamType::Bool, false, "announce the end of the stream on `<key>/eos` when the input ends (edges between parts)"),
             ParamInfo::new("window", ParamType::Int, 0, "credit window: at most this many messages unacknowledged by a subscriber with `ack: true` (0: none); lossless backpressure across hosts"),
-            ParamInfo::optional("watch", ParamType::String, "with `window`: the receiver's liveliness key expression; publishing waits while it is gone"),
+            ParamInfo::optional("watch", ParamType::String, "the receiver's liveliness key expression: with `window`, publishing waits while it is gone; with `eos`, the end of stream waits (up to 10 s of its absence) for its acknowledgement and is sent again until then"),
         ];
         params.extend(SessionConfig::param_infos());
         StageInfo {
@@ -169,9 +175,13 @@ impl StageFactory for ZenohPubKind {
                 .into());
         }
         let watch: Option<String> = p.opt("watch")?;
-        let window = if window > 0 {
+        let eos: bool = p.get_or("eos", false)?;
+        let data_window = window > 0;
+        // Without a window of its own, a watched end of stream still takes
+        // a window of one, to be acknowledged (and sent again) like data.
+        let window = if data_window || (eos && watch.is_some()) {
             Some(
-                crate::link::Window::open(&session, &key, window, watch.as_deref())
+                crate::link::Window::open(&session, &key, window.max(1), watch.as_deref())
                     .map_err(|e| StageError::msg(format!("zenoh_pub `{}`: {e}", env.stage_id)))?,
             )
         } else {
@@ -181,8 +191,9 @@ impl StageFactory for ZenohPubKind {
         Ok(Box::new(ZenohPub {
             kind,
             key,
-            eos: p.get_or("eos", false)?,
+            eos,
             window,
+            data_window,
             sent: 0,
             publisher,
             _token: token,
@@ -197,6 +208,9 @@ pub struct ZenohPub {
     key: String,
     eos: bool,
     window: Option<crate::link::Window>,
+    /// Data goes through `window` (`window` > 0); else it serves only the
+    /// end of stream.
+    data_window: bool,
     sent: u64,
     publisher: zenoh::pubsub::Publisher<'static>,
     _token: Option<zenoh::liveliness::LivelinessToken>,
@@ -242,23 +256,50 @@ fn encode_with_seq(
     Ok(wire::encode(&header, &body)?)
 }
 
+impl ZenohPub {
+    /// Publish `bytes` on the data key, with the window's instance
+    /// attached when there is a window.
+    fn put(&self, bytes: Vec<u8>) -> Result<(), zenoh::Error> {
+        let put = self.publisher.put(bytes);
+        match &self.window {
+            Some(w) if self.data_window => put.attachment(w.attachment()).wait(),
+            _ => put.wait(),
+        }
+    }
+
+    /// Send a kept message again (see [`crate::link::Window`]); a failure
+    /// is reported and left to the next retransmission.
+    fn resend(&self, id: &str, route: Route, bytes: &[u8]) {
+        let r = match route {
+            Route::Data => self.put(bytes.to_vec()).map_err(|e| e.to_string()),
+            Route::Eos => crate::link::put_eos(&self._session, &self.key, bytes.to_vec())
+                .map_err(|e| e.to_string()),
+        };
+        if let Err(e) = r {
+            eprintln!("zenoh_pub `{id}`: sending again on `{}`: {e}", self.key);
+        }
+    }
+}
+
 impl Stage for ZenohPub {
     fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
-        let seq = match &self.window {
-            Some(w) => match w.acquire(|| ctx.should_stop()) {
+        let id = ctx.id().to_string();
+        let seq = match self.window.as_ref().filter(|_| self.data_window) {
+            Some(w) => match w.acquire(|| ctx.should_stop(), |r, b| self.resend(&id, r, b)) {
                 Some(seq) => seq,
                 None => return Err(StageError::Cancelled),
             },
             None => input.msg.seq,
         };
-        let bytes = encode_with_seq(&input.msg, self.kind, seq).map_err(|e| {
-            StageError::msg(format!("zenoh_pub `{}` on `{}`: {e}", ctx.id(), self.key))
-        })?;
+        let bytes = encode_with_seq(&input.msg, self.kind, seq)
+            .map_err(|e| StageError::msg(format!("zenoh_pub `{id}` on `{}`: {e}", self.key)))?;
         self.sent += 1;
-        self.publisher.put(bytes).wait().map_err(|e| {
+        if let Some(w) = self.window.as_ref().filter(|_| self.data_window) {
+            w.keep(seq, Route::Data, bytes.clone());
+        }
+        self.put(bytes).map_err(|e| {
             StageError::msg(format!(
-                "zenoh_pub `{}`: put on `{}` failed: {e}",
-                ctx.id(),
+                "zenoh_pub `{id}`: put on `{}` failed: {e}",
                 self.key
             ))
         })?;
@@ -266,25 +307,56 @@ impl Stage for ZenohPub {
     }
 
     fn finish(&mut self, ctx: &mut StageCtx) -> StageResult {
-        if let Some(w) = &self.window {
-            // Everything delivered before the end is announced, so the
-            // producing process may exit as soon as this returns.
-            if !w.drain(Duration::from_secs(10), || ctx.should_stop()) {
-                eprintln!(
-                    "zenoh_pub `{}`: {} of {} messages on `{}` unacknowledged at the end",
-                    ctx.id(),
-                    w.unacked(),
-                    w.sent(),
-                    self.key
-                );
+        let id = ctx.id().to_string();
+        let Some(w) = &self.window else {
+            if self.eos {
+                crate::link::send_eos(&self._session, &self.key, self.sent)
+                    .map_err(|e| StageError::msg(format!("zenoh_pub `{id}`: {e}")))?;
             }
-            if w.lost() > 0 {
-                ctx.record("lost_in_flight", w.lost() as f64);
+            return Ok(());
+        };
+        // Everything delivered, then the end of stream (itself windowed:
+        // acknowledged, and sent again until it is), so the producing
+        // process may exit as soon as this returns.
+        let mut done = w.drain(DRAIN, || ctx.should_stop(), |r, b| self.resend(&id, r, b));
+        let t0 = std::time::Instant::now();
+        let give_up = || ctx.should_stop() || t0.elapsed() >= DRAIN;
+        if self.eos {
+            let bytes = crate::link::eos_bytes(self.sent)
+                .map_err(|e| StageError::msg(format!("zenoh_pub `{id}`: {e}")))?;
+            let eos_err = |e| StageError::msg(format!("zenoh_pub `{id}`: {e}"));
+            let seq = if done {
+                w.acquire(give_up, |r, b| self.resend(&id, r, b))
+            } else {
+                None
+            };
+            if let Some(seq) = seq {
+                w.keep(seq, Route::Eos, bytes.clone());
+                crate::link::put_eos(&self._session, &self.key, bytes).map_err(eos_err)?;
+                done = w.drain(DRAIN, || ctx.should_stop(), |r, b| self.resend(&id, r, b));
+            } else {
+                // The receiver stayed away: announce the end anyway, for a
+                // receiver that comes back to whatever it has.
+                crate::link::put_eos(&self._session, &self.key, bytes).map_err(eos_err)?;
+                done = false;
             }
         }
-        if self.eos {
-            crate::link::send_eos(&self._session, &self.key, self.sent)
-                .map_err(|e| StageError::msg(format!("zenoh_pub `{}`: {e}", ctx.id())))?;
+        if !done {
+            eprintln!(
+                "zenoh_pub `{id}`: {} of {} messages on `{}` unacknowledged at the end{}",
+                w.unacked(),
+                w.sent(),
+                self.key,
+                if self.eos {
+                    " (the end of stream among them)"
+                } else {
+                    ""
+                }
+            );
+            ctx.record("unacked_at_end", w.unacked() as f64);
+        }
+        if w.resent() > 0 {
+            ctx.record("resent", w.resent() as f64);
         }
         Ok(())
     }
