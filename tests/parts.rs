@@ -160,14 +160,25 @@ edges:
 /// Runs [`lossy_yaml`]'s two parts on `hosts` and checks that the `block`
 /// edge delivered every line in order and the `latest` edge its newest tick.
 fn block_is_lossless_and_latest_is_fresh(hosts: &Hosts, n_lines: u32) {
+    lossless_and_fresh_through(hosts, n_lines, 300, |_| {});
+}
+
+/// [`block_is_lossless_and_latest_is_fresh`] with `n_ticks` on the latest
+/// edge and `meanwhile` run on part b's process once both parts run.
+fn lossless_and_fresh_through(
+    hosts: &Hosts,
+    n_lines: u32,
+    n_ticks: u32,
+    meanwhile: impl FnOnce(&mut Proc),
+) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("lossy.yaml");
-    let n_ticks = 300;
     std::fs::write(&file, lossy_yaml(hosts, n_lines, n_ticks)).unwrap();
     let f = file.to_str().unwrap();
-    let b = Proc::spawn(hosts.cmd(&hosts.b, &["run", f, "--part", "b", "--quiet"]));
+    let mut b = Proc::spawn(hosts.cmd(&hosts.b, &["run", f, "--part", "b", "--quiet"]));
     std::thread::sleep(Duration::from_millis(300));
     let a = Proc::spawn(hosts.cmd(&hosts.a, &["run", f, "--part", "a", "--quiet"]));
+    meanwhile(&mut b);
     let (code_b, out_b) = b.finish(Duration::from_secs(120));
     let (code_a, _) = a.finish(Duration::from_secs(30));
     assert_eq!(
@@ -258,6 +269,44 @@ fn over_a_long_lossy_link_a_block_edge_loses_nothing_and_latest_stays_fresh() {
     assert!(
         dropped > 0,
         "the loss rule dropped nothing: the test tested nothing"
+    );
+}
+
+#[test]
+fn a_link_outage_mid_stream_loses_nothing_on_a_block_edge_and_both_parts_end() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // A slow WAN (50 ms each way) so the stream is still flowing when the
+    // link goes silent for 3 s: three times the link lease, so both parts
+    // see each other gone and zenoh drops the connection; the block edge's
+    // messages in flight and its acknowledgements are lost with it.
+    let hosts = Hosts::delayed("efo", 236, Duration::from_millis(50));
+    let t0 = Instant::now();
+    lossless_and_fresh_through(&hosts, 200, 800, |b| {
+        assert!(
+            b.wait_out_line("line 30", Duration::from_secs(60))
+                .is_some(),
+            "the stream never started"
+        );
+        // Lines arrive a window at a time, one round trip apart: the next
+        // window is on the wire from 50 to 100 ms after this one landed.
+        std::thread::sleep(Duration::from_millis(75));
+        hosts.cut_link(true);
+        let gone = b.wait_line("part `a` is gone", Duration::from_secs(10));
+        assert!(
+            gone.is_some(),
+            "part b never noticed the outage: the test tested nothing"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+        hosts.cut_link(false);
+        let back = b.wait_line_after("part `a` is here", gone, Duration::from_secs(30));
+        assert!(
+            back.is_some(),
+            "the parts did not find each other again after the link came back"
+        );
+    });
+    eprintln!(
+        "outage of 3 s mid-stream: run took {:.1} s",
+        t0.elapsed().as_secs_f64()
     );
 }
 

@@ -156,6 +156,20 @@ impl VethPair {
         Ok(())
     }
 
+    /// Cut the link (`true`: every packet arriving over it, both ways, is
+    /// dropped) or mend it (`false`): an outage, as a pulled cable or a
+    /// radio out of range. The hosts' TCP stacks only see silence, so the
+    /// link's end is noticed by zenoh's lease, and mending it lets the
+    /// connecting side's retries through.
+    pub fn cut_link(&self, cut: bool) -> Result<()> {
+        let op = if cut { "-I" } else { "-D" };
+        for (ns, dev) in [(&self.a, &self.dev_a), (&self.b, &self.dev_b)] {
+            let args = [op, "INPUT", "-i", dev.as_str(), "-j", "DROP"];
+            self.run_in(ns, "iptables", &args, "refused the outage rule")?;
+        }
+        Ok(())
+    }
+
     /// Packets the [`Self::drop_packets`] rules dropped so far, both
     /// namespaces together.
     pub fn dropped_packets(&self) -> Result<u64> {

@@ -115,6 +115,11 @@ impl Proc {
         self.err.wait_after(needle, since, timeout)
     }
 
+    /// Wait up to `timeout` for a stdout line containing `needle`; its time.
+    pub(crate) fn wait_out_line(&mut self, needle: &str, timeout: Duration) -> Option<Instant> {
+        self.out.wait_after(needle, None, timeout)
+    }
+
     /// The stdout lines read at or after `since`, so far.
     pub(crate) fn out_lines_after(&mut self, since: Instant) -> Vec<(Instant, String)> {
         self.out.gather();
@@ -225,6 +230,11 @@ impl Hosts {
     /// Packets the delayed link carried and dropped so far.
     pub(crate) fn wire_packets(&self) -> (u64, u64) {
         self.pair.wire_packets().expect("a delayed link")
+    }
+
+    /// Cut (`true`) or mend the link (`VethPair::cut_link`).
+    pub(crate) fn cut_link(&self, cut: bool) {
+        self.pair.cut_link(cut).unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Packets dropped by [`Self::drop_packets`] so far.
