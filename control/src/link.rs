@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::session::SharedSession;
 use crate::wire::{self, Body, Header, Kind};
 use edgeflow_graph::Event;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde_json::json;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -407,13 +407,7 @@ impl Window {
         let (m, cv) = &*self.st;
         let mut w = m.lock();
         loop {
-            let due = w.due(self.watched);
-            if !due.is_empty() {
-                drop(w);
-                for (r, b) in &due {
-                    resend(*r, b);
-                }
-                w = m.lock();
+            if self.resend_due(&mut w, &mut resend) {
                 continue;
             }
             let room = w.sent - w.acked.min(w.sent) < self.size;
@@ -426,6 +420,25 @@ impl Window {
             }
             cv.wait_for(&mut w, Duration::from_millis(50));
         }
+    }
+
+    /// Hand each kept message that is due again to `resend`, with the
+    /// lock released; true when there was any.
+    fn resend_due(
+        &self,
+        w: &mut MutexGuard<'_, WinState>,
+        resend: &mut impl FnMut(Route, &[u8]),
+    ) -> bool {
+        let due = w.due(self.watched);
+        if due.is_empty() {
+            return false;
+        }
+        MutexGuard::unlocked(w, || {
+            for (r, b) in &due {
+                resend(*r, b);
+            }
+        });
+        true
     }
 
     /// Keep message `seq` (taken with [`Self::acquire`]) until the
@@ -456,13 +469,7 @@ impl Window {
         let (m, cv) = &*self.st;
         let mut w = m.lock();
         while w.acked < w.sent {
-            let due = w.due(self.watched);
-            if !due.is_empty() {
-                drop(w);
-                for (r, b) in &due {
-                    resend(*r, b);
-                }
-                w = m.lock();
+            if self.resend_due(&mut w, &mut resend) {
                 continue;
             }
             if self.watched && w.present > 0 {
