@@ -34,6 +34,7 @@ use serde_json::json;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zenoh::bytes::ZBytes;
 use zenoh::sample::SampleKind;
 use zenoh::Wait;
 
@@ -90,7 +91,7 @@ pub(crate) fn send_eos(session: &SharedSession, key: &str, sent: u64) -> Result<
 }
 
 /// Publish end-of-stream event `bytes` ([`eos_bytes`]) for `key`.
-pub(crate) fn put_eos(session: &SharedSession, key: &str, bytes: Vec<u8>) -> Result<()> {
+pub(crate) fn put_eos(session: &SharedSession, key: &str, bytes: impl Into<ZBytes>) -> Result<()> {
     session
         .session()
         .put(eos_key(key), bytes)
@@ -210,7 +211,8 @@ struct WinState {
     present: usize,
     /// The messages sent and not acknowledged yet, oldest first, kept to
     /// be sent again.
-    kept: VecDeque<(u64, Route, Vec<u8>)>,
+    /// (The bytes are shared, not copied.)
+    kept: VecDeque<(u64, Route, ZBytes)>,
     /// A receiver (re)appeared: send what is kept again.
     rejoined: bool,
     /// When the window last moved (an acknowledgement, or a first message
@@ -254,7 +256,7 @@ impl WinState {
 
     /// What to send again now: everything kept when a receiver came back,
     /// or when no acknowledgement came for the retransmit wait.
-    fn due(&mut self, watched: bool) -> Vec<(Route, Vec<u8>)> {
+    fn due(&mut self, watched: bool) -> Vec<(Route, ZBytes)> {
         if self.kept.is_empty() {
             self.rejoined = false;
             return Vec::new();
@@ -402,7 +404,7 @@ impl Window {
     pub(crate) fn acquire(
         &self,
         stop: impl Fn() -> bool,
-        mut resend: impl FnMut(Route, &[u8]),
+        mut resend: impl FnMut(Route, &ZBytes),
     ) -> Option<u64> {
         let (m, cv) = &*self.st;
         let mut w = m.lock();
@@ -427,7 +429,7 @@ impl Window {
     fn resend_due(
         &self,
         w: &mut MutexGuard<'_, WinState>,
-        resend: &mut impl FnMut(Route, &[u8]),
+        resend: &mut impl FnMut(Route, &ZBytes),
     ) -> bool {
         let due = w.due(self.watched);
         if due.is_empty() {
@@ -443,7 +445,7 @@ impl Window {
 
     /// Keep message `seq` (taken with [`Self::acquire`]) until the
     /// receiver acknowledges it.
-    pub(crate) fn keep(&self, seq: u64, route: Route, bytes: Vec<u8>) {
+    pub(crate) fn keep(&self, seq: u64, route: Route, bytes: ZBytes) {
         let mut w = self.st.0.lock();
         if seq <= w.acked {
             return;
@@ -463,7 +465,7 @@ impl Window {
         &self,
         timeout: Duration,
         stop: impl Fn() -> bool,
-        mut resend: impl FnMut(Route, &[u8]),
+        mut resend: impl FnMut(Route, &ZBytes),
     ) -> bool {
         let mut since = Instant::now();
         let (m, cv) = &*self.st;
@@ -522,7 +524,8 @@ mod tests {
         };
         for &s in kept {
             w.sent = s;
-            w.kept.push_back((s, Route::Data, vec![s as u8]));
+            w.kept
+                .push_back((s, Route::Data, ZBytes::from(vec![s as u8])));
         }
         w
     }
@@ -540,7 +543,11 @@ mod tests {
         w.rejoined = true;
         assert!(w.due(true).is_empty(), "nothing is sent while it is away");
         w.present = 1;
-        let again: Vec<u8> = w.due(true).into_iter().map(|(_, b)| b[0]).collect();
+        let again: Vec<u8> = w
+            .due(true)
+            .into_iter()
+            .map(|(_, b)| b.to_bytes()[0])
+            .collect();
         assert_eq!(again, [3, 4]);
         assert!(w.due(true).is_empty());
         assert_eq!(w.resent, 2);

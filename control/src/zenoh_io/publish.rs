@@ -15,6 +15,7 @@ use std::time::Duration;
 /// is gone to come back and acknowledge what is left (while it is there,
 /// the end waits as long as it takes: that is backpressure).
 const DRAIN: Duration = Duration::from_secs(10);
+use zenoh::bytes::ZBytes;
 use zenoh::qos::{CongestionControl, Priority, Reliability};
 use zenoh::Wait;
 
@@ -259,7 +260,7 @@ fn encode_with_seq(
 impl ZenohPub {
     /// Publish `bytes` on the data key, with the window's instance
     /// attached when there is a window.
-    fn put(&self, bytes: Vec<u8>) -> Result<(), zenoh::Error> {
+    fn put(&self, bytes: ZBytes) -> Result<(), zenoh::Error> {
         let put = self.publisher.put(bytes);
         match &self.window {
             Some(w) if self.data_window => put.attachment(w.attachment()).wait(),
@@ -269,10 +270,10 @@ impl ZenohPub {
 
     /// Send a kept message again (see [`crate::link::Window`]); a failure
     /// is reported and left to the next retransmission.
-    fn resend(&self, id: &str, route: Route, bytes: &[u8]) {
+    fn resend(&self, id: &str, route: Route, bytes: &ZBytes) {
         let r = match route {
-            Route::Data => self.put(bytes.to_vec()).map_err(|e| e.to_string()),
-            Route::Eos => crate::link::put_eos(&self._session, &self.key, bytes.to_vec())
+            Route::Data => self.put(bytes.clone()).map_err(|e| e.to_string()),
+            Route::Eos => crate::link::put_eos(&self._session, &self.key, bytes.clone())
                 .map_err(|e| e.to_string()),
         };
         if let Err(e) = r {
@@ -291,8 +292,11 @@ impl Stage for ZenohPub {
             },
             None => input.msg.seq,
         };
-        let bytes = encode_with_seq(&input.msg, self.kind, seq)
-            .map_err(|e| StageError::msg(format!("zenoh_pub `{id}` on `{}`: {e}", self.key)))?;
+        // Shared, not copied, with what the window keeps.
+        let bytes =
+            ZBytes::from(encode_with_seq(&input.msg, self.kind, seq).map_err(|e| {
+                StageError::msg(format!("zenoh_pub `{id}` on `{}`: {e}", self.key))
+            })?);
         self.sent += 1;
         if let Some(w) = self.window.as_ref().filter(|_| self.data_window) {
             w.keep(seq, Route::Data, bytes.clone());
@@ -322,8 +326,10 @@ impl Stage for ZenohPub {
         let t0 = std::time::Instant::now();
         let give_up = || ctx.should_stop() || t0.elapsed() >= DRAIN;
         if self.eos {
-            let bytes = crate::link::eos_bytes(self.sent)
-                .map_err(|e| StageError::msg(format!("zenoh_pub `{id}`: {e}")))?;
+            let bytes = ZBytes::from(
+                crate::link::eos_bytes(self.sent)
+                    .map_err(|e| StageError::msg(format!("zenoh_pub `{id}`: {e}")))?,
+            );
             let eos_err = |e| StageError::msg(format!("zenoh_pub `{id}`: {e}"));
             let seq = if done {
                 w.acquire(give_up, |r, b| self.resend(&id, r, b))
