@@ -15,6 +15,10 @@ use std::time::Duration;
 /// is gone to come back and acknowledge what is left (while it is there,
 /// the end waits as long as it takes: that is backpressure).
 const DRAIN: Duration = Duration::from_secs(10);
+/// The same for the end of stream of an edge without a data window (a
+/// `latest` or drop edge): long enough for a link to come back after its
+/// lease expired, short for a part whose peer was killed.
+const EOS_GRACE: Duration = Duration::from_secs(3);
 use zenoh::bytes::ZBytes;
 use zenoh::qos::{CongestionControl, Priority, Reliability};
 use zenoh::Wait;
@@ -114,7 +118,7 @@ impl StageFactory for ZenohPubKind {
             ParamInfo::optional("token", ParamType::String, "liveliness token to declare (default edgeflow/alive/<stage id>; \"\" = none)"),
             ParamInfo::new("eos", ParamType::Bool, false, "announce the end of the stream on `<key>/eos` when the input ends (edges between parts)"),
             ParamInfo::new("window", ParamType::Int, 0, "credit window: at most this many messages unacknowledged by a subscriber with `ack: true` (0: none); lossless backpressure across hosts"),
-            ParamInfo::optional("watch", ParamType::String, "the receiver's liveliness key expression: with `window`, publishing waits while it is gone; with `eos`, the end of stream waits (up to 10 s of its absence) for its acknowledgement and is sent again until then"),
+            ParamInfo::optional("watch", ParamType::String, "the receiver's liveliness key expression: with `window`, publishing waits while it is gone; with `eos`, the end of stream waits for its acknowledgement (up to 10 s of the receiver's absence with `window`, 3 s without) and is sent again until then"),
         ];
         params.extend(SessionConfig::param_infos());
         StageInfo {
@@ -322,9 +326,10 @@ impl Stage for ZenohPub {
         // Everything delivered, then the end of stream (itself windowed:
         // acknowledged, and sent again until it is), so the producing
         // process may exit as soon as this returns.
-        let mut done = w.drain(DRAIN, || ctx.should_stop(), |r, b| self.resend(&id, r, b));
+        let grace = if self.data_window { DRAIN } else { EOS_GRACE };
+        let mut done = w.drain(grace, || ctx.should_stop(), |r, b| self.resend(&id, r, b));
         let t0 = std::time::Instant::now();
-        let give_up = || ctx.should_stop() || t0.elapsed() >= DRAIN;
+        let give_up = || ctx.should_stop() || t0.elapsed() >= grace;
         if self.eos {
             let bytes = ZBytes::from(
                 crate::link::eos_bytes(self.sent)
@@ -339,7 +344,7 @@ impl Stage for ZenohPub {
             if let Some(seq) = seq {
                 w.keep(seq, Route::Eos, bytes.clone());
                 crate::link::put_eos(&self._session, &self.key, bytes).map_err(eos_err)?;
-                done = w.drain(DRAIN, || ctx.should_stop(), |r, b| self.resend(&id, r, b));
+                done = w.drain(grace, || ctx.should_stop(), |r, b| self.resend(&id, r, b));
             } else {
                 // The receiver stayed away: announce the end anyway, for a
                 // receiver that comes back to whatever it has.
