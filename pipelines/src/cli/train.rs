@@ -128,6 +128,11 @@ pub(crate) struct PolicyArgs {
     /// to the pusher (the head's `privileged_relative`).
     #[arg(long, requires = "privileged")]
     pub relative: bool,
+    /// Longest frozen prefix trained (real-time chunking), in actions;
+    /// default half the horizon. A head run live with a longer inference
+    /// delay than this (in control periods) freezes only this many.
+    #[arg(long)]
+    pub max_prefix: Option<usize>,
     /// Fraction of training samples with no frozen prefix (the rest train
     /// real-time chunking's inpainting of a frozen prefix).
     #[arg(long, default_value_t = 0.5)]
@@ -430,7 +435,9 @@ fn shape_config(a: &PolicyArgs) -> Config {
         condition_actions: a.condition_actions,
         state_dim: a.state_dim,
         image_size: a.image_size,
-        max_prefix: (a.horizon / 2).max(1).min(a.horizon.saturating_sub(1)),
+        max_prefix: a
+            .max_prefix
+            .unwrap_or((a.horizon / 2).max(1).min(a.horizon.saturating_sub(1))),
         ..Config::default()
     };
     if !a.privileged {
@@ -678,6 +685,7 @@ mod tests {
             state_dim: 2,
             privileged: false,
             relative: false,
+            max_prefix: None,
             unprefixed: 0.5,
             flow_times: edgeflow_action::train::FlowTimes::Pi0,
             condition_actions: true,
@@ -715,6 +723,7 @@ mod tests {
             arch: Arch::Mlp,
             layers: Some(2),
             mlp_dim: Some(64),
+            max_prefix: Some(12),
             condition_actions: false,
             prediction: Prediction::Sample,
             ..b
@@ -723,6 +732,7 @@ mod tests {
         let mut p = Policy::load(&m.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         let mc = p.config();
         assert!(mc.arch == Arch::Mlp && (mc.n_layers, mc.mlp_dim) == (2, 64));
+        assert_eq!((mc.max_prefix, p.config().horizon), (12, 16));
         chunk_of_32(&mut p);
         // A privileged MLP head from the same recordings: the true state,
         // no image (and no vision encoder), then driven in closed loop by
