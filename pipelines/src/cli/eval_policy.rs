@@ -41,6 +41,11 @@ pub(crate) struct PolicyEvalArgs {
     /// Execution modes, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "sync")]
     pub modes: Vec<super::rollout::Mode>,
+    /// Show the head the camera frame from this many control periods
+    /// before each observation, beside the current state, as live (where
+    /// the frame is 5-12 periods old at 50 Hz).
+    #[arg(long, default_value_t = 0)]
+    pub frame_age: usize,
     /// Injected inference delays in control periods, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     pub delays: Vec<usize>,
@@ -62,12 +67,13 @@ pub(crate) struct PolicyEvalArgs {
 pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
     use super::rollout::{rollout, RolloutOptions};
     println!(
-        "{}: seeds {}..{}, execute {} of each chunk, {} flow steps, simulated time [{}]",
+        "{}: seeds {}..{}, execute {} of each chunk, {} flow steps, frames {} periods old, simulated time [{}]",
         a.checkpoint.display(),
         a.seed,
         a.seed + a.episodes,
         a.execute,
         a.flow_steps,
+        a.frame_age,
         cpu_name()
     );
     let mut rows = Vec::new();
@@ -82,6 +88,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
                 wrong_instruction: false,
                 mode,
                 delay,
+                frame_age: a.frame_age,
                 temperature: a.temperature,
                 episode_seconds: a.episode_seconds,
                 trace: a.trace,
@@ -119,7 +126,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
                 r.wall_s
             );
             rows.push(serde_json::json!({
-                "mode": mode.name(), "delay": delay, "successes": s, "episodes": n,
+                "mode": mode.name(), "delay": delay, "frame_age": a.frame_age, "successes": s, "episodes": n,
                 "task_seconds": r.task_seconds(), "boundary": at, "elsewhere": off,
                 "per_variant": r.per_variant(), "wall_s": r.wall_s,
             }));
@@ -145,6 +152,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
                 .copied()
                 .unwrap_or(super::rollout::Mode::Sync),
             delay: a.delays.first().copied().unwrap_or(0),
+            frame_age: a.frame_age,
             temperature: a.temperature,
             episode_seconds: a.episode_seconds,
             trace: a.trace,

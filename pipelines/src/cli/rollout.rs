@@ -36,6 +36,10 @@ pub(crate) struct RolloutOptions {
     /// Injected inference delay, control periods: the chunk for an
     /// observation taken at step k arrives at step k + delay.
     pub delay: usize,
+    /// The head sees the camera frame from this many control periods
+    /// before each observation, beside the current state, as it does live
+    /// (the camera and the vision encoder lag the robot state).
+    pub frame_age: usize,
     /// Scale of the head's starting noise.
     pub temperature: f32,
     /// Episode timeout, simulated seconds.
@@ -296,6 +300,9 @@ pub(crate) fn rollout(
         let mut commands: Vec<[f32; 2]> = Vec::new();
         let mut boundaries: Vec<usize> = Vec::new();
         let mut hold = sim.hold_action();
+        // With `frame_age`: the frames of the last `frame_age + 1` steps,
+        // oldest first.
+        let mut frames: VecDeque<edgeflow_sim::Image> = VecDeque::new();
         let mut writer = match &opts.record {
             Some(dir) => Some(
                 EpisodeWriter::create(dir.join(format!("episode_{seed:06}")), &info, &sim_cfg)?
@@ -307,7 +314,8 @@ pub(crate) fn rollout(
         // recorded with the expert's label when recording.
         let mut step = |sim: &mut PushSim,
                         queue: &mut VecDeque<[f32; 2]>,
-                        commands: &mut Vec<[f32; 2]>|
+                        commands: &mut Vec<[f32; 2]>,
+                        frames: &mut VecDeque<edgeflow_sim::Image>|
          -> anyhow::Result<()> {
             if let Some(a) = queue.pop_front() {
                 hold = a;
@@ -319,12 +327,21 @@ pub(crate) fn rollout(
             }
             commands.push(hold);
             sim.step(hold);
+            if opts.frame_age > 0 && vision.is_some() {
+                frames.push_back(sim.render());
+                while frames.len() > opts.frame_age + 1 {
+                    frames.pop_front();
+                }
+            }
             Ok(())
         };
         while !sim.done() {
             let obs = match &vision {
                 Some(vision) => {
-                    let img = sim.render();
+                    let img = match frames.front() {
+                        Some(old) => old.clone(),
+                        None => sim.render(),
+                    };
                     let rgb = edgeflow_vision::RgbImage::from_raw(img.width, img.height, img.rgb)
                         .context("frame size")?;
                     Observation {
@@ -353,7 +370,7 @@ pub(crate) fn rollout(
                         if sim.done() {
                             break;
                         }
-                        step(&mut sim, &mut queue, &mut commands)?;
+                        step(&mut sim, &mut queue, &mut commands, &mut frames)?;
                     }
                     (c, 0)
                 }
@@ -365,7 +382,7 @@ pub(crate) fn rollout(
                         if sim.done() {
                             break;
                         }
-                        step(&mut sim, &mut queue, &mut commands)?;
+                        step(&mut sim, &mut queue, &mut commands, &mut frames)?;
                     }
                     (c, opts.delay.min(cfg.horizon - 1))
                 }
@@ -396,7 +413,7 @@ pub(crate) fn rollout(
                 if sim.done() {
                     break;
                 }
-                step(&mut sim, &mut queue, &mut commands)?;
+                step(&mut sim, &mut queue, &mut commands, &mut frames)?;
             }
         }
         if let Some(w) = writer {

@@ -261,6 +261,7 @@ fn record_policy(a: &RecordArgs, policy: &std::path::Path) -> anyhow::Result<Exi
     std::fs::create_dir_all(&a.out)
         .map_err(|e| anyhow::anyhow!("creating {}: {e}", a.out.display()))?;
     let opts = super::rollout::RolloutOptions {
+        frame_age: 0,
         seed: a.seed,
         episodes: a.episodes,
         execute: a.execute,

@@ -133,6 +133,11 @@ pub(crate) struct PolicyArgs {
     /// delay than this (in control periods) freezes only this many.
     #[arg(long)]
     pub max_prefix: Option<usize>,
+    /// Train on camera frames up to this many control periods older than
+    /// the robot state (uniformly 0..=N), as they are live, where the
+    /// camera and the vision encoder lag the state.
+    #[arg(long, default_value_t = 0)]
+    pub frame_age: usize,
     /// Fraction of training samples with no frozen prefix (the rest train
     /// real-time chunking's inpainting of a frozen prefix).
     #[arg(long, default_value_t = 0.5)]
@@ -218,6 +223,7 @@ pub(super) fn run(c: TrainCommand) -> anyhow::Result<ExitCode> {
     );
     if a.eval_seeds > 0 {
         let opts = super::rollout::RolloutOptions {
+            frame_age: 0,
             seed: 100_000,
             episodes: a.eval_seeds,
             execute: (a.horizon / 2).max(1),
@@ -366,6 +372,7 @@ fn train_policy(
         lr: a.lr,
         seed: a.seed,
         unprefixed: a.unprefixed,
+        frame_age: a.frame_age,
         flow_times: a.flow_times,
         keypoint_weight: a.keypoint_weight,
         init: a.init.clone(),
@@ -686,6 +693,7 @@ mod tests {
             privileged: false,
             relative: false,
             max_prefix: None,
+            frame_age: 0,
             unprefixed: 0.5,
             flow_times: edgeflow_action::train::FlowTimes::Pi0,
             condition_actions: true,
@@ -724,6 +732,7 @@ mod tests {
             layers: Some(2),
             mlp_dim: Some(64),
             max_prefix: Some(12),
+            frame_age: 6,
             condition_actions: false,
             prediction: Prediction::Sample,
             ..b
@@ -755,6 +764,7 @@ mod tests {
         // --state-dim 2: the true state without the pusher's velocity.
         assert_eq!(pc.state_dim, edgeflow_sim::PRIVILEGED_DIM - 2);
         let opts = super::super::rollout::RolloutOptions {
+            frame_age: 0,
             seed: 100_000,
             episodes: 1,
             execute: 8,
@@ -768,6 +778,18 @@ mod tests {
             record: None,
         };
         let r = super::super::rollout::rollout(&c.out, &opts, |_| {}).expect("rollout");
+        assert_eq!(r.outcomes.len(), 1);
+        assert!((r.outcomes[0].seconds - 0.5).abs() < 0.03);
+        // The camera head in closed loop on frames 3 periods old, with
+        // real-time chunking at a delay of 2.
+        let aged = super::super::rollout::RolloutOptions {
+            frame_age: 3,
+            mode: super::super::rollout::Mode::Rtc,
+            delay: 2,
+            trace: false,
+            ..opts
+        };
+        let r = super::super::rollout::rollout(&m.out, &aged, |_| {}).expect("aged rollout");
         assert_eq!(r.outcomes.len(), 1);
         assert!((r.outcomes[0].seconds - 0.5).abs() < 0.03);
     }

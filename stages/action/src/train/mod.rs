@@ -41,6 +41,12 @@ pub struct TrainOptions {
     /// must come from the observation, and it is what synchronous execution
     /// and every first chunk ask for.
     pub unprefixed: f64,
+    /// Each sample sees the newest frame at or before `step - age`, with
+    /// `age ~ U{0..=frame_age}` control periods, beside the state at
+    /// `step`: live, the camera and the vision encoder lag the robot state
+    /// by several periods, and a head trained only on fresh frames reads
+    /// a stale frame as a different scene. 0: the newest frame.
+    pub frame_age: usize,
     /// How flow times are drawn for training.
     pub flow_times: FlowTimes,
     /// Weight of the auxiliary keypoint loss (mean squared error of the
@@ -68,6 +74,7 @@ impl Default for TrainOptions {
             weight_decay: 0.01,
             seed: 0,
             unprefixed: 0.5,
+            frame_age: 0,
             flow_times: FlowTimes::default(),
             keypoint_weight: 10.0,
             log_every: 50,
@@ -234,7 +241,11 @@ fn draw_batch(
         let ep = &data.episodes[e];
         let st = ep.state_at(cfg, i);
         let at = b.vision.len();
-        let f = ep.frame_index_at(i);
+        let age = match opts.frame_age {
+            0 => 0,
+            n => rng.below(n + 1),
+        };
+        let f = ep.frame_index_at(i.saturating_sub(age));
         b.vision.extend_from_slice(&ep.frames[f].1);
         if let Some(t) = ep.frame_targets.get(f) {
             b.keypoint_target.extend_from_slice(t);
@@ -397,7 +408,67 @@ pub fn train(
 
 #[cfg(test)]
 mod tests {
-    use super::{FlowTimes, Rng};
+    use super::*;
+    use crate::train::data::EpisodeFeatures;
+
+    /// The frame each sample of a batch saw, and the step of its state: one
+    /// episode whose frame at step k has keypoint target k and whose state
+    /// at step i is (i, 0), read back through the keypoint origin.
+    fn seen_and_now(frame_age: usize) -> Vec<(f32, f32)> {
+        let cfg = Config {
+            keypoint_relative_scale: 1.0,
+            ..Config::default()
+        };
+        let n = 40;
+        let frame = vec![0.0; cfg.vision_tokens() * cfg.vision_width()];
+        let ep = EpisodeFeatures {
+            instruction: vec![0.0; cfg.feature_dim],
+            frames: (0..n).map(|k| (k, frame.clone())).collect(),
+            frame_targets: (0..n).map(|k| vec![k as f32, 0.0]).collect(),
+            states: (0..n)
+                .flat_map(|i| {
+                    let mut row = vec![0.0; cfg.state_dim];
+                    row[0] = i as f32;
+                    row
+                })
+                .collect(),
+            actions: vec![0.0; n * cfg.action_dim],
+            labels: Vec::new(),
+        };
+        let data = Dataset { episodes: vec![ep] };
+        let opts = TrainOptions {
+            config: cfg.clone(),
+            batch: 400,
+            frame_age,
+            ..TrainOptions::default()
+        };
+        let index: Vec<(usize, usize)> = (0..n).map(|i| (0, i)).collect();
+        let b = draw_batch(
+            &data,
+            &opts,
+            &Normalizer::identity(&cfg),
+            &index,
+            &mut Rng::new(3),
+        );
+        b.keypoint_target
+            .chunks(2)
+            .zip(b.origin.chunks(2))
+            .map(|(t, o)| (t[0], o[0]))
+            .collect()
+    }
+
+    #[test]
+    fn aged_frames_lag_the_state_by_up_to_frame_age_periods() {
+        assert!(seen_and_now(0).iter().all(|(seen, now)| seen == now));
+        let ages: Vec<usize> = seen_and_now(5)
+            .iter()
+            .map(|(seen, now)| (now - seen) as usize)
+            .collect();
+        assert!(ages.iter().all(|&a| a <= 5), "{ages:?}");
+        for a in 0..=5 {
+            assert!(ages.contains(&a), "no sample {a} periods old");
+        }
+    }
 
     #[test]
     fn pi0_flow_times_lean_to_the_noise_and_stay_off_the_data() {
