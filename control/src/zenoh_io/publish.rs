@@ -352,7 +352,8 @@ impl Stage for ZenohPub {
                 done = false;
             }
         }
-        if !done {
+        // A run that is being stopped gives up on purpose: no warning.
+        if !done && !ctx.should_stop() {
             eprintln!(
                 "zenoh_pub `{id}`: {} of {} messages on `{}` unacknowledged at the end{}",
                 w.unacked(),
@@ -364,6 +365,8 @@ impl Stage for ZenohPub {
                     ""
                 }
             );
+        }
+        if !done {
             ctx.record("unacked_at_end", w.unacked() as f64);
         }
         if w.resent() > 0 {
