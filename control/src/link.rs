@@ -287,7 +287,8 @@ impl WinState {
 pub(crate) struct Window {
     size: u64,
     /// This sender's instance, attached to every message it publishes.
-    instance: u64,
+    /// (Built once: every put shares it.)
+    attachment: ZBytes,
     st: Arc<(Mutex<WinState>, Condvar)>,
     watched: bool,
     _acks: zenoh::pubsub::Subscriber<()>,
@@ -384,7 +385,7 @@ impl Window {
         };
         Ok(Window {
             size: size.max(1),
-            instance: new_instance(),
+            attachment: ZBytes::from(instance_attachment(new_instance())),
             st,
             watched: watch.is_some(),
             _acks: acks,
@@ -393,8 +394,8 @@ impl Window {
     }
 
     /// The attachment every message of this sender carries.
-    pub(crate) fn attachment(&self) -> Vec<u8> {
-        instance_attachment(self.instance)
+    pub(crate) fn attachment(&self) -> ZBytes {
+        self.attachment.clone()
     }
 
     /// Wait for room (and, when watched, for the receiver to be present),

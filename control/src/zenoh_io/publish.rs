@@ -10,6 +10,9 @@ use edgeflow_graph::{
     StageCtx, StageError, StageFactory, StageInfo, StageResult,
 };
 use std::time::Duration;
+use zenoh::bytes::ZBytes;
+use zenoh::qos::{CongestionControl, Priority, Reliability};
+use zenoh::Wait;
 
 /// How long the end of a windowed stream waits for a receiving part that
 /// is gone to come back and acknowledge what is left (while it is there,
@@ -19,9 +22,6 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// `latest` or drop edge): long enough for a link to come back after its
 /// lease expired, short for a part whose peer was killed.
 const EOS_GRACE: Duration = Duration::from_secs(3);
-use zenoh::bytes::ZBytes;
-use zenoh::qos::{CongestionControl, Priority, Reliability};
-use zenoh::Wait;
 
 /// The `zenoh_pub` kind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -288,26 +288,26 @@ impl ZenohPub {
 
 impl Stage for ZenohPub {
     fn process(&mut self, input: Input, ctx: &mut StageCtx) -> StageResult {
-        let id = ctx.id().to_string();
+        let ctx = &*ctx;
         let seq = match self.window.as_ref().filter(|_| self.data_window) {
-            Some(w) => match w.acquire(|| ctx.should_stop(), |r, b| self.resend(&id, r, b)) {
+            Some(w) => match w.acquire(|| ctx.should_stop(), |r, b| self.resend(ctx.id(), r, b)) {
                 Some(seq) => seq,
                 None => return Err(StageError::Cancelled),
             },
             None => input.msg.seq,
         };
         // Shared, not copied, with what the window keeps.
-        let bytes =
-            ZBytes::from(encode_with_seq(&input.msg, self.kind, seq).map_err(|e| {
-                StageError::msg(format!("zenoh_pub `{id}` on `{}`: {e}", self.key))
-            })?);
+        let bytes = ZBytes::from(encode_with_seq(&input.msg, self.kind, seq).map_err(|e| {
+            StageError::msg(format!("zenoh_pub `{}` on `{}`: {e}", ctx.id(), self.key))
+        })?);
         self.sent += 1;
         if let Some(w) = self.window.as_ref().filter(|_| self.data_window) {
             w.keep(seq, Route::Data, bytes.clone());
         }
         self.put(bytes).map_err(|e| {
             StageError::msg(format!(
-                "zenoh_pub `{id}`: put on `{}` failed: {e}",
+                "zenoh_pub `{}`: put on `{}` failed: {e}",
+                ctx.id(),
                 self.key
             ))
         })?;
