@@ -99,6 +99,7 @@ impl Rows16 {
 /// being signed), split into two unsigned bytes `p = 256 · hi + lo`, each
 /// laid out as A tiles of 16 rows x 64 codes (1,024 contiguous bytes per
 /// tile).
+#[derive(Default)]
 pub(super) struct Weights16 {
     lo: Vec<u8>,
     hi: Vec<u8>,
@@ -108,14 +109,21 @@ pub(super) struct Weights16 {
 const Q6K_OFFSET: i16 = 8192;
 
 impl Weights16 {
-    pub(super) fn new(fmt: KFormat, u: &[Unpacked], k: usize) -> Self {
+    /// Lays out the sixteen rows `u` (of `k` codes) in the buffers already
+    /// here: no allocation once they have grown to `16 k` bytes.
+    pub(super) fn fill(&mut self, fmt: KFormat, u: &[Unpacked], k: usize) {
         debug_assert!(u.len() == 16);
         let offset = match fmt {
             KFormat::Q4K | KFormat::Q5K => 0,
             KFormat::Q6K => Q6K_OFFSET,
         };
-        let (mut lo, mut hi) = (vec![0u8; 16 * k], vec![0u8; 16 * k]);
-        let tiles = lo.chunks_exact_mut(1024).zip(hi.chunks_exact_mut(1024));
+        // Every byte is written below; `resize` only zeroes on growth.
+        self.lo.resize(16 * k, 0);
+        self.hi.resize(16 * k, 0);
+        let tiles = self
+            .lo
+            .chunks_exact_mut(1024)
+            .zip(self.hi.chunks_exact_mut(1024));
         for (c, (lo, hi)) in tiles.enumerate() {
             let rows = lo.chunks_exact_mut(64).zip(hi.chunks_exact_mut(64));
             for ((lo, hi), u) in rows.zip(u) {
@@ -127,7 +135,6 @@ impl Weights16 {
                 unsafe { scale_split(codes, scales, offset, lo, hi) };
             }
         }
-        Weights16 { lo, hi }
     }
 }
 
@@ -224,6 +231,45 @@ unsafe fn leave(saved: &TileConfig) {
         } else {
             asm!("ldtilecfg [{0}]", in(reg) saved, options(nostack, readonly));
         }
+    }
+}
+
+/// The kernels' tile configuration loaded on this thread, from
+/// [`Tiles::load`] until dropped (then the thread's previous configuration
+/// is back): eight tiles of 16 rows x 64 bytes. Loaded once per run of
+/// weight-row groups, not per kernel call (`ldtilecfg` is not cheap). It
+/// must be dropped on the thread that loaded it, with no other AMX user
+/// running on that thread meanwhile.
+pub(super) struct Tiles {
+    saved: TileConfig,
+    /// Bound to this thread: the configuration is the thread's.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Tiles {
+    /// Loads the configuration.
+    ///
+    /// # Safety
+    /// [`available`] must be true.
+    pub(super) unsafe fn load() -> Tiles {
+        let mut cfg = TileConfig::empty(1);
+        for t in 0..8 {
+            (cfg.colsb[t], cfg.rows[t]) = (64, 16);
+        }
+        Tiles {
+            // SAFETY: AMX is available and granted (the caller's promise);
+            // a palette-1 configuration of valid tile shapes.
+            saved: unsafe { enter(&cfg) },
+            _thread: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        // SAFETY: `saved` is what `enter` stored on this thread (`Tiles`
+        // is not Send).
+        unsafe { leave(&self.saved) };
     }
 }
 
@@ -328,12 +374,14 @@ unsafe fn block_sums<const NG: usize, const MINMAX: bool>(
 /// stored once.
 ///
 /// # Safety
-/// [`available`] must be true; `w`, `u` and `x` made for the same format
-/// and row length `k`, `u` the same sixteen rows as `w`; `NG` is the
+/// `_tiles` (the configuration, which proves [`available`]) is loaded on
+/// this thread; `w`, `u` and `x` made for the same format and row length
+/// `k`, `u` the same sixteen rows as `w`; `NG` is the
 /// format's `groups()` and `MINMAX` whether it has minima (Q4_K, Q5_K;
 /// otherwise Q6_K).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
+    _tiles: &Tiles,
     k: usize,
     w: &Weights16,
     u: &[Unpacked],
@@ -345,12 +393,6 @@ pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
     debug_assert!(x.tiles.len() == 16 * k && x.dx.len() == nb * 16);
     // tmm0 / tmm1 the lo / hi sums, tmm2 / tmm3 lo / hi codes (16 x 64),
     // tmm4 the activations (16 rows of 16 lanes x 4 codes).
-    let mut cfg = TileConfig::empty(1);
-    for t in 0..5 {
-        (cfg.colsb[t], cfg.rows[t]) = (64, 16);
-    }
-    // SAFETY: AMX is available and granted (the caller's promise).
-    let saved = unsafe { enter(&cfg) };
     let mut sums = Pair([[[0; 16]; 16]; 2]);
     let mut acc = [_mm512_setzero_ps(); 16];
     for b in 0..nb {
@@ -398,8 +440,6 @@ pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
             finish_block::<NG, MINMAX>(u, x, b, &isum, &mut acc);
         }
     }
-    // SAFETY: `saved` is what `enter` stored.
-    unsafe { leave(&saved) };
     for (o, a) in out.iter_mut().zip(&acc) {
         // SAFETY: `o` has 16 floats.
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
@@ -418,6 +458,7 @@ struct Quad([[[i32; 16]; 16]; 4]);
 /// As [`rows16`], for `x[0]` and `x[1]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
+    _tiles: &Tiles,
     k: usize,
     w: &Weights16,
     u: &[Unpacked],
@@ -431,12 +472,6 @@ pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
         .all(|x| x.tiles.len() == 16 * k && x.dx.len() == nb * 16));
     // tmm0 / tmm1 the lo / hi sums against x[0], tmm5 / tmm6 against
     // x[1]; tmm2 / tmm3 lo / hi codes; tmm4 / tmm7 the activations.
-    let mut cfg = TileConfig::empty(1);
-    for t in 0..8 {
-        (cfg.colsb[t], cfg.rows[t]) = (64, 16);
-    }
-    // SAFETY: AMX is available and granted (the caller's promise).
-    let saved = unsafe { enter(&cfg) };
     let mut sums = Quad([[[0; 16]; 16]; 4]);
     let mut acc = [[_mm512_setzero_ps(); 16]; 2];
     for b in 0..nb {
@@ -501,8 +536,6 @@ pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
             }
         }
     }
-    // SAFETY: `saved` is what `enter` stored.
-    unsafe { leave(&saved) };
     for (o, a) in out.into_iter().zip(&acc) {
         for (o, a) in o.iter_mut().zip(a) {
             // SAFETY: `o` has 16 floats.
@@ -517,6 +550,7 @@ pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
 /// # Safety
 /// As [`rows16`], for each of `x`.
 pub(super) unsafe fn rows16_for(
+    tiles: &Tiles,
     fmt: KFormat,
     k: usize,
     w: &Weights16,
@@ -529,19 +563,19 @@ pub(super) unsafe fn rows16_for(
     unsafe {
         match (fmt, x, out) {
             (KFormat::Q4K | KFormat::Q5K, [x0, x1], [o0, o1]) => {
-                rows16x2::<8, true>(k, w, u, [x0, x1], [o0, o1])
+                rows16x2::<8, true>(tiles, k, w, u, [x0, x1], [o0, o1])
             }
             (KFormat::Q6K, [x0, x1], [o0, o1]) => {
-                rows16x2::<16, false>(k, w, u, [x0, x1], [o0, o1])
+                rows16x2::<16, false>(tiles, k, w, u, [x0, x1], [o0, o1])
             }
             (KFormat::Q4K | KFormat::Q5K, x, out) => {
                 for (x, o) in x.iter().zip(out) {
-                    rows16::<8, true>(k, w, u, x, o);
+                    rows16::<8, true>(tiles, k, w, u, x, o);
                 }
             }
             (KFormat::Q6K, x, out) => {
                 for (x, o) in x.iter().zip(out) {
-                    rows16::<16, false>(k, w, u, x, o);
+                    rows16::<16, false>(tiles, k, w, u, x, o);
                 }
             }
         }

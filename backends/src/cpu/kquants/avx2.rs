@@ -540,3 +540,79 @@ pub(super) unsafe fn unpack_codes(fmt: super::KFormat, blk: &[u8], c: &mut [u8])
         }
     }
 }
+
+/// One block of activations quantized as [`super::Acts::new`] does it with
+/// scalar code, the same bits: the largest `|v|` (NaN ignored, as
+/// `f32::max` does: `max_ps` returns its second operand, the running
+/// maximum, on a NaN), then each `v · (127 / amax)` rounded half away from
+/// zero into -127..=127 by [`super::round_code`]'s steps (NaN gives 0), and
+/// each 16 codes' sum. Returns the block's scale `amax / 127`.
+///
+/// # Safety
+/// AVX2; `x.len()` and `codes.len()` equal, a multiple of 32; `sums` holds
+/// `x.len() / 16` values.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn quantize_block(x: &[f32], codes: &mut [i8], sums: &mut [i32]) -> f32 {
+    debug_assert!(
+        x.len() == codes.len() && x.len().is_multiple_of(32) && sums.len() == x.len() / 16
+    );
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+    let mut m = _mm256_setzero_ps();
+    for c in x.chunks_exact(8) {
+        // SAFETY: eight readable floats.
+        let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
+        m = _mm256_max_ps(_mm256_and_ps(v, abs), m);
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: eight writable floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
+    let amax = lanes.iter().fold(0f32, |a, &l| a.max(l));
+    let (d, id) = if amax > 0.0 {
+        (amax / 127.0, 127.0 / amax)
+    } else {
+        (0.0, 0.0)
+    };
+    let (idv, hi, lo) = (
+        _mm256_set1_ps(id),
+        _mm256_set1_ps(127.0),
+        _mm256_set1_ps(-127.0),
+    );
+    let (half, mhalf) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
+    let round = |v: __m256| {
+        let t = _mm256_mul_ps(v, idv);
+        // NaN to 0 (the cast's result), then clamp: `min_ps(hi, t)`
+        // would pass a NaN on, so it is gone first.
+        let t = _mm256_and_ps(t, _mm256_cmp_ps::<_CMP_ORD_Q>(t, t));
+        let t = _mm256_max_ps(_mm256_min_ps(t, hi), lo);
+        let i = _mm256_cvttps_epi32(t);
+        let f = _mm256_sub_ps(t, _mm256_cvtepi32_ps(i));
+        // Compare masks are -1 where true: i + (f >= .5) - (f <= -.5).
+        let up = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(f, half));
+        let down = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(f, mhalf));
+        _mm256_add_epi32(_mm256_sub_epi32(i, up), down)
+    };
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for ((c, o), s) in x
+        .chunks_exact(32)
+        .zip(codes.chunks_exact_mut(32))
+        .zip(sums.chunks_exact_mut(2))
+    {
+        // SAFETY: 32 readable floats.
+        let v = unsafe { [0, 8, 16, 24].map(|j| round(_mm256_loadu_ps(c.as_ptr().add(j)))) };
+        s[0] = hsum_i32(_mm256_add_epi32(v[0], v[1]));
+        s[1] = hsum_i32(_mm256_add_epi32(v[2], v[3]));
+        // Within -127..=127: the packs do not saturate.
+        let w = _mm256_packs_epi16(
+            _mm256_packs_epi32(v[0], v[1]),
+            _mm256_packs_epi32(v[2], v[3]),
+        );
+        // SAFETY: 32 writable bytes.
+        unsafe {
+            store(
+                o.as_mut_ptr() as *mut u8,
+                _mm256_permutevar8x32_epi32(w, order),
+            )
+        };
+    }
+    d
+}

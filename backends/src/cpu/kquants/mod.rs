@@ -7,7 +7,9 @@
 //! Each activation row is quantized once per call to int8 ([`Acts`]) per
 //! super-block of 256 (one scale `max|x| / 127`, and the code sums of each
 //! group of 16: Q8_K's `bsums`, for the K-quants' minima and Q6_K's offset
-//! of 32).
+//! of 32); on AVX2 by a vector quantizer with the scalar code's bits, and
+//! for prefill spread over the worker pool (one block at a time: serial,
+//! it was a third of a 128-row Q6_K matmul).
 //!
 //! Per weight super-block the integer part is exact: the codes' products with the int8 activations,
 //! weighted by the integer sub-block scales, summed in i32 (no overflow is
@@ -119,15 +121,32 @@ pub(crate) struct Acts {
     sums: Vec<i32>,
 }
 
+/// Activation values from which [`Acts::new`] quantizes on the pool.
+const PAR_ACTS: usize = 1 << 15;
+
 impl Acts {
     /// Quantize `m` rows of `k` values (`x` row-major).
     pub(crate) fn new(fmt: KFormat, x: &[f32], k: usize) -> Self {
+        Self::new_with(fmt, x, k, has_avx2())
+    }
+
+    /// [`Self::new`], on the AVX2 quantizer where `avx2` (only true where
+    /// [`has_avx2`]): the same bits either way.
+    fn new_with(fmt: KFormat, x: &[f32], k: usize, avx2: bool) -> Self {
         let block = fmt.block();
         let group = fmt.sum_group();
         let mut codes = vec![0i8; x.len()];
-        let mut scales = Vec::with_capacity(x.len() / block);
-        for (xb, cb) in x.chunks_exact(block).zip(codes.chunks_exact_mut(block)) {
-            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let mut sums = vec![0i32; x.len() / group];
+        // One block: its codes and code sums written, its scale returned.
+        let quantize = |((xb, cb), sb): ((&[f32], &mut [i8]), &mut [i32])| {
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: AVX2 was detected; a block (a multiple of 32
+                // values) of each, and its sums of 16 codes.
+                return unsafe { avx2::quantize_block(xb, cb, sb) };
+            }
+            let _ = avx2;
+            let amax = abs_max(xb);
             let (d, id) = if amax > 0.0 {
                 (amax / 127.0, 127.0 / amax)
             } else {
@@ -136,12 +155,28 @@ impl Acts {
             for (c, v) in cb.iter_mut().zip(xb) {
                 *c = round_code(v * id);
             }
-            scales.push(d);
-        }
-        let sums = codes
-            .chunks_exact(group)
-            .map(|g| g.iter().map(|&c| i32::from(c)).sum())
-            .collect();
+            for (s, g) in sb.iter_mut().zip(cb.chunks_exact(group)) {
+                *s = g.iter().map(|&c| i32::from(c)).sum();
+            }
+            d
+        };
+        // Prefill's activations are spread over the pool (each block is
+        // quantized alone: the same bits in any order); decode's one row
+        // is too small to share.
+        let scales = if x.len() >= PAR_ACTS {
+            x.par_chunks_exact(block)
+                .zip(codes.par_chunks_exact_mut(block))
+                .zip(sums.par_chunks_exact_mut(block / group))
+                .with_min_len(16)
+                .map(quantize)
+                .collect()
+        } else {
+            x.chunks_exact(block)
+                .zip(codes.chunks_exact_mut(block))
+                .zip(sums.chunks_exact_mut(block / group))
+                .map(quantize)
+                .collect()
+        };
         Acts {
             k,
             block,
@@ -168,6 +203,21 @@ impl Acts {
         let ng = self.k / self.group;
         &self.sums[r * ng..(r + 1) * ng]
     }
+}
+
+/// The largest `|v|` of `x` (0 for none; NaN ignored, as `f32::max` does),
+/// over sixteen lanes so the compiler vectorizes it: the same value as
+/// one running maximum, since the maximum does not depend on the order.
+fn abs_max(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v.abs());
+        }
+    }
+    let tail = chunks.remainder().iter().fold(0f32, |a, v| a.max(v.abs()));
+    lanes.iter().fold(tail, |a, &l| a.max(l))
 }
 
 /// `t.round().clamp(-127.0, 127.0) as i8` (half away from zero), without
@@ -435,6 +485,7 @@ fn finish(fmt: KFormat, blk: &[u8], d: f32, isum: i32, xq: &Acts, r: usize, b: u
 /// 32 codes, and the minima in pairs).
 /// `Σ_groups scale · Σ code·x` over a block is the integer part of
 /// [`scalar`], so the results are [`dot`]'s bit for bit.
+#[derive(Default)]
 struct Unpacked {
     codes: Vec<u8>,
     scales: Vec<i16>,
@@ -459,12 +510,21 @@ struct Unpacked {
 impl Unpacked {
     /// `avx2`: the codes come from the AVX2 unpacker (the same bytes).
     fn new(fmt: KFormat, row: &[u8], k: usize, avx2: bool) -> Self {
-        let mut codes = vec![0u8; k];
-        let mut scales = vec![1i16; k / 16];
+        let mut u = Unpacked::default();
+        u.refill(fmt, row, k, avx2);
+        u
+    }
+
+    /// [`Self::new`] in the buffers already here (no allocation once they
+    /// have grown to `k`); `sv` is emptied.
+    fn refill(&mut self, fmt: KFormat, row: &[u8], k: usize, avx2: bool) {
+        let nb = k / fmt.block();
+        self.codes.resize(k, 0);
+        self.scales.resize(k / 16, 1);
         let block = fmt.block();
         for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
-            let c = &mut codes[b * block..(b + 1) * block];
-            let sc = &mut scales[b * block / 16..(b + 1) * block / 16];
+            let c = &mut self.codes[b * block..(b + 1) * block];
+            let sc = &mut self.scales[b * block / 16..(b + 1) * block / 16];
             // Codes still to write (not by the AVX2 unpacker).
             let scalar = !avx2;
             #[cfg(target_arch = "x86_64")]
@@ -515,32 +575,32 @@ impl Unpacked {
                 }
             }
         }
-        let d = row
-            .chunks_exact(fmt.block_bytes())
-            .map(|blk| block_d(fmt, blk))
-            .collect::<Vec<_>>();
-        let isums = vec![0; d.len()];
-        let mut dmin = vec![0f32; d.len()];
-        let mut mins = Vec::with_capacity(d.len() * fmt.groups());
-        let pair = |m: &[i32]| i32::from(m[0] as i16 as u16) | (i32::from(m[1] as i16) << 16);
+        self.d.clear();
+        self.d.extend(
+            row.chunks_exact(fmt.block_bytes())
+                .map(|blk| block_d(fmt, blk)),
+        );
+        self.isums.clear();
+        self.isums.resize(nb, 0);
+        self.dmin.clear();
+        self.dmin.resize(nb, 0.0);
+        self.min_pairs.clear();
+        self.sv.clear();
+        let pair = |a: i32, b: i32| i32::from(a as i16 as u16) | (i32::from(b as i16) << 16);
         for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
             match fmt {
                 KFormat::Q4K | KFormat::Q5K => {
-                    dmin[b] = f16_at(&blk[2..]);
-                    mins.extend((0..8).map(|j| scale_min_k4(j, &blk[4..16]).1));
+                    self.dmin[b] = f16_at(&blk[2..]);
+                    let min = |j| scale_min_k4(j, &blk[4..16]).1;
+                    self.min_pairs
+                        .extend((0..4).map(|p| pair(min(2 * p), min(2 * p + 1))));
                 }
-                KFormat::Q6K => mins.extend(blk[192..208].iter().map(|&v| 32 * i32::from(v as i8))),
+                KFormat::Q6K => {
+                    let min = |g: usize| 32 * i32::from(blk[192 + g] as i8);
+                    self.min_pairs
+                        .extend((0..8).map(|p| pair(min(2 * p), min(2 * p + 1))));
+                }
             }
-        }
-        let min_pairs = mins.chunks_exact(2).map(pair).collect();
-        Unpacked {
-            codes,
-            scales,
-            d,
-            dmin,
-            sv: Vec::new(),
-            min_pairs,
-            isums,
         }
     }
 
@@ -715,46 +775,57 @@ pub(crate) fn matmul_isa(
     #[cfg(target_arch = "x86_64")]
     let groups16: Vec<amx::Rows16> = if m > 1 && amx {
         (0..m)
+            .into_par_iter()
             .step_by(16)
             .map(|r0| amx::Rows16::new(fmt, &xq, m, r0))
             .collect()
     } else {
         Vec::new()
     };
-    // Outputs transposed (weight row major): each weight row is read once
-    // and dotted with every activation row.
-    let run = |j0: usize, out: &mut [f32]| {
-        #[cfg(target_arch = "x86_64")]
-        let (j0, out) = if groups16.is_empty() {
-            (j0, out)
-        } else {
-            // Whole groups of sixteen weight rows on AMX tiles; the rest
-            // (fewer than sixteen) below.
-            let whole = out.len() / (16 * m) * 16 * m;
-            let (tiled, rest) = out.split_at_mut(whole);
-            for (t, yo) in tiled.chunks_mut(16 * m).enumerate() {
-                let j = j0 + 16 * t;
-                let us: Vec<Unpacked> = (j..j + 16)
-                    .map(|j| Unpacked::new(fmt, &w[j * rb..(j + 1) * rb], k, true))
-                    .collect();
-                let w16 = amx::Weights16::new(fmt, &us, k);
-                let mut lanes = [[[0f32; 16]; 16]; 2];
-                // Two groups of activation rows at a time.
-                for gs in groups16.chunks(2) {
-                    let lanes = &mut lanes[..gs.len()];
-                    // SAFETY: AMX is granted (`amx` is only true then);
-                    // `w16` and `us` are these sixteen rows of k values,
-                    // each of `gs` sixteen rows of `xq`, all for `fmt`.
-                    unsafe { amx::rows16_for(fmt, k, &w16, &us, gs, lanes) };
-                    for (g, lanes) in gs.iter().zip(lanes.iter()) {
-                        for (r, l) in lanes.iter().enumerate() {
-                            yo[r * m + g.r0..r * m + g.r0 + g.rows].copy_from_slice(&l[..g.rows]);
+    // Whole groups of sixteen weight rows on AMX tiles, from `j0` on while
+    // `rows` allow, written straight into their columns of `y` (row-major
+    // `[m, n]`); the number of rows done (a multiple of sixteen). The
+    // unpacked rows and tile layouts are buffers reused from group to
+    // group.
+    #[cfg(target_arch = "x86_64")]
+    let tiles = |j0: usize, rows: usize, y: SharedOut| -> usize {
+        if groups16.is_empty() {
+            return 0;
+        }
+        let whole = rows / 16 * 16;
+        let mut us: Vec<Unpacked> = (0..16).map(|_| Unpacked::default()).collect();
+        let mut w16 = amx::Weights16::default();
+        let mut lanes = [[[0f32; 16]; 16]; 2];
+        // SAFETY: AMX is granted (`groups16` is only filled then).
+        let cfg = unsafe { amx::Tiles::load() };
+        for j in (j0..j0 + whole).step_by(16) {
+            for (i, u) in us.iter_mut().enumerate() {
+                u.refill(fmt, &w[(j + i) * rb..(j + i + 1) * rb], k, true);
+            }
+            w16.fill(fmt, &us, k);
+            // Two groups of activation rows at a time.
+            for gs in groups16.chunks(2) {
+                let lanes = &mut lanes[..gs.len()];
+                // SAFETY: AMX is granted (`groups16` is only filled then);
+                // `w16` and `us` are these sixteen rows of k values, each
+                // of `gs` sixteen rows of `xq`, all for `fmt`.
+                unsafe { amx::rows16_for(&cfg, fmt, k, &w16, &us, gs, lanes) };
+                for (g, lanes) in gs.iter().zip(lanes.iter()) {
+                    for r in 0..g.rows {
+                        for (i, l) in lanes.iter().enumerate() {
+                            // SAFETY: g.r0 + r < m and j + i < n; this
+                            // task alone writes columns j..j + 16.
+                            unsafe { *y.get().add((g.r0 + r) * n + j + i) = l[r] };
                         }
                     }
                 }
             }
-            (j0 + whole / m, rest)
-        };
+        }
+        whole
+    };
+    // Outputs transposed (weight row major): each weight row is read once
+    // and dotted with every activation row.
+    let run = |j0: usize, out: &mut [f32]| {
         #[cfg(target_arch = "x86_64")]
         if !groups.is_empty() {
             // Weight rows one or two at a time (`rows8_width`), each
@@ -813,18 +884,28 @@ pub(crate) fn matmul_isa(
         // Tasks of whole tile groups of weight rows.
         per = per.next_multiple_of(16);
     }
-    // Per task: its weight rows' outputs for every activation row, then
-    // moved into their columns of `y` while still in cache.
+    // Per task: its weight rows' outputs for every activation row (the
+    // tile groups straight into `y`; the rest then moved into their
+    // columns of `y` while still in cache).
     let mut y = vec![0f32; n * m];
     let yp = SharedOut(y.as_mut_ptr());
     (0..n.div_ceil(per)).into_par_iter().for_each(|t| {
         let j0 = t * per;
         let rows = per.min(n - j0);
-        let mut out = vec![0f32; rows * m];
-        run(j0, &mut out);
+        #[cfg(target_arch = "x86_64")]
+        let done = tiles(j0, rows, yp);
+        #[cfg(not(target_arch = "x86_64"))]
+        let done = 0;
+        if done == rows {
+            return;
+        }
+        let mut out = vec![0f32; (rows - done) * m];
+        run(j0 + done, &mut out);
         // SAFETY: tasks own disjoint column ranges j0..j0 + rows of `y`
         // (alive until the loop returns); every index is < m * n.
-        unsafe { crate::cpu::gemv::scatter_columns(&out, rows, m, yp.get().add(j0), n) };
+        unsafe {
+            crate::cpu::gemv::scatter_columns(&out, rows - done, m, yp.get().add(j0 + done), n)
+        };
     });
     Some(y)
 }

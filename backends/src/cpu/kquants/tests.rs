@@ -78,15 +78,17 @@ fn every_path_and_row_count_gives_the_same_bits() {
     let (n, k) = (37, 768);
     let dev = candle_core::Device::Cpu;
     let wc = candle_core::Tensor::from_vec(values(n * k, 3), (n, k), &dev).expect("w");
-    let x = values(33 * k, 5);
+    // 48 rows: 36,864 values, enough for `Acts::new` to quantize on the pool.
+    let x = values(48 * k, 5);
+    assert!(48 * k >= PAR_ACTS);
     let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     for (fmt, g) in FORMATS {
         let q = QTensor::quantize(&wc, g).expect("quantize");
         let data = q.data().expect("data");
-        let ones: Vec<Vec<f32>> = (0..33)
+        let ones: Vec<Vec<f32>> = (0..48)
             .map(|r| matmul(fmt, &data, n, &x[r * k..(r + 1) * k], 1).expect("fits"))
             .collect();
-        for m in [2usize, 4, 8, 9, 16, 17, 33] {
+        for m in [2usize, 4, 8, 9, 16, 17, 33, 48] {
             let x = &x[..m * k];
             let portable = matmul_with(fmt, &data, n, x, m, false).expect("fits");
             if has_avx2() {
@@ -213,5 +215,49 @@ fn activation_codes_round_as_round_does() {
     for v in vs {
         let want = v.round().clamp(-127.0, 127.0) as i8;
         assert_eq!(round_code(v), want, "{v}");
+    }
+}
+
+/// The AVX2 activation quantizer gives the scalar one's codes, scales and
+/// sums, on the pool and off it, with zeros, NaN, infinities and ties.
+#[test]
+fn avx2_activation_quantizer_gives_the_scalar_bits() {
+    if !has_avx2() {
+        return;
+    }
+    let k = 512;
+    let mut x: Vec<f32> = values(80 * k, 21).iter().map(|v| v * 3.0).collect();
+    x[..256].fill(0.0);
+    x[300] = f32::NAN;
+    x[700] = f32::INFINITY;
+    x[1000] = -1e30;
+    // Ties: amax 127 makes the scale 1, so x.5 values round as written.
+    for (i, v) in x[1024..1280].iter_mut().enumerate() {
+        *v = ((i % 200) as f32 - 100.0) + 0.5;
+    }
+    x[1279] = -127.0;
+    for len in [k, 80 * k] {
+        let x = &x[..len];
+        assert_eq!(len >= PAR_ACTS, len == 80 * k);
+        let (a, b) = (
+            Acts::new_with(KFormat::Q4K, x, k, false),
+            Acts::new_with(KFormat::Q4K, x, k, true),
+        );
+        assert_eq!(a.codes, b.codes, "{len} values: codes");
+        assert_eq!(a.sums, b.sums, "{len} values: sums");
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a.scales), bits(&b.scales), "{len} values: scales");
+    }
+}
+
+/// The sixteen-lane maximum equals one running maximum, NaN and all.
+#[test]
+fn abs_max_is_the_running_maximum() {
+    let mut x = values(1000, 4);
+    x[17] = f32::NAN;
+    x[400] = -3.5;
+    for len in [0, 1, 15, 16, 17, 256, 1000] {
+        let want = x[..len].iter().fold(0f32, |a, v| a.max(v.abs()));
+        assert_eq!(abs_max(&x[..len]).to_bits(), want.to_bits(), "len {len}");
     }
 }
