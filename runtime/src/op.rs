@@ -185,6 +185,13 @@ pub enum Op {
     /// + 1e-9)`); backends without the three-input form get it composed
     /// ([`crate::Device::snake_beta`]).
     Snake,
+    /// `silu(gate) * up`, the gated activation of Llama / Qwen2 MLPs, in
+    /// one pass. Inputs: `gu[..., 2f]` (gate then up stacked on the last
+    /// dim, as a fused gate / up projection gives them) -> `[..., f]`; or
+    /// `gate` and `up` of one shape. Backends without it get it composed
+    /// (narrow, [`UnaryOp::Silu`], [`BinaryOp::Mul`]: the same values) by
+    /// [`crate::Device::swiglu`].
+    SwiGlu,
     /// Element-wise binary with broadcasting. Inputs: a, b.
     Binary(BinaryOp),
     /// `x * mul + add`.
@@ -306,6 +313,7 @@ impl Op {
             },
             Op::LeakyRelu { .. } => "leaky_relu",
             Op::Snake => "snake",
+            Op::SwiGlu => "swiglu",
             Op::Binary(b) => match b {
                 BinaryOp::Add => "add",
                 BinaryOp::Sub => "sub",

@@ -453,6 +453,38 @@ impl Device {
         self.add(x, &self.mul(&s, &g)?)
     }
 
+    /// `silu(gate) * up` ([`Op::SwiGlu`]): `up` None takes both from `x`,
+    /// gate then up stacked on its last dim (`[..., 2f]` -> `[..., f]`);
+    /// else `x` is the gate, of `up`'s shape. One op where the placed
+    /// backend has it, else composed (narrow, silu, multiply).
+    pub fn swiglu(&self, x: &Tensor, up: Option<&Tensor>) -> Result<Tensor> {
+        let inputs = with_opt(&[x], up);
+        if self.runs_natively(&Op::SwiGlu, &inputs) {
+            return self.run(Op::SwiGlu, &inputs);
+        }
+        let (g, u) = match up {
+            Some(u) => (x.clone(), u.clone()),
+            None => {
+                let last = x
+                    .rank()
+                    .checked_sub(1)
+                    .filter(|&l| x.dims()[l].is_multiple_of(2));
+                let Some(last) = last else {
+                    return Err(crate::Error::bad_input(
+                        "swiglu",
+                        format!(
+                            "gate and up stacked on the last dim need an even last dim, got {:?}",
+                            x.dims()
+                        ),
+                    ));
+                };
+                let f = x.dims()[last] / 2;
+                (self.narrow(x, last, 0, f)?, self.narrow(x, last, f, f)?)
+            }
+        };
+        self.mul(&self.silu(&g)?, &u)
+    }
+
     /// Element-wise binary function with broadcasting.
     pub fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         self.run(Op::Binary(op), &[a, b])

@@ -162,6 +162,46 @@ pub(crate) fn silu(x: &[f32]) -> Option<Vec<f32>> {
     None
 }
 
+/// `silu(gate) * up` over `rows` rows of `f` values in one pass, or None
+/// without AVX2 + FMA: `up` None reads both from `x` (each row gate then
+/// up, `2 f` values), else `x` holds the gates and `up` the ups (`f`
+/// values a row each). Each row's silu is [`silu`]'s kernel on that row
+/// (whose results do not depend on a value's place), then one multiply:
+/// the bits of `silu` and a multiply, and a prefill row's bits are its
+/// decode's. Rows are split over rayon's pool in tasks of at least
+/// [`CHUNK`] values.
+pub(crate) fn swiglu(x: &[f32], up: Option<&[f32]>, rows: usize, f: usize) -> Option<Vec<f32>> {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        let width = if up.is_some() { f } else { 2 * f };
+        if f == 0 || x.len() != rows * width || up.is_some_and(|u| u.len() != rows * f) {
+            return None;
+        }
+        let row = |r: usize, yo: &mut [f32]| {
+            let (g, u) = match up {
+                Some(u) => (&x[r * f..(r + 1) * f], &u[r * f..(r + 1) * f]),
+                None => x[r * width..(r + 1) * width].split_at(f),
+            };
+            // SAFETY: AVX2 and FMA were detected at run time; `g` and `yo`
+            // hold f values each.
+            unsafe { x86::sigmoid_avx2::<true>(g, yo) };
+            for (y, u) in yo.iter_mut().zip(u) {
+                *y *= u;
+            }
+        };
+        let mut y = vec![0f32; rows * f];
+        let per = CHUNK.div_ceil(f).max(1);
+        y.par_chunks_mut(per * f).enumerate().for_each(|(t, ys)| {
+            for (i, yo) in ys.chunks_exact_mut(f).enumerate() {
+                row(t * per + i, yo);
+            }
+        });
+        return Some(y);
+    }
+    let _ = (x, up, rows, f);
+    None
+}
+
 /// `sigmoid` of every value of `x`, or None without AVX2 + FMA.
 pub(crate) fn sigmoid(x: &[f32]) -> Option<Vec<f32>> {
     #[cfg(target_arch = "x86_64")]

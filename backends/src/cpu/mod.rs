@@ -303,6 +303,14 @@ impl CpuBackend {
                 }
                 wrap(x.maximum(&(&x * *slope)?)?)
             }
+            Op::SwiGlu => {
+                arity(op, inputs, 1, 2)?;
+                let up = match inputs.get(1) {
+                    Some(_) => Some(p(1)?),
+                    None => None,
+                };
+                wrap(ops::swiglu(&p(0)?, up.as_ref())?)
+            }
             Op::Snake => {
                 arity(op, inputs, 2, 3)?;
                 let x = p(0)?;

@@ -142,3 +142,38 @@ fn transposed_convolution_in_polyphase_form_matches_candle() {
         );
     }
 }
+
+/// The fused SwiGLU gives what narrow, silu and a multiply give, bit for
+/// bit: gate and up stacked (one row as decode, many rows over the pool,
+/// an odd width for the vector tail) and as two tensors; a prefill row
+/// equals its decode; bad shapes are refused with what to fix.
+#[test]
+fn swiglu_gives_the_bits_of_silu_and_a_multiply() {
+    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+    let dev = Device::new(cpu.clone(), cpu);
+    for (rows, f) in [(1, 8960), (1, 13), (9, 13), (40, 1000)] {
+        let gu = rng::rand_normal_host(&[1, rows, 2 * f], 0.0, 3.0, 5).expect("gu");
+        let fused = dev.swiglu(&gu, None).expect("fused");
+        assert_eq!(fused.dims(), &[1, rows, f]);
+        let g = dev.narrow(&gu, 2, 0, f).expect("gate");
+        let u = dev.narrow(&gu, 2, f, f).expect("up");
+        let composed = dev.mul(&dev.silu(&g).expect("silu"), &u).expect("mul");
+        assert_eq!(bits(&fused), bits(&composed), "{rows} x {f} stacked");
+        let two = dev.swiglu(&g, Some(&u)).expect("two inputs");
+        assert_eq!(bits(&two), bits(&composed), "{rows} x {f} gate and up");
+        let last = dev.narrow(&gu, 1, rows - 1, 1).expect("last row");
+        let one = dev.swiglu(&last, None).expect("one");
+        let all = bits(&fused);
+        assert_eq!(
+            bits(&one),
+            all[(rows - 1) * f..],
+            "{rows} x {f}: last row alone"
+        );
+    }
+    let odd = rng::rand_normal_host(&[2, 7], 0.0, 1.0, 1).expect("odd");
+    let e = dev.swiglu(&odd, None).expect_err("odd width");
+    assert!(e.to_string().contains("even last dim"), "{e}");
+    let other = rng::rand_normal_host(&[2, 6], 0.0, 1.0, 1).expect("other");
+    let e = dev.swiglu(&odd, Some(&other)).expect_err("shapes differ");
+    assert!(e.to_string().contains("one shape"), "{e}");
+}

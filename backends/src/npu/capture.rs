@@ -163,8 +163,10 @@ impl Backend for Recorder {
         true
     }
 
-    fn supports(&self, _op: &Op, _inputs: &[&Tensor]) -> bool {
-        true
+    fn supports(&self, op: &Op, _inputs: &[&Tensor]) -> bool {
+        // A fused SwiGLU is recorded as the ops it is made of (narrow,
+        // silu, multiply), which the NPU delegates lower.
+        !matches!(op, Op::SwiGlu)
     }
 
     fn holds(&self, t: &Tensor) -> bool {

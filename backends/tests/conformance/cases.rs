@@ -521,6 +521,32 @@ pub(crate) fn cases() -> Vec<Case> {
     };
     cs.push(case("snake with gain", Op::Snake, vec![x, al, g], want));
 
+    // SwiGLU: gate then up stacked on the last dim (f = 13: vector tails),
+    // and gate and up as two tensors.
+    let silu = |v: f64| v / (1.0 + (-v).exp());
+    let f = 13;
+    let gu = scaled(&[2, 3, 2 * f], next(), 4.0);
+    let want = A {
+        d: vec![2, 3, f],
+        v: a(&gu)
+            .v
+            .chunks(2 * f)
+            .flat_map(|r| (0..f).map(move |i| silu(r[i]) * r[f + i]))
+            .collect(),
+    };
+    cs.push(case("swiglu stacked", Op::SwiGlu, vec![gu], want));
+    let (g, u) = (scaled(&[3, 37], next(), 4.0), randn(&[3, 37], next()));
+    let want = A {
+        d: vec![3, 37],
+        v: a(&g)
+            .v
+            .iter()
+            .zip(&a(&u).v)
+            .map(|(g, u)| silu(*g) * u)
+            .collect(),
+    };
+    cs.push(case("swiglu gate and up", Op::SwiGlu, vec![g, u], want));
+
     // binary: every op, same shape and broadcast shapes.
     for op in [
         BinaryOp::Add,

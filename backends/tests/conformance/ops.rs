@@ -176,6 +176,7 @@ op_tests!(
     softplus,
     leaky_relu,
     snake,
+    swiglu,
     add,
     sub,
     mul,

@@ -179,20 +179,18 @@ impl GateUp {
         }
     }
 
-    /// `silu(gate(x)) * up(x)`.
+    /// `silu(gate(x)) * up(x)`, the activation one fused op (SwiGLU).
     fn forward(&self, dev: &Device, x: &Tensor, ffn: usize) -> Result<Tensor> {
-        let (g, u) = match self {
+        Ok(match self {
             GateUp::Fused(l) => {
                 let gu = l.forward(dev, x)?;
-                let last = gu.rank() - 1;
-                (
-                    dev.narrow(&gu, last, 0, ffn)?,
-                    dev.narrow(&gu, last, ffn, ffn)?,
-                )
+                debug_assert_eq!(gu.dims().last(), Some(&(2 * ffn)));
+                dev.swiglu(&gu, None)?
             }
-            GateUp::Separate { gate, up } => (gate.forward(dev, x)?, up.forward(dev, x)?),
-        };
-        Ok(dev.mul(&dev.silu(&g)?, &u)?)
+            GateUp::Separate { gate, up } => {
+                dev.swiglu(&gate.forward(dev, x)?, Some(&up.forward(dev, x)?))?
+            }
+        })
     }
 }
 
