@@ -191,6 +191,13 @@ pub(crate) fn swiglu(x: &[f32], up: Option<&[f32]>, rows: usize, f: usize) -> Op
         };
         let mut y = vec![0f32; rows * f];
         let per = CHUNK.div_ceil(f).max(1);
+        if rows <= per {
+            // Decode's one row: no trip through the pool.
+            for (r, yo) in y.chunks_exact_mut(f).enumerate() {
+                row(r, yo);
+            }
+            return Some(y);
+        }
         y.par_chunks_mut(per * f).enumerate().for_each(|(t, ys)| {
             for (i, yo) in ys.chunks_exact_mut(f).enumerate() {
                 row(t * per + i, yo);
