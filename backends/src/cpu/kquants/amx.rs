@@ -2,14 +2,16 @@
 //! sixteen weight rows against sixteen activation rows per tile multiply.
 //!
 //! Once per sixteen weight rows the group scales are folded into the
-//! codes: `p = sc · q` (Q6_K: `sc · q + 8192`, its scales being signed),
+//! codes: `p = sc · q` (Q6_K: `sc · (q - 32) + 4096`, its scales being
+//! signed),
 //! split into two unsigned bytes `p = 256 · hi + lo` laid out as A tiles
 //! ([`Weights16`]). The sixteen activation rows' int8 codes are laid out
 //! once per call as B tiles ([`Rows16`]). A block is then four 64-code
 //! steps of two `tdpbusd` (`lo`, `hi`) into two accumulator tiles, and its
-//! exact integer sums are `256 · hi + lo` (less `8192 · Σx` for Q6_K): the
-//! `Σ_groups sc · Σ q·x` of every other path. AVX-512 adds the minima's or
-//! offset's correction and runs the f32 steps of the module docs with one
+//! exact integer sums are `256 · hi + lo` (less `4096 · Σx` for Q6_K): the
+//! `Σ_groups sc · Σ q·x` of every other path (Q6_K: with its codes' bias
+//! taken off). AVX-512 adds the minima's correction (VNNI, one `vpdpwssd`
+//! per pair of groups) and runs the f32 steps of the module docs with one
 //! lane per activation row, in the same order: the same bits. Each weight
 //! tile serves two groups of activation rows. The tile instructions are
 //! inline assembly (Rust's AMX intrinsics are not stable); Linux must grant
@@ -94,73 +96,121 @@ impl Rows16 {
 }
 
 /// Sixteen weight rows laid out for the AMX kernel: the group scales
-/// folded into the codes, `p = sc · q + offset` (Q4_K / Q5_K: at most
-/// 63 · 31 = 1953, offset 0; Q6_K: 64..=16193 with offset 8192, its scales
-/// being signed), split into two unsigned bytes `p = 256 · hi + lo`, each
-/// laid out as A tiles of 16 rows x 64 codes (1,024 contiguous bytes per
-/// tile).
+/// folded into the codes, `p = sc · (q - bias) + offset` (Q4_K / Q5_K: at
+/// most 63 · 31 = 1953, bias and offset 0; Q6_K: its codes' bias of 32
+/// too, so `p` is 32..=8192 with offset 4096, its scales being signed),
+/// split into two unsigned bytes `p = 256 · hi + lo`, each laid out as A
+/// tiles of 16 rows x 64 codes (1,024 contiguous bytes per tile).
 #[derive(Default)]
 pub(super) struct Weights16 {
     lo: Vec<u8>,
     hi: Vec<u8>,
 }
 
-/// [`Weights16`]'s offset for Q6_K.
-const Q6K_OFFSET: i16 = 8192;
+/// [`Weights16`]'s offset for Q6_K: `sc · (q - 32)` is -4064..=4096.
+const Q6K_OFFSET: i16 = 4096;
+
+/// Q6_K's code bias: its weights are `d · sc · (q - 32)`.
+const Q6K_BIAS: i16 = 32;
 
 impl Weights16 {
-    /// Lays out the sixteen rows `u` (of `k` codes) in the buffers already
-    /// here: no allocation once they have grown to `16 k` bytes.
-    pub(super) fn fill(&mut self, fmt: KFormat, u: &[Unpacked], k: usize) {
+    /// Lays out the sixteen rows `rows` (raw blocks of `fmt`, `k` codes
+    /// each; `u` the same rows' [`Unpacked::refill_scales`]) in the buffers
+    /// already here: no allocation once they have grown to `16 k` bytes.
+    /// The codes are unpacked in registers straight into the tiles.
+    pub(super) fn fill(&mut self, fmt: KFormat, rows: &[&[u8]; 16], u: &[Unpacked], k: usize) {
         debug_assert!(u.len() == 16);
-        let offset = match fmt {
-            KFormat::Q4K | KFormat::Q5K => 0,
-            KFormat::Q6K => Q6K_OFFSET,
+        let bias_offset = match fmt {
+            KFormat::Q4K | KFormat::Q5K => (0, 0),
+            KFormat::Q6K => (Q6K_BIAS, Q6K_OFFSET),
         };
         // Every byte is written below; `resize` only zeroes on growth.
         self.lo.resize(16 * k, 0);
         self.hi.resize(16 * k, 0);
-        let tiles = self
-            .lo
-            .chunks_exact_mut(1024)
-            .zip(self.hi.chunks_exact_mut(1024));
-        for (c, (lo, hi)) in tiles.enumerate() {
-            let rows = lo.chunks_exact_mut(64).zip(hi.chunks_exact_mut(64));
-            for ((lo, hi), u) in rows.zip(u) {
-                // `Unpacked::scales` holds one scale per 16 codes.
-                let (codes, scales) = (&u.codes[64 * c..64 * c + 64], &u.scales[4 * c..4 * c + 4]);
-                // SAFETY: AVX-512 F + BW are here (`available`, which every
-                // caller of the AMX kernel checked); 64 codes, 4 scales, 64
-                // bytes of each output.
-                unsafe { scale_split(codes, scales, offset, lo, hi) };
-            }
+        for (r, (row, u)) in rows.iter().zip(u).enumerate() {
+            assert!(row.len() == k / 256 * fmt.block_bytes() && u.scales.len() == k / 16);
+            // SAFETY: AVX2 and AVX-512 F + BW are here (`available`, which
+            // every caller of the AMX kernel checked); `row` holds k / 256
+            // blocks of `fmt` and `u.scales` their k / 16 scales (just
+            // asserted); `lo` and `hi` hold 16 k bytes.
+            unsafe {
+                fill_row(
+                    fmt,
+                    row,
+                    &u.scales,
+                    bias_offset,
+                    r,
+                    &mut self.lo,
+                    &mut self.hi,
+                )
+            };
         }
     }
 }
 
-/// `p = scales[i / 16] · codes[i] + offset` for 64 codes, split into
-/// `lo[i] = p mod 256` and `hi[i] = p / 256`.
+/// Row `r` of every tile of [`Weights16`] from its raw blocks `row` and
+/// its scales (one per 16 codes).
 ///
 /// # Safety
-/// AVX-512 F + BW; `codes`, `lo` and `hi` hold 64 bytes, `scales` 4
-/// values; every `p` within 0..32768 (exact in i16: codes below 64 and
-/// scales within -128..128 with offset 8192, or non-negative scales below
-/// 64 with offset 0 and codes below 32).
+/// AVX2 and AVX-512 F + BW; `row` whole blocks of `fmt`, `scales` one per
+/// 16 of their codes, `lo` and `hi` 16 bytes per code of `row`.
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn fill_row(
+    fmt: KFormat,
+    row: &[u8],
+    scales: &[i16],
+    bias_offset: (i16, i16),
+    r: usize,
+    lo: &mut [u8],
+    hi: &mut [u8],
+) {
+    for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
+        // SAFETY: `blk` is one block of `fmt`; AVX2 is here.
+        let codes = unsafe { super::avx2::block_codes(fmt, blk) };
+        for q in 0..4 {
+            // Tile c holds codes 64 c..64 c + 64 of each row, row r at
+            // byte 64 r.
+            let (c, at) = (4 * b + q, 1024 * (4 * b + q) + 64 * r);
+            // SAFETY: AVX-512 F + BW; four scales, 64 bytes of each
+            // output (the caller's sizes).
+            unsafe {
+                scale_split(
+                    [codes[2 * q], codes[2 * q + 1]],
+                    &scales[4 * c..4 * c + 4],
+                    bias_offset,
+                    &mut lo[at..at + 64],
+                    &mut hi[at..at + 64],
+                )
+            };
+        }
+    }
+}
+
+/// `p = scales[i / 16] · (codes[i] - bias) + offset` for 64 codes (two
+/// vectors of 32), split into `lo[i] = p mod 256` and `hi[i] = p / 256`.
+///
+/// # Safety
+/// AVX-512 F + BW; `lo` and `hi` hold 64 bytes, `scales` 4 values; every
+/// `p` within 0..32768 (exact in i16: codes below 64, bias 32 and scales
+/// within -128..128 with offset 4096, or non-negative scales below 64 with
+/// bias and offset 0 and codes below 32).
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn scale_split(codes: &[u8], scales: &[i16], offset: i16, lo: &mut [u8], hi: &mut [u8]) {
-    debug_assert!(codes.len() == 64 && scales.len() == 4 && lo.len() == 64 && hi.len() == 64);
-    // SAFETY: 64 readable bytes.
-    let q = unsafe { _mm512_loadu_si512(codes.as_ptr() as *const __m512i) };
-    let halves = [_mm512_castsi512_si256(q), _mm512_extracti64x4_epi64::<1>(q)];
+unsafe fn scale_split(
+    halves: [__m256i; 2],
+    scales: &[i16],
+    (bias, offset): (i16, i16),
+    lo: &mut [u8],
+    hi: &mut [u8],
+) {
+    debug_assert!(scales.len() == 4 && lo.len() == 64 && hi.len() == 64);
     for (h, half) in halves.into_iter().enumerate() {
         let sv = _mm512_inserti64x4::<1>(
             _mm512_castsi256_si512(_mm256_set1_epi16(scales[2 * h])),
             _mm256_set1_epi16(scales[2 * h + 1]),
         );
-        let p = _mm512_add_epi16(
-            _mm512_mullo_epi16(_mm512_cvtepu8_epi16(half), sv),
-            _mm512_set1_epi16(offset),
-        );
+        let q = _mm512_sub_epi16(_mm512_cvtepu8_epi16(half), _mm512_set1_epi16(bias));
+        let p = _mm512_add_epi16(_mm512_mullo_epi16(q, sv), _mm512_set1_epi16(offset));
         // SAFETY: bytes 32 h..32 h + 32 of each 64-byte output.
         unsafe {
             _mm256_storeu_si256(
@@ -275,15 +325,17 @@ impl Drop for Tiles {
 
 /// Block `b`'s f32 contribution added to `acc` (one register per weight
 /// row, one lane per activation row) from the block's exact integer sums
-/// `isum`: the minima's (`MINMAX`) or offset's integer correction, one
-/// `madd` per pair of groups, then the f32 steps of the module docs in
-/// their order.
+/// `isum`: for Q4_K / Q5_K (`MINMAX`) the minima's integer correction, one
+/// `vpdpwssd` per pair of groups; then the f32 steps of the module docs in
+/// their order. Q6_K's sums need no correction here: its bias is folded
+/// into the weights ([`Weights16`]) and its offset taken off in
+/// [`block_sums`].
 ///
 /// # Safety
-/// AVX-512 F + BW; `u` sixteen rows and `x` made for the same format
-/// (`NG` groups per block) and row length, `b` one of its blocks.
+/// AVX-512 F + BW + VNNI; `u` sixteen rows and `x` made for the same
+/// format (`NG` groups per block) and row length, `b` one of its blocks.
 #[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn finish_block<const NG: usize, const MINMAX: bool>(
     u: &[Unpacked],
     x: &Rows16,
@@ -294,20 +346,22 @@ unsafe fn finish_block<const NG: usize, const MINMAX: bool>(
     // SAFETY: b * 16 + 16 <= x.dx.len().
     let dx = unsafe { _mm512_loadu_ps(x.dx.as_ptr().add(b * 16)) };
     for ((a, s), u) in acc.iter_mut().zip(isum).zip(u) {
-        let mut gsum = _mm512_setzero_si512();
-        for p in 0..NG / 2 {
-            // SAFETY: (b * NG / 2 + p) * 32 + 32 <= x.gs.len() and
-            // b * NG / 2 + p < u.min_pairs.len().
-            let (gv, mp) = unsafe {
-                (
-                    _mm512_loadu_si512(x.gs.as_ptr().add((b * NG / 2 + p) * 32) as *const __m512i),
-                    *u.min_pairs.get_unchecked(b * NG / 2 + p),
-                )
-            };
-            gsum = _mm512_add_epi32(gsum, _mm512_madd_epi16(gv, _mm512_set1_epi32(mp)));
-        }
         let ddx = _mm512_mul_ps(_mm512_set1_ps(u.d[b]), dx);
         let v = if MINMAX {
+            let mut gsum = _mm512_setzero_si512();
+            for p in 0..NG / 2 {
+                // SAFETY: (b * NG / 2 + p) * 32 + 32 <= x.gs.len() and
+                // b * NG / 2 + p < u.min_pairs.len().
+                let (gv, mp) = unsafe {
+                    (
+                        _mm512_loadu_si512(
+                            x.gs.as_ptr().add((b * NG / 2 + p) * 32) as *const __m512i
+                        ),
+                        *u.min_pairs.get_unchecked(b * NG / 2 + p),
+                    )
+                };
+                gsum = _mm512_dpwssd_epi32(gsum, gv, _mm512_set1_epi32(mp));
+            }
             _mm512_sub_ps(
                 _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(*s)),
                 _mm512_mul_ps(
@@ -316,7 +370,7 @@ unsafe fn finish_block<const NG: usize, const MINMAX: bool>(
                 ),
             )
         } else {
-            _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(_mm512_sub_epi32(*s, gsum)))
+            _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(*s))
         };
         *a = _mm512_add_ps(*a, v);
     }
@@ -327,7 +381,7 @@ unsafe fn finish_block<const NG: usize, const MINMAX: bool>(
 struct Pair([[[i32; 16]; 16]; 2]);
 
 /// The block's exact integer sums, one register per weight row, from the
-/// two stored tiles `lo` and `hi`: `256 · hi + lo`, less `8192 · Σx` for
+/// two stored tiles `lo` and `hi`: `256 · hi + lo`, less `4096 · Σx` for
 /// Q6_K (not `MINMAX`), `Σx` the block's code sums of each lane from `x`.
 ///
 /// # Safety
@@ -367,7 +421,7 @@ unsafe fn block_sums<const NG: usize, const MINMAX: bool>(
 }
 
 /// Weight rows `w` (with their [`Unpacked`] rows `u`, the same 16) against
-/// the sixteen activation rows of `x`: `out[w][lane]` is what
+/// the sixteen activation rows of `x`: `out[lane][w]` is what
 /// [`super::dot`] gives for weight row `w` and that activation row, bit for
 /// bit. Per block, four 64-code steps of two tile multiplies (`lo` and
 /// `hi` against the same activation tile) into two accumulator tiles,
@@ -440,7 +494,9 @@ pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
             finish_block::<NG, MINMAX>(u, x, b, &isum, &mut acc);
         }
     }
-    for (o, a) in out.iter_mut().zip(&acc) {
+    // SAFETY: AVX-512 F is here.
+    let rows = unsafe { transpose16(&acc) };
+    for (o, a) in out.iter_mut().zip(&rows) {
         // SAFETY: `o` has 16 floats.
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
     }
@@ -537,11 +593,55 @@ pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
         }
     }
     for (o, a) in out.into_iter().zip(&acc) {
-        for (o, a) in o.iter_mut().zip(a) {
+        // SAFETY: AVX-512 F is here.
+        let rows = unsafe { transpose16(a) };
+        for (o, a) in o.iter_mut().zip(&rows) {
             // SAFETY: `o` has 16 floats.
             unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
         }
     }
+}
+
+/// The 16 x 16 transpose of `r` (row `i` of the result holds lane `i` of
+/// every register): the kernels' per-weight-row accumulators become one
+/// row of 16 outputs per activation row, for whole-row stores into `y`.
+///
+/// # Safety
+/// AVX-512 F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose16(r: &[__m512; 16]) -> [__m512; 16] {
+    // Rows 2i, 2i + 1 interleaved: per 128-bit lane, columns 0-1 / 2-3.
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4i + c]: per 128-bit lane L, rows 4i..4i + 4 at column 4L + c.
+    let mut u = [_mm512_setzero_ps(); 16];
+    for i in 0..4 {
+        for j in 0..2 {
+            let (a, b) = (
+                _mm512_castps_pd(t[4 * i + j]),
+                _mm512_castps_pd(t[4 * i + 2 + j]),
+            );
+            u[4 * i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            u[4 * i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+    }
+    // Column 4L + c gathers lane L of u[c], u[4 + c], u[8 + c], u[12 + c].
+    let mut out = [_mm512_setzero_ps(); 16];
+    for c in 0..4 {
+        let v0 = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
+        let v1 = _mm512_shuffle_f32x4::<0xdd>(u[c], u[4 + c]);
+        let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + c], u[12 + c]);
+        let w1 = _mm512_shuffle_f32x4::<0xdd>(u[8 + c], u[12 + c]);
+        out[c] = _mm512_shuffle_f32x4::<0x88>(v0, w0);
+        out[4 + c] = _mm512_shuffle_f32x4::<0x88>(v1, w1);
+        out[8 + c] = _mm512_shuffle_f32x4::<0xdd>(v0, w0);
+        out[12 + c] = _mm512_shuffle_f32x4::<0xdd>(v1, w1);
+    }
+    out
 }
 
 /// The AMX kernel for `fmt` on one or two groups of sixteen activation

@@ -494,9 +494,26 @@ unsafe fn store(p: *mut u8, v: __m256i) {
 /// `fmt.block()` codes.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn unpack_codes(fmt: super::KFormat, blk: &[u8], c: &mut [u8]) {
-    debug_assert!(blk.len() >= fmt.block_bytes() && c.len() >= fmt.block());
+    debug_assert!(c.len() >= fmt.block());
+    // SAFETY: the caller's promises.
+    let codes = unsafe { block_codes(fmt, blk) };
+    for (i, v) in codes.into_iter().enumerate() {
+        // SAFETY: `c` has 256 bytes.
+        unsafe { store(c.as_mut_ptr().add(32 * i), v) };
+    }
+}
+
+/// [`unpack_codes`]'s codes in registers: 32 per vector, in element
+/// order.
+///
+/// # Safety
+/// AVX2 must be available; `blk` holds one block of `fmt`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn block_codes(fmt: super::KFormat, blk: &[u8]) -> [__m256i; 8] {
+    debug_assert!(blk.len() >= fmt.block_bytes());
     let m4 = _mm256_set1_epi8(0x0F);
-    let out = c.as_mut_ptr();
+    let mut out = [_mm256_setzero_si256(); 8];
     match fmt {
         super::KFormat::Q4K | super::KFormat::Q5K => {
             let (high, qs) = match fmt {
@@ -521,24 +538,18 @@ pub(super) unsafe fn unpack_codes(fmt: super::KFormat, blk: &[u8], c: &mut [u8])
                     lo = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(b0));
                     hi = _mm256_or_si256(hi, _mm256_slli_epi16::<4>(b1));
                 }
-                // SAFETY: `c` has 256 bytes.
-                unsafe {
-                    store(out.add(64 * j), lo);
-                    store(out.add(64 * j + 32), hi);
-                }
+                (out[2 * j], out[2 * j + 1]) = (lo, hi);
             }
         }
         super::KFormat::Q6K => {
             for half in 0..2 {
                 // SAFETY: `blk` holds a whole Q6_K block.
                 let q = unsafe { q6k_codes(blk, half) };
-                for (i, qv) in q.iter().enumerate() {
-                    // SAFETY: `c` has 256 bytes.
-                    unsafe { store(out.add(128 * half + 32 * i), *qv) };
-                }
+                out[4 * half..4 * half + 4].copy_from_slice(&q);
             }
         }
     }
+    out
 }
 
 /// One block of activations quantized as [`super::Acts::new`] does it with

@@ -518,20 +518,18 @@ impl Unpacked {
     /// [`Self::new`] in the buffers already here (no allocation once they
     /// have grown to `k`); `sv` is emptied.
     fn refill(&mut self, fmt: KFormat, row: &[u8], k: usize, avx2: bool) {
-        let nb = k / fmt.block();
         self.codes.resize(k, 0);
-        self.scales.resize(k / 16, 1);
         let block = fmt.block();
         for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
             let c = &mut self.codes[b * block..(b + 1) * block];
-            let sc = &mut self.scales[b * block / 16..(b + 1) * block / 16];
-            // Codes still to write (not by the AVX2 unpacker).
-            let scalar = !avx2;
-            #[cfg(target_arch = "x86_64")]
             if avx2 {
                 // SAFETY: AVX2 was detected (`avx2` is only true then);
                 // `blk` is one block of `fmt`, `c` its codes.
-                unsafe { avx2::unpack_codes(fmt, blk, c) };
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    avx2::unpack_codes(fmt, blk, c)
+                };
+                continue;
             }
             match fmt {
                 KFormat::Q4K | KFormat::Q5K => {
@@ -540,7 +538,7 @@ impl Unpacked {
                         _ => (None, &blk[16..144]),
                     };
                     for j in 0..4 {
-                        for l in (0..32).filter(|_| scalar) {
+                        for l in 0..32 {
                             let q = qs[32 * j + l];
                             let (mut lo, mut hi) = (q & 15, q >> 4);
                             if let Some(h) = high {
@@ -550,16 +548,11 @@ impl Unpacked {
                             c[64 * j + l] = lo;
                             c[64 * j + 32 + l] = hi;
                         }
-                        for (t, sub) in [(0, 2 * j), (2, 2 * j + 1)] {
-                            let v = scale_min_k4(sub, &blk[4..16]).0 as i16;
-                            sc[4 * j + t] = v;
-                            sc[4 * j + t + 1] = v;
-                        }
                     }
                 }
                 KFormat::Q6K => {
                     let (ql, qh) = (&blk[..128], &blk[128..192]);
-                    for half in (0..2).filter(|_| scalar) {
+                    for half in 0..2 {
                         let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
                         let c = &mut c[128 * half..];
                         for l in 0..32 {
@@ -569,6 +562,28 @@ impl Unpacked {
                             c[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
                         }
                     }
+                }
+            }
+        }
+        self.refill_scales(fmt, row, k);
+    }
+
+    /// All of [`Self::refill`] but the codes (not written), for the AMX
+    /// kernel, which unpacks them straight into its tiles.
+    fn refill_scales(&mut self, fmt: KFormat, row: &[u8], k: usize) {
+        let nb = k / fmt.block();
+        self.scales.resize(k / 16, 1);
+        let block = fmt.block();
+        for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
+            let sc = &mut self.scales[b * block / 16..(b + 1) * block / 16];
+            match fmt {
+                KFormat::Q4K | KFormat::Q5K => {
+                    let s: [u8; 12] = std::array::from_fn(|i| blk[4 + i]);
+                    for (pair, v) in sc.chunks_exact_mut(2).zip(scales_mins_k4(&s).0) {
+                        pair.fill(i16::from(v));
+                    }
+                }
+                KFormat::Q6K => {
                     for (g, v) in sc.iter_mut().enumerate() {
                         *v = i16::from(blk[192 + g] as i8);
                     }
@@ -591,9 +606,10 @@ impl Unpacked {
             match fmt {
                 KFormat::Q4K | KFormat::Q5K => {
                     self.dmin[b] = f16_at(&blk[2..]);
-                    let min = |j| scale_min_k4(j, &blk[4..16]).1;
+                    let s: [u8; 12] = std::array::from_fn(|i| blk[4 + i]);
+                    let min = scales_mins_k4(&s).1.map(i32::from);
                     self.min_pairs
-                        .extend((0..4).map(|p| pair(min(2 * p), min(2 * p + 1))));
+                        .extend((0..4).map(|p| pair(min[2 * p], min[2 * p + 1])));
                 }
                 KFormat::Q6K => {
                     let min = |g: usize| 32 * i32::from(blk[192 + g] as i8);
@@ -799,10 +815,11 @@ pub(crate) fn matmul_isa(
         // SAFETY: AMX is granted (`groups16` is only filled then).
         let cfg = unsafe { amx::Tiles::load() };
         for j in (j0..j0 + whole).step_by(16) {
-            for (i, u) in us.iter_mut().enumerate() {
-                u.refill(fmt, &w[(j + i) * rb..(j + i + 1) * rb], k, true);
+            let rows: [&[u8]; 16] = std::array::from_fn(|i| &w[(j + i) * rb..(j + i + 1) * rb]);
+            for (u, row) in us.iter_mut().zip(rows) {
+                u.refill_scales(fmt, row, k);
             }
-            w16.fill(fmt, &us, k);
+            w16.fill(fmt, &rows, &us, k);
             // Two groups of activation rows at a time.
             for gs in groups16.chunks(2) {
                 let lanes = &mut lanes[..gs.len()];
@@ -811,12 +828,16 @@ pub(crate) fn matmul_isa(
                 // of `gs` sixteen rows of `xq`, all for `fmt`.
                 unsafe { amx::rows16_for(&cfg, fmt, k, &w16, &us, gs, lanes) };
                 for (g, lanes) in gs.iter().zip(lanes.iter()) {
-                    for r in 0..g.rows {
-                        for (i, l) in lanes.iter().enumerate() {
-                            // SAFETY: g.r0 + r < m and j + i < n; this
-                            // task alone writes columns j..j + 16.
-                            unsafe { *y.get().add((g.r0 + r) * n + j + i) = l[r] };
-                        }
+                    for (r, row) in lanes.iter().enumerate().take(g.rows) {
+                        // SAFETY: g.r0 + r < m and j + 16 <= n; this task
+                        // alone writes columns j..j + 16.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                row.as_ptr(),
+                                y.get().add((g.r0 + r) * n + j),
+                                16,
+                            )
+                        };
                     }
                 }
             }
