@@ -23,7 +23,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 /// Whether the AMX kernel runs here: the CPU has AMX-TILE, AMX-INT8 and
-/// AVX-512 (F, BW, VL, VNNI) for the epilogue, and Linux granted this
+/// AVX-512 (F, BW, VL, VNNI, VBMI) around the tiles, and Linux granted this
 /// process the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, asked once).
 pub(crate) fn available() -> bool {
     static READY: OnceLock<bool> = OnceLock::new();
@@ -34,7 +34,8 @@ pub(crate) fn available() -> bool {
             let edx = __cpuid_count(7, 0).edx;
             let cpu = edx & (3 << 24) == 3 << 24
                 && super::has_vnni()
-                && std::is_x86_feature_detected!("avx512bw");
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512vbmi");
             const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
             const XFEATURE_XTILEDATA: libc::c_long = 18;
             // SAFETY: arch_prctl with this request only changes which
@@ -117,8 +118,17 @@ impl Weights16 {
     /// Lays out the sixteen rows `rows` (raw blocks of `fmt`, `k` codes
     /// each; `u` the same rows' [`Unpacked::refill_scales`]) in the buffers
     /// already here: no allocation once they have grown to `16 k` bytes.
-    /// The codes are unpacked in registers straight into the tiles.
-    pub(super) fn fill(&mut self, fmt: KFormat, rows: &[&[u8]; 16], u: &[Unpacked], k: usize) {
+    /// The codes are unpacked in registers straight into the tiles. `next`,
+    /// the sixteen rows to come (if any), is prefetched into L2 alongside,
+    /// spread over the work.
+    pub(super) fn fill(
+        &mut self,
+        fmt: KFormat,
+        rows: &[&[u8]; 16],
+        next: Option<&[u8]>,
+        u: &[Unpacked],
+        k: usize,
+    ) {
         debug_assert!(u.len() == 16);
         let bias_offset = match fmt {
             KFormat::Q4K | KFormat::Q5K => (0, 0),
@@ -127,9 +137,16 @@ impl Weights16 {
         // Every byte is written below; `resize` only zeroes on growth.
         self.lo.resize(16 * k, 0);
         self.hi.resize(16 * k, 0);
+        let rb = k / 256 * fmt.block_bytes();
         for (r, (row, u)) in rows.iter().zip(u).enumerate() {
-            assert!(row.len() == k / 256 * fmt.block_bytes() && u.scales.len() == k / 16);
-            // SAFETY: AVX2 and AVX-512 F + BW are here (`available`, which
+            assert!(row.len() == rb && u.scales.len() == k / 16);
+            if let Some(next) = next.and_then(|n| n.get(r * rb..(r + 1) * rb)) {
+                for line in next.chunks(64) {
+                    // SAFETY: a prefetch of a readable address.
+                    unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8) };
+                }
+            }
+            // SAFETY: AVX2 and AVX-512 F + BW + VBMI are here (`available`, which
             // every caller of the AMX kernel checked); `row` holds k / 256
             // blocks of `fmt` and `u.scales` their k / 16 scales (just
             // asserted); `lo` and `hi` hold 16 k bytes.
@@ -152,9 +169,9 @@ impl Weights16 {
 /// its scales (one per 16 codes).
 ///
 /// # Safety
-/// AVX2 and AVX-512 F + BW; `row` whole blocks of `fmt`, `scales` one per
+/// AVX2 and AVX-512 F + BW + VBMI; `row` whole blocks of `fmt`, `scales` one per
 /// 16 of their codes, `lo` and `hi` 16 bytes per code of `row`.
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi")]
 unsafe fn fill_row(
     fmt: KFormat,
     row: &[u8],
@@ -171,7 +188,7 @@ unsafe fn fill_row(
             // Tile c holds codes 64 c..64 c + 64 of each row, row r at
             // byte 64 r.
             let (c, at) = (4 * b + q, 1024 * (4 * b + q) + 64 * r);
-            // SAFETY: AVX-512 F + BW; four scales, 64 bytes of each
+            // SAFETY: AVX-512 F + BW + VBMI; four scales, 64 bytes of each
             // output (the caller's sizes).
             unsafe {
                 scale_split(
@@ -190,12 +207,12 @@ unsafe fn fill_row(
 /// vectors of 32), split into `lo[i] = p mod 256` and `hi[i] = p / 256`.
 ///
 /// # Safety
-/// AVX-512 F + BW; `lo` and `hi` hold 64 bytes, `scales` 4 values; every
+/// AVX-512 F + BW + VBMI; `lo` and `hi` hold 64 bytes, `scales` 4 values; every
 /// `p` within 0..32768 (exact in i16: codes below 64, bias 32 and scales
 /// within -128..128 with offset 4096, or non-negative scales below 64 with
 /// bias and offset 0 and codes below 32).
 #[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 unsafe fn scale_split(
     halves: [__m256i; 2],
     scales: &[i16],
@@ -204,24 +221,32 @@ unsafe fn scale_split(
     hi: &mut [u8],
 ) {
     debug_assert!(scales.len() == 4 && lo.len() == 64 && hi.len() == 64);
-    for (h, half) in halves.into_iter().enumerate() {
+    let p: [__m512i; 2] = std::array::from_fn(|h| {
+        let q = _mm512_sub_epi16(_mm512_cvtepu8_epi16(halves[h]), _mm512_set1_epi16(bias));
         let sv = _mm512_inserti64x4::<1>(
             _mm512_castsi256_si512(_mm256_set1_epi16(scales[2 * h])),
             _mm256_set1_epi16(scales[2 * h + 1]),
         );
-        let q = _mm512_sub_epi16(_mm512_cvtepu8_epi16(half), _mm512_set1_epi16(bias));
-        let p = _mm512_add_epi16(_mm512_mullo_epi16(q, sv), _mm512_set1_epi16(offset));
-        // SAFETY: bytes 32 h..32 h + 32 of each 64-byte output.
-        unsafe {
-            _mm256_storeu_si256(
-                lo.as_mut_ptr().add(32 * h) as *mut __m256i,
-                _mm512_cvtepi16_epi8(p),
-            );
-            _mm256_storeu_si256(
-                hi.as_mut_ptr().add(32 * h) as *mut __m256i,
-                _mm512_cvtepi16_epi8(_mm512_srli_epi16::<8>(p)),
-            );
-        }
+        _mm512_add_epi16(_mm512_mullo_epi16(q, sv), _mm512_set1_epi16(offset))
+    });
+    // The low bytes of the 64 words are the even bytes of p[0] ++ p[1],
+    // the high bytes the odd ones: one byte permute each.
+    let even = _mm512_set_epi8(
+        126, 124, 122, 120, 118, 116, 114, 112, 110, 108, 106, 104, 102, 100, 98, 96, 94, 92, 90,
+        88, 86, 84, 82, 80, 78, 76, 74, 72, 70, 68, 66, 64, 62, 60, 58, 56, 54, 52, 50, 48, 46, 44,
+        42, 40, 38, 36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0,
+    );
+    let odd = _mm512_add_epi8(even, _mm512_set1_epi8(1));
+    // SAFETY: 64 bytes of each output.
+    unsafe {
+        _mm512_storeu_si512(
+            lo.as_mut_ptr() as *mut __m512i,
+            _mm512_permutex2var_epi8(p[0], even, p[1]),
+        );
+        _mm512_storeu_si512(
+            hi.as_mut_ptr() as *mut __m512i,
+            _mm512_permutex2var_epi8(p[0], odd, p[1]),
+        );
     }
 }
 

@@ -339,8 +339,9 @@ pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (i32, i32) {
 }
 
 /// The integer parts of one block against its activation codes: for
-/// Q4_K / Q5_K the eight sub-block sums `Σ q·x`, for Q6_K `Σ sc·(q·x)` over the 16 groups. Portable code; the AVX2
-/// kernels compute the same integers.
+/// Q4_K / Q5_K the eight sub-block sums `Σ q·x`, for Q6_K `Σ sc·(q·x)`
+/// over the 16 groups. Portable code; the AVX2 kernels compute the same
+/// integers.
 pub(crate) mod scalar {
     use super::scale_min_k4;
 
@@ -819,7 +820,11 @@ pub(crate) fn matmul_isa(
             for (u, row) in us.iter_mut().zip(rows) {
                 u.refill_scales(fmt, row, k);
             }
-            w16.fill(fmt, &rows, &us, k);
+            // The next sixteen rows are fetched into L2 while these are
+            // laid out: otherwise the first touch of each block (its
+            // scales, above) waits on memory.
+            let next = w.get((j + 16) * rb..(j + 32) * rb);
+            w16.fill(fmt, &rows, next, &us, k);
             // Two groups of activation rows at a time.
             for gs in groups16.chunks(2) {
                 let lanes = &mut lanes[..gs.len()];
