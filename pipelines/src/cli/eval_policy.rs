@@ -18,6 +18,11 @@ pub(crate) struct PolicyEvalArgs {
     /// Episodes (consecutive seeds).
     #[arg(long, default_value_t = 40)]
     pub episodes: u64,
+    /// Instead of --episodes: the seeds from --seed on until every goal
+    /// variant has this many episodes (a seed of a full variant is
+    /// skipped).
+    #[arg(long, conflicts_with = "episodes")]
+    pub per_variant: Option<u64>,
     /// First seed (training recordings use seeds below 100000).
     #[arg(long, default_value_t = 100_000)]
     pub seed: u64,
@@ -83,6 +88,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
             let opts = RolloutOptions {
                 seed: a.seed,
                 episodes: a.episodes,
+                per_variant: a.per_variant,
                 execute: a.execute,
                 flow_steps: a.flow_steps,
                 wrong_instruction: false,
@@ -143,6 +149,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
         let opts = RolloutOptions {
             seed: a.seed,
             episodes: a.episodes,
+            per_variant: a.per_variant,
             execute: a.execute,
             flow_steps: a.flow_steps,
             wrong_instruction: true,

@@ -25,6 +25,10 @@ pub(crate) struct RolloutOptions {
     pub seed: u64,
     /// Episodes.
     pub episodes: u64,
+    /// Instead of `episodes` consecutive seeds: the seeds from `seed` on
+    /// until every goal variant has this many episodes (a seed whose
+    /// variant is already full is skipped).
+    pub per_variant: Option<u64>,
     /// Actions run from each chunk before the next observation.
     pub execute: usize,
     /// Flow (Euler) steps per chunk.
@@ -275,7 +279,7 @@ pub(crate) fn rollout(
     let mut embeddings: BTreeMap<String, Vec<f32>> = BTreeMap::new();
     let t0 = Instant::now();
     let mut outcomes = Vec::new();
-    for seed in opts.seed..opts.seed + opts.episodes {
+    for seed in seeds(&mut sim, opts)? {
         // The expert first, on its own copy of the episode.
         expert.run_episode(&mut sim, seed, cfg.horizon, opts.execute, |_, _| {
             anyhow::Ok(())
@@ -440,6 +444,35 @@ pub(crate) fn rollout(
     })
 }
 
+/// The seeds [`rollout`] runs: `opts.episodes` from `opts.seed`, or with
+/// `opts.per_variant` the first seeds from there that give every goal
+/// variant that many episodes.
+fn seeds(sim: &mut PushSim, opts: &RolloutOptions) -> anyhow::Result<Vec<u64>> {
+    let Some(n) = opts.per_variant else {
+        return Ok((opts.seed..opts.seed + opts.episodes).collect());
+    };
+    anyhow::ensure!(n >= 1, "--per-variant must be at least 1");
+    let variants = edgeflow_sim::Variant::ALL.len();
+    let mut count: BTreeMap<String, u64> = BTreeMap::new();
+    let mut out = Vec::new();
+    // Variants are drawn uniformly per seed; the bound only stops a
+    // simulator that never draws one of them.
+    for seed in opts.seed..opts.seed + 100 * n * variants as u64 {
+        if count.len() == variants && count.values().all(|&c| c >= n) {
+            return Ok(out);
+        }
+        let c = count.entry(sim.reset(seed).variant.name()).or_default();
+        if *c < n {
+            *c += 1;
+            out.push(seed);
+        }
+    }
+    anyhow::bail!(
+        "seeds {}.. did not give every goal variant {n} episodes: {count:?}",
+        opts.seed
+    )
+}
+
 /// One chunk's diagnostics: the step, the pusher, the named block and zone,
 /// the head's first four keypoints (metres) beside the true red and blue
 /// blocks and green and yellow zones they are trained to find (heads with
@@ -495,4 +528,55 @@ fn trace_line(
         );
     }
     Ok(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(per_variant: Option<u64>) -> RolloutOptions {
+        RolloutOptions {
+            seed: 100_000,
+            episodes: 5,
+            per_variant,
+            execute: 8,
+            flow_steps: 10,
+            wrong_instruction: false,
+            mode: Mode::Sync,
+            delay: 0,
+            frame_age: 0,
+            temperature: 1.0,
+            episode_seconds: 1.0,
+            trace: false,
+            record: None,
+        }
+    }
+
+    #[test]
+    fn per_variant_seeds_fill_every_variant_and_keep_their_order() {
+        let mut sim = PushSim::new(PushConfig::default()).expect("sim");
+        assert_eq!(
+            seeds(&mut sim, &opts(None)).expect("seeds"),
+            (100_000..100_005).collect::<Vec<_>>()
+        );
+        let s = seeds(&mut sim, &opts(Some(3))).expect("seeds");
+        assert_eq!(s.len(), 3 * edgeflow_sim::Variant::ALL.len());
+        assert!(s.windows(2).all(|w| w[0] < w[1]) && s[0] >= 100_000);
+        let mut count: BTreeMap<String, usize> = BTreeMap::new();
+        for &seed in &s {
+            *count.entry(sim.reset(seed).variant.name()).or_default() += 1;
+        }
+        assert!(count.values().all(|&c| c == 3), "{count:?}");
+        // A skipped seed belongs to a variant that was already full.
+        let last = *s.last().expect("some");
+        for seed in (100_000..last).filter(|x| !s.contains(x)) {
+            let v = sim.reset(seed).variant.name();
+            let before = s
+                .iter()
+                .filter(|&&x| x < seed)
+                .filter(|&&x| sim.reset(x).variant.name() == v);
+            assert_eq!(before.count(), 3, "seed {seed} ({v}) skipped too early");
+        }
+        assert!(seeds(&mut sim, &opts(Some(0))).is_err());
+    }
 }

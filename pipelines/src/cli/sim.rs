@@ -265,6 +265,7 @@ fn record_policy(a: &RecordArgs, policy: &std::path::Path) -> anyhow::Result<Exi
         seed: a.seed,
         episodes: a.episodes,
         execute: a.execute,
+        per_variant: None,
         flow_steps: 10,
         wrong_instruction: false,
         mode: super::rollout::Mode::Sync,
