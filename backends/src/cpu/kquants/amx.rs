@@ -1,21 +1,21 @@
 //! The K-quant prefill kernel on Intel AMX (Sapphire Rapids and later):
 //! sixteen weight rows against sixteen activation rows per tile multiply.
 //!
-//! Once per sixteen weight rows the group scales are folded into the
-//! codes: `p = sc · q` (Q6_K: `sc · (q - 32) + 4096`, its scales being
-//! signed),
-//! split into two unsigned bytes `p = 256 · hi + lo` laid out as A tiles
-//! ([`Weights16`]). The sixteen activation rows' int8 codes are laid out
-//! once per call as B tiles ([`Rows16`]). A block is then four 64-code
-//! steps of two `tdpbusd` (`lo`, `hi`) into two accumulator tiles, and its
-//! exact integer sums are `256 · hi + lo` (less `4096 · Σx` for Q6_K): the
-//! `Σ_groups sc · Σ q·x` of every other path (Q6_K: with its codes' bias
-//! taken off). AVX-512 adds the minima's correction (VNNI, one `vpdpwssd`
-//! per pair of groups) and runs the f32 steps of the module docs with one
-//! lane per activation row, in the same order: the same bits. Each weight
-//! tile serves two groups of activation rows. The tile instructions are
-//! inline assembly (Rust's AMX intrinsics are not stable); Linux must grant
-//! the process the tile state first ([`available`]).
+//! Once per sixteen weight rows the codes are unpacked in registers and the
+//! group scales folded into them: `p = sc · q` (Q6_K: `sc · (q - 32) +
+//! 4096`, its scales being signed), split into two unsigned bytes `p = 256
+//! · hi + lo` laid out as A tiles ([`Weights16`]); the next sixteen rows
+//! are prefetched meanwhile. The sixteen activation rows' int8 codes are
+//! laid out once per call as B tiles ([`Rows16`]). A block is then four
+//! 64-code steps of two `tdpbusd` (`lo`, `hi`) into two accumulator tiles,
+//! and its exact integer sums are `256 · hi + lo` (less `4096 · Σx` for
+//! Q6_K): the `Σ_groups sc · Σ q·x` of every other path (Q6_K: with its
+//! codes' bias taken off). AVX-512 adds the minima's correction (VNNI, one
+//! `vpdpwssd` per pair of groups) and runs the f32 steps of the module docs
+//! with one lane per activation row, in the same order: the same bits. Each
+//! weight tile serves two groups of activation rows. The tile instructions
+//! are inline assembly (Rust's AMX intrinsics are not stable); Linux must
+//! grant the process the tile state first ([`available`]).
 
 use super::{Acts, KFormat, Unpacked};
 use std::arch::asm;
