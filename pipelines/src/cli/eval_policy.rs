@@ -71,11 +71,13 @@ pub(crate) struct PolicyEvalArgs {
 /// instruction, in simulated time.
 pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
     use super::rollout::{rollout, RolloutOptions};
+    let seeds = match a.per_variant {
+        Some(n) => format!("seeds from {} until each goal variant has {n}", a.seed),
+        None => format!("seeds {}..{}", a.seed, a.seed + a.episodes),
+    };
     println!(
-        "{}: seeds {}..{}, execute {} of each chunk, {} flow steps, frames {} periods old, simulated time [{}]",
+        "{}: {seeds}, execute {} of each chunk, {} flow steps, frames {} periods old, simulated time [{}]",
         a.checkpoint.display(),
-        a.seed,
-        a.seed + a.episodes,
         a.execute,
         a.flow_steps,
         a.frame_age,
@@ -210,7 +212,13 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
         let v = serde_json::json!({
             "cpu": cpu_name(),
             "checkpoint": a.checkpoint.display().to_string(),
-            "seeds": [a.seed, a.seed + a.episodes],
+            // Consecutive seeds [first, end), or from the first seed on
+            // until each variant has `per_variant`.
+            "seeds": match a.per_variant {
+                Some(_) => serde_json::json!([a.seed]),
+                None => serde_json::json!([a.seed, a.seed + a.episodes]),
+            },
+            "per_variant": a.per_variant,
             "expert": expert,
             "runs": rows,
             "wrong_instruction": wrong,
