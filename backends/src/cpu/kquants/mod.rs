@@ -573,29 +573,9 @@ impl Unpacked {
     /// kernel, which unpacks them straight into its tiles.
     fn refill_scales(&mut self, fmt: KFormat, row: &[u8], k: usize) {
         let nb = k / fmt.block();
+        let per = fmt.block() / 16;
         self.scales.resize(k / 16, 1);
-        let block = fmt.block();
-        for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
-            let sc = &mut self.scales[b * block / 16..(b + 1) * block / 16];
-            match fmt {
-                KFormat::Q4K | KFormat::Q5K => {
-                    let s: [u8; 12] = std::array::from_fn(|i| blk[4 + i]);
-                    for (pair, v) in sc.chunks_exact_mut(2).zip(scales_mins_k4(&s).0) {
-                        pair.fill(i16::from(v));
-                    }
-                }
-                KFormat::Q6K => {
-                    for (g, v) in sc.iter_mut().enumerate() {
-                        *v = i16::from(blk[192 + g] as i8);
-                    }
-                }
-            }
-        }
         self.d.clear();
-        self.d.extend(
-            row.chunks_exact(fmt.block_bytes())
-                .map(|blk| block_d(fmt, blk)),
-        );
         self.isums.clear();
         self.isums.resize(nb, 0);
         self.dmin.clear();
@@ -603,16 +583,26 @@ impl Unpacked {
         self.min_pairs.clear();
         self.sv.clear();
         let pair = |a: i32, b: i32| i32::from(a as i16 as u16) | (i32::from(b as i16) << 16);
+        // One pass over the blocks, each block's packed scales decoded once.
         for (b, blk) in row.chunks_exact(fmt.block_bytes()).enumerate() {
+            self.d.push(block_d(fmt, blk));
+            let sc = &mut self.scales[b * per..(b + 1) * per];
             match fmt {
                 KFormat::Q4K | KFormat::Q5K => {
-                    self.dmin[b] = f16_at(&blk[2..]);
                     let s: [u8; 12] = std::array::from_fn(|i| blk[4 + i]);
-                    let min = scales_mins_k4(&s).1.map(i32::from);
+                    let (scales, mins) = scales_mins_k4(&s);
+                    for (two, v) in sc.chunks_exact_mut(2).zip(scales) {
+                        two.fill(i16::from(v));
+                    }
+                    self.dmin[b] = f16_at(&blk[2..]);
+                    let min = mins.map(i32::from);
                     self.min_pairs
                         .extend((0..4).map(|p| pair(min[2 * p], min[2 * p + 1])));
                 }
                 KFormat::Q6K => {
+                    for (g, v) in sc.iter_mut().enumerate() {
+                        *v = i16::from(blk[192 + g] as i8);
+                    }
                     let min = |g: usize| 32 * i32::from(blk[192 + g] as i8);
                     self.min_pairs
                         .extend((0..8).map(|p| pair(min(2 * p), min(2 * p + 1))));
