@@ -16,12 +16,20 @@ pub(crate) struct QuantRows {
     /// as it is.
     pub(super) codes: Vec<i8>,
     /// `m * 4 * ceil(k / 64)` floats (an odd last block is followed by two
-    /// zeros): per block, the activation scale `d_x` and
-    /// what the weight block's minimum `m_w` multiplies: for Q4_1 the exact
-    /// f32 sum of the block's activations, divided by the number of
-    /// accumulator lanes that add it (4 for a pair, 8 for an odd last
-    /// block); zero for the other formats.
+    /// zeros): per block, the activation scale `d_x` and what the weight
+    /// block's minimum `m_w` multiplies: for Q4_1 the exact f32 sum of the
+    /// block's activations, zero for the other formats.
     pub(super) scales: Vec<f32>,
+    /// The same per-block values of each whole group of four rows (rows
+    /// `4g..4g + 4`, `m / 4` groups) side by side, for the kernels that
+    /// run four activation rows in the lanes of one register: per pair
+    /// of blocks `A, B` (or odd last block, then four zeros), `d_x` of
+    /// the four rows for `A` then for `B` ([`QuantRows::group_scales`]),
+    /// and likewise the Q4_1 sums ([`QuantRows::group_sums`]; empty for
+    /// the other formats).
+    pub(super) group_scales: Vec<f32>,
+    /// See `group_scales`.
+    pub(super) group_sums: Vec<f32>,
     /// Q4_0 and Q5_0 only (else empty): `m * 8 * ceil(k / 64)` i32, per pair
     /// (or odd last block) and accumulator lane, the format's offset (8, 16)
     /// times the sum of the codes that lane multiplies: subtracted from the
@@ -45,10 +53,9 @@ impl QuantRows {
                 let (lo, hi) = (code_index(b, 0, nb), code_index(b, 16, nb));
                 qr[lo..lo + 16].copy_from_slice(&q[..16]);
                 qr[hi..hi + 16].copy_from_slice(&q[16..]);
-                let lanes = if b + 1 == nb && nb % 2 == 1 { 8.0 } else { 4.0 };
                 sr[2 * b] = d;
                 if fmt == WeightFormat::Q4_1 {
-                    sr[2 * b + 1] = sum / lanes;
+                    sr[2 * b + 1] = sum;
                 }
             }
         };
@@ -84,13 +91,49 @@ impl QuantRows {
         } else {
             Vec::new()
         };
+        let per = Self::scales_per_row(k);
+        let group = |slot: usize| -> Vec<f32> {
+            let mut g = vec![0f32; m / 4 * 2 * per];
+            for (gi, out) in g.chunks_exact_mut(2 * per).enumerate() {
+                for b in 0..nb {
+                    // Pair b / 2, half b % 2, lane (row) i.
+                    for i in 0..4 {
+                        out[8 * (b / 2) + 4 * (b % 2) + i] =
+                            scales[(4 * gi + i) * per + 2 * b + slot];
+                    }
+                }
+            }
+            g
+        };
+        let group_scales = group(0);
+        let group_sums = if fmt == WeightFormat::Q4_1 {
+            group(1)
+        } else {
+            Vec::new()
+        };
         QuantRows {
             k,
             m,
             codes,
             scales,
             offsets,
+            group_scales,
+            group_sums,
         }
+    }
+
+    /// Group `g`'s (rows `4g..4g + 4`) activation scales: 8 floats per
+    /// pair of blocks (see the field).
+    pub(super) fn group_scales(&self, g: usize) -> &[f32] {
+        let per = 2 * Self::scales_per_row(self.k);
+        &self.group_scales[g * per..(g + 1) * per]
+    }
+
+    /// Group `g`'s Q4_1 block sums, laid out as [`QuantRows::group_scales`]
+    /// (empty for the other formats).
+    pub(super) fn group_sums(&self, g: usize) -> &[f32] {
+        let per = 2 * Self::scales_per_row(self.k);
+        self.group_sums.get(g * per..(g + 1) * per).unwrap_or(&[])
     }
 
     /// Codes of row `r`.
@@ -134,7 +177,12 @@ pub(super) fn quantize_block(xs: &[f32], simd: bool) -> (f32, f32, [i8; 32]) {
     for (c, v) in q.iter_mut().zip(xs) {
         *c = (v * id).round_ties_even() as i8;
     }
-    (d, xs.iter().sum(), q)
+    // The sum in the AVX2 quantizer's order (lanes of 8, then halves), so
+    // Q4_1's minimum term has the same bits on every path.
+    let s8: [f32; 8] = std::array::from_fn(|l| (xs[l] + xs[8 + l]) + (xs[16 + l] + xs[24 + l]));
+    let s4: [f32; 4] = std::array::from_fn(|l| s8[l] + s8[4 + l]);
+    let sum = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+    (d, sum, q)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -12,8 +12,8 @@ use std::arch::x86_64::*;
 // The 256-bit AVX-512 VNNI kernel's helpers (same block layouts and
 // integer sums): the last pair and an odd last block use them as is.
 use super::vnni::avx512vnni::{
-    block_bytes, dot_i8, dot_pair, load16, load32, scale_pairs, start, unpack_one, unpack_pair,
-    Q4_0, Q4_1, Q5_0, Q8_0,
+    block_bytes, dot_i8, dot_pair, fold, load16, load32, reduce4, row_halves, row_scales,
+    scale_pairs, start, unpack_one, unpack_pair, Q4_0, Q4_1, Q5_0, Q8_0,
 };
 use super::vnni::dot4_avx512vnni;
 
@@ -235,22 +235,27 @@ macro_rules! wide_tile {
             x: [*const i8; RX],
             xs: [*const f32; RX],
             xo: [*const i32; RX],
+            gx: [*const f32; 2],
             nb: usize,
         ) -> [[f32; RW]; RX] {
+            debug_assert!((RX == 1 && RW <= 4) || RX == 4);
             let bb = block_bytes(F);
-            // Lanes 0-7: even pairs, 8-15: odd pairs.
-            let mut acc = [[_mm512_setzero_ps(); RW]; RX];
+            // As the 256-bit tile's, in one register: lanes 4c..4c + 4
+            // are chain c (blocks b with b % 4 = c).
+            let mut acc = [_mm512_setzero_ps(); RW];
             let to_scale = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
             let to_min = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
             let to_scale8 = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
             let to_min8 = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+            let w4: [*const u8; 4] = std::array::from_fn(|r| w[r.min(RW - 1)]);
             let pairs = nb / 2;
             let pf = 2 * RW * nb * bb;
             // SAFETY: quad q reads blocks 4q..4q + 4 <= 2 * pairs <= nb of every
-            // weight row, codes 128q..128q + 128, scales 8q..8q + 8 and (Q4_0,
-            // Q5_0) offsets 16q..16q + 16 of every activation row; a last odd pair and
-            // an odd last block read what the 256-bit kernel reads for them (the
-            // contract covers all of it). Prefetches never fault.
+            // weight row, codes 128q..128q + 128, scales 8q..8q + 8, (Q4_0,
+            // Q5_0) offsets 16q..16q + 16 of every activation row and group
+            // values 16q..16q + 16; a last odd pair and an odd last block read
+            // what the 256-bit kernel reads for them (the contract covers all
+            // of it). Prefetches never fault.
             unsafe {
                 for q in 0..pairs / 2 {
                     let p = 2 * q;
@@ -260,7 +265,7 @@ macro_rules! wide_tile {
                         let xp = x[i].wrapping_add(64 * p);
                         let (x0, x1) = (load64(xp), load64(xp.wrapping_add(64)));
                         // Pair layout [A_lo B_lo A_hi B_hi][C_lo D_lo C_hi D_hi]
-                        // -> [A_lo B_lo C_lo D_lo], [A_hi B_hi C_hi D_hi].
+                        // to the weights' [A_lo B_lo C_lo D_lo], [A_hi ...].
                         let xl = _mm512_shuffle_i64x2::<0b01_00_01_00>(x0, x1);
                         let xh = _mm512_shuffle_i64x2::<0b11_10_11_10>(x0, x1);
                         let init = if F == Q4_0 || F == Q5_0 {
@@ -271,100 +276,222 @@ macro_rules! wide_tile {
                         } else {
                             _mm512_setzero_si512()
                         };
-                        (xl, xh, init, _mm256_loadu_ps(xs[i].wrapping_add(4 * p)))
+                        (xl, xh, init)
                     });
+                    let mut s = [[_mm512_setzero_si512(); RW]; RX];
+                    let mut dm = [_mm256_setzero_ps(); RW];
                     for r in 0..RW {
                         let a = w[r].wrapping_add(2 * p * bb);
                         _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
                         _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf + 2 * bb) as *const i8);
-                        let (lo, hi, dm) = if $vbmi && (F == Q4_0 || F == Q4_1) {
+                        let (lo, hi, d) = if $vbmi && (F == Q4_0 || F == Q4_1) {
                             quad_vbmi::<F>(a)
                         } else {
                             let (lo, hi) = unpack_quad::<F>(a, bb);
                             (lo, hi, scales_quad::<F>(a, bb))
                         };
-                        for (i, &(xl, xh, init, xsc)) in xv.iter().enumerate() {
-                            let s = dot::<F>(dot::<F>(init, lo, xl), hi, xh);
-                            let sc = _mm512_castps256_ps512(_mm256_mul_ps(dm, xsc));
-                            let mut v = _mm512_fmadd_ps(
-                                _mm512_cvtepi32_ps(s),
-                                _mm512_permutexvar_ps(to_scale, sc),
-                                acc[i][r],
-                            );
+                        dm[r] = d;
+                        for (i, &(xl, xh, init)) in xv.iter().enumerate() {
+                            s[i][r] = dot::<F>(dot::<F>(init, lo, xl), hi, xh);
+                        }
+                    }
+                    if RX == 1 {
+                        let (dab, mab) = row_scales::<F>(w4, p);
+                        let (dcd, mcd) = row_scales::<F>(w4, p + 1);
+                        let xsc =
+                            _mm512_castps256_ps512(_mm256_loadu_ps(xs[0].wrapping_add(4 * p)));
+                        let sc =
+                            _mm512_mul_ps(join(dab, dcd), _mm512_permutexvar_ps(to_scale, xsc));
+                        let s4 = std::array::from_fn(|r| s[0][r.min(RW - 1)]);
+                        let mut v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce4w(s4)), sc, acc[0]);
+                        if F == Q4_1 {
+                            let sx = _mm512_permutexvar_ps(to_min, xsc);
+                            v = _mm512_add_ps(v, _mm512_mul_ps(join(mab, mcd), sx));
+                        }
+                        acc[0] = v;
+                    } else {
+                        let dx = _mm512_loadu_ps(gx[0].wrapping_add(8 * p));
+                        for r in 0..RW {
+                            let dw = _mm512_castps256_ps512(dm[r]);
+                            let sc = _mm512_mul_ps(_mm512_permutexvar_ps(to_scale, dw), dx);
+                            let s4 = std::array::from_fn(|i| s[i][r]);
+                            let mut v =
+                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce4w(s4)), sc, acc[r]);
                             if F == Q4_1 {
-                                v = _mm512_add_ps(v, _mm512_permutexvar_ps(to_min, sc));
+                                let sx = _mm512_loadu_ps(gx[1].wrapping_add(8 * p));
+                                let mw = _mm512_permutexvar_ps(to_min, dw);
+                                v = _mm512_add_ps(v, _mm512_mul_ps(mw, sx));
                             }
-                            acc[i][r] = v;
+                            acc[r] = v;
                         }
                     }
                 }
                 if pairs % 2 == 1 {
-                    // The last pair (even): the 256-bit kernel's step on lanes 0-7.
+                    // Blocks 2p, 2p + 1 (chains 0, 1: the low half).
                     let p = pairs - 1;
+                    let mut s = [[_mm256_setzero_si256(); RW]; RX];
+                    let mut dm = [_mm256_setzero_ps(); RW];
                     for r in 0..RW {
                         let a = w[r].wrapping_add(2 * p * bb);
                         let b = a.wrapping_add(bb);
                         let (l, h) = unpack_pair::<F>(a, b);
-                        let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
+                        dm[r] = _mm256_castps128_ps256(_mm_cvtph_ps(scale_pairs::<F>(
+                            load16(a),
+                            load16(b),
+                        )));
                         for i in 0..RX {
                             let xp = x[i].wrapping_add(64 * p);
                             let init = start::<F>(xo[i], p);
-                            let s =
+                            s[i][r] =
                                 dot_pair::<F>(init, l, h, load32(xp), load32(xp.wrapping_add(32)));
-                            let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
-                            let sc = _mm256_castps128_ps256(_mm_mul_ps(dm, xsc));
-                            let lo8 = _mm512_castps512_ps256(acc[i][r]);
-                            let mut v = _mm256_fmadd_ps(
-                                _mm256_cvtepi32_ps(s),
-                                _mm256_permutevar8x32_ps(sc, to_scale8),
-                                lo8,
-                            );
+                        }
+                    }
+                    if RX == 1 {
+                        let (d, m) = row_scales::<F>(w4, p);
+                        let xsc = _mm256_castps128_ps256(_mm_castsi128_ps(load16(
+                            xs[0].wrapping_add(4 * p),
+                        )));
+                        let sc = _mm256_mul_ps(d, _mm256_permutevar8x32_ps(xsc, to_scale8));
+                        let s4 = std::array::from_fn(|r| s[0][r.min(RW - 1)]);
+                        let lo = _mm512_castps512_ps256(acc[0]);
+                        let mut v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce4(s4)), sc, lo);
+                        if F == Q4_1 {
+                            let sx = _mm256_permutevar8x32_ps(xsc, to_min8);
+                            v = _mm256_add_ps(v, _mm256_mul_ps(m, sx));
+                        }
+                        acc[0] = set_low(acc[0], v);
+                    } else {
+                        let dx = _mm256_loadu_ps(gx[0].wrapping_add(8 * p));
+                        for r in 0..RW {
+                            let sc = _mm256_mul_ps(_mm256_permutevar8x32_ps(dm[r], to_scale8), dx);
+                            let s4 = std::array::from_fn(|i| s[i][r]);
+                            let lo = _mm512_castps512_ps256(acc[r]);
+                            let mut v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce4(s4)), sc, lo);
                             if F == Q4_1 {
-                                v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(sc, to_min8));
+                                let sx = _mm256_loadu_ps(gx[1].wrapping_add(8 * p));
+                                let mw = _mm256_permutevar8x32_ps(dm[r], to_min8);
+                                v = _mm256_add_ps(v, _mm256_mul_ps(mw, sx));
                             }
-                            acc[i][r] = set_low(acc[i][r], v);
+                            acc[r] = set_low(acc[r], v);
                         }
                     }
                 }
                 if nb % 2 == 1 {
+                    // Block b: chain b % 4 (0 or 2), lanes 0-3 or 8-11.
                     let (b, p) = (nb - 1, nb / 2);
+                    let mut s = [[_mm256_setzero_si256(); RW]; RX];
+                    let mut dm = [_mm_setzero_ps(); RW];
                     for r in 0..RW {
                         let a = w[r].wrapping_add(b * bb);
                         let wv = unpack_one::<F>(a);
                         let first = load16(a);
-                        let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
+                        dm[r] = _mm_cvtph_ps(scale_pairs::<F>(first, first));
                         for i in 0..RX {
                             let init = start::<F>(xo[i], p);
-                            let s = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
-                            let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
-                            let sc = _mm_mul_ps(dm, xsc);
-                            let lo8 = _mm512_castps512_ps256(acc[i][r]);
-                            let mut v = _mm256_fmadd_ps(
-                                _mm256_cvtepi32_ps(s),
-                                _mm256_broadcastss_ps(sc),
-                                lo8,
-                            );
-                            if F == Q4_1 {
-                                let m = _mm_shuffle_ps::<0b01_01_01_01>(sc, sc);
-                                v = _mm256_add_ps(v, _mm256_set_m128(m, m));
-                            }
-                            acc[i][r] = set_low(acc[i][r], v);
+                            s[i][r] = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
+                        }
+                    }
+                    let third = b % 4 == 2;
+                    if RX == 1 {
+                        let h = row_halves(w4.map(|r| r.wrapping_add(b * bb)));
+                        let xd = *xs[0].wrapping_add(4 * p);
+                        let sc = _mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(xd));
+                        let min = (F == Q4_1).then(|| {
+                            let mw = _mm_cvtph_ps(_mm_unpackhi_epi64(h, h));
+                            _mm_mul_ps(mw, _mm_set1_ps(*xs[0].wrapping_add(4 * p + 1)))
+                        });
+                        let s4 = std::array::from_fn(|r| s[0][r.min(RW - 1)]);
+                        acc[0] = add_quarter(acc[0], third, fold(reduce4(s4)), sc, min);
+                    } else {
+                        let dx = _mm_loadu_ps(gx[0].wrapping_add(8 * p));
+                        for r in 0..RW {
+                            let sc = _mm_mul_ps(_mm_permute_ps::<0>(dm[r]), dx);
+                            let min = (F == Q4_1).then(|| {
+                                let sx = _mm_loadu_ps(gx[1].wrapping_add(8 * p));
+                                _mm_mul_ps(_mm_permute_ps::<0b01_01_01_01>(dm[r]), sx)
+                            });
+                            let s4 = std::array::from_fn(|i| s[i][r]);
+                            acc[r] = add_quarter(acc[r], third, fold(reduce4(s4)), sc, min);
                         }
                     }
                 }
             }
             let mut out = [[0f32; RW]; RX];
-            for i in 0..RX {
-                for r in 0..RW {
-                    let e = _mm512_castps512_ps256(acc[i][r]);
-                    let o =
-                        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[i][r])));
-                    out[i][r] = super::avx2::hsum(_mm256_add_ps(e, o));
+            if RX == 1 {
+                let y = finish_wide(acc[0]);
+                out[0].copy_from_slice(&y[..RW]);
+            } else {
+                for (r, a) in acc.iter().enumerate() {
+                    for (i, v) in finish_wide(*a).into_iter().enumerate() {
+                        out[i][r] = v;
+                    }
                 }
             }
             out
         }
     };
+}
+
+/// Per 128-bit lane (one block), the totals of the four i32 lanes of each
+/// of `s[0..4]`, in that order (the 256-bit `reduce4`, four blocks wide).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn reduce4w(s: [__m512i; 4]) -> __m512i {
+    let t0 = _mm512_add_epi32(
+        _mm512_unpacklo_epi32(s[0], s[1]),
+        _mm512_unpackhi_epi32(s[0], s[1]),
+    );
+    let t1 = _mm512_add_epi32(
+        _mm512_unpacklo_epi32(s[2], s[3]),
+        _mm512_unpackhi_epi32(s[2], s[3]),
+    );
+    _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1))
+}
+
+/// `lo` in lanes 0-7, `hi` in 8-15.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn join(lo: __m256, hi: __m256) -> __m512 {
+    _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+        _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+        _mm256_castps_pd(hi),
+    ))
+}
+
+/// `acc` with an odd last block's sums `s` (times `sc`, plus `min`) added
+/// into lanes 0-3 or, for `third`, 8-11.
+#[target_feature(enable = "avx512f,fma")]
+#[inline]
+fn add_quarter(acc: __m512, third: bool, s: __m128i, sc: __m128, min: Option<__m128>) -> __m512 {
+    let lane = if third {
+        _mm512_extractf32x4_ps::<2>(acc)
+    } else {
+        _mm512_castps512_ps128(acc)
+    };
+    let mut v = _mm_fmadd_ps(_mm_cvtepi32_ps(s), sc, lane);
+    if let Some(m) = min {
+        v = _mm_add_ps(v, m);
+    }
+    if third {
+        _mm512_insertf32x4::<2>(acc, v)
+    } else {
+        _mm512_insertf32x4::<0>(acc, v)
+    }
+}
+
+/// Four outputs from one register of chains (lanes 4c..4c + 4: chain c):
+/// `(c0 + c2) + (c1 + c3)`, as the 256-bit `finish`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn finish_wide(acc: __m512) -> [f32; 4] {
+    let lo = _mm512_castps512_ps256(acc);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)));
+    let t = _mm256_add_ps(lo, hi);
+    let u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t));
+    let mut out = [0f32; 4];
+    // SAFETY: 16 writable bytes.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), u) };
+    out
 }
 
 wide_tile!(

@@ -6,7 +6,6 @@
 macro_rules! int8_kernels {
     ($name:ident, $features:literal, $dot4:path, $vnni:literal, $wide:literal, $vbmi:literal) => {
         pub(in crate::cpu::gemv) mod $name {
-            use crate::cpu::gemv::avx2::hsum;
             use crate::cpu::gemv::{QuantRows, WeightFormat};
             use std::arch::x86_64::*;
 
@@ -218,20 +217,126 @@ macro_rules! int8_kernels {
                 _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones))
             }
 
-            /// Dot products of `RX` activation rows with `RW` weight rows:
-            /// `out[i][r]` = weight row `w[r]` . activation row `x[i]`.
+            /// Per 128-bit half (one block), the totals of the four i32
+            /// lanes of each of `s[0..4]`, in that order: one block's exact
+            /// sums for four outputs.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) fn reduce4(s: [__m256i; 4]) -> __m256i {
+                let t0 = _mm256_add_epi32(
+                    _mm256_unpacklo_epi32(s[0], s[1]),
+                    _mm256_unpackhi_epi32(s[0], s[1]),
+                );
+                let t1 = _mm256_add_epi32(
+                    _mm256_unpacklo_epi32(s[2], s[3]),
+                    _mm256_unpackhi_epi32(s[2], s[3]),
+                );
+                _mm256_add_epi32(_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1))
+            }
+
+            /// A block's four sums that [`reduce4`] left in two halves
+            /// (an odd last block's lanes span both).
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) fn fold(v: __m256i) -> __m128i {
+                _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
+            }
+
+            /// The blocks at `a[0..4]` (one per weight row): their f16
+            /// scales as u16 lanes 0-3, their second f16 (Q4_1's minimum)
+            /// as lanes 4-7.
+            ///
+            /// # Safety
+            /// Each `a[r]` points at a whole block (16 bytes or more).
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) unsafe fn row_halves(a: [*const u8; 4]) -> __m128i {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    let x01 = _mm_unpacklo_epi16(load16(a[0]), load16(a[1]));
+                    let x23 = _mm_unpacklo_epi16(load16(a[2]), load16(a[3]));
+                    _mm_unpacklo_epi32(x01, x23)
+                }
+            }
+
+            /// Pair `p`'s scales `[A r0..r3 | B r0..r3]` of four weight rows
+            /// (`w`: each row's first block) and, for Q4_1, their minima.
+            ///
+            /// # Safety
+            /// Blocks `2p` and `2p + 1` of each row are whole.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) unsafe fn row_scales<const F: u8>(
+                w: [*const u8; 4],
+                p: usize,
+            ) -> (__m256, __m256) {
+                let bb = block_bytes(F);
+                // SAFETY: the caller's contract.
+                let (xa, xb) = unsafe {
+                    (
+                        row_halves(w.map(|r| r.wrapping_add(2 * p * bb))),
+                        row_halves(w.map(|r| r.wrapping_add((2 * p + 1) * bb))),
+                    )
+                };
+                let d = _mm256_cvtph_ps(_mm_unpacklo_epi64(xa, xb));
+                let m = if F == Q4_1 {
+                    _mm256_cvtph_ps(_mm_unpackhi_epi64(xa, xb))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                (d, m)
+            }
+
+            /// Four outputs from their accumulators: chains `b % 4 = 0, 2`
+            /// in `acc[0]`, `acc[1]` lanes 0-3, chains 1, 3 in lanes 4-7;
+            /// `(c0 + c2) + (c1 + c3)`.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) fn finish(acc: [__m256; 2]) -> [f32; 4] {
+                let t = _mm256_add_ps(acc[0], acc[1]);
+                let u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t));
+                let mut out = [0f32; 4];
+                // SAFETY: 16 writable bytes.
+                unsafe { _mm_storeu_ps(out.as_mut_ptr(), u) };
+                out
+            }
+
+            /// `acc` with `v` added into lanes 0-3 (an odd last block).
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) fn add_low(
+                acc: __m256,
+                s: __m128i,
+                sc: __m128,
+                min: Option<__m128>,
+            ) -> __m256 {
+                let mut v = _mm_fmadd_ps(_mm_cvtepi32_ps(s), sc, _mm256_castps256_ps128(acc));
+                if let Some(m) = min {
+                    v = _mm_add_ps(v, m);
+                }
+                _mm256_insertf128_ps::<0>(acc, v)
+            }
+
+            /// Dot products of `RX` (1 or 4) activation rows with `RW` weight
+            /// rows (1 to 4 for one activation row, any for four):
+            /// `out[i][r]` = weight row `w[r]` . activation row `x[i]`, with
+            /// the module's arithmetic. One activation row runs the weight
+            /// rows in the lanes of a register; four run in the lanes, one
+            /// register per weight row.
             ///
             /// # Safety
             /// AVX2, FMA and F16C available; each `w[r]` points at `nb` blocks of
             /// format `F`; each `x[i]` at `32 * nb` codes, each `xs[i]` at
             /// `4 * ceil(nb / 2)` scales and, for Q4_0 / Q5_0, each `xo[i]` at
-            /// `8 * ceil(nb / 2)` offsets of a [`QuantRows`] row made for `F`.
+            /// `8 * ceil(nb / 2)` offsets of a [`QuantRows`] row made for `F`;
+            /// for four rows `gx` at their group's scales and (Q4_1) sums.
             #[target_feature(enable = $features)]
             unsafe fn tile<const F: u8, const RX: usize, const RW: usize>(
                 w: [*const u8; RW],
                 x: [*const i8; RX],
                 xs: [*const f32; RX],
                 xo: [*const i32; RX],
+                gx: [*const f32; 2],
                 nb: usize,
             ) -> [[f32; RW]; RX] {
                 if $wide {
@@ -239,27 +344,30 @@ macro_rules! int8_kernels {
                     // include the wide kernel's (and VBMI where `$vbmi`).
                     return unsafe {
                         if $vbmi {
-                            crate::cpu::gemv::avx512::tile_vbmi::<F, RX, RW>(w, x, xs, xo, nb)
+                            crate::cpu::gemv::avx512::tile_vbmi::<F, RX, RW>(w, x, xs, xo, gx, nb)
                         } else {
-                            crate::cpu::gemv::avx512::tile::<F, RX, RW>(w, x, xs, xo, nb)
+                            crate::cpu::gemv::avx512::tile::<F, RX, RW>(w, x, xs, xo, gx, nb)
                         }
                     };
                 }
+                debug_assert!((RX == 1 && RW <= 4) || RX == 4);
                 let bb = block_bytes(F);
-                // Even pairs accumulate in [0], odd ones in [1] (the two
-                // halves of one 512-bit register in the wide kernel, which
-                // gives the same bits).
-                let mut acc = [[[_mm256_setzero_ps(); 2]; RW]; RX];
-                // d_w d_x of block A to lanes 0-3, of B to 4-7; then the minimum terms.
+                // One activation row: acc[0] (lanes: weight rows); four:
+                // acc[r] (lanes: activation rows). [0] takes pairs 2q,
+                // [1] pairs 2q + 1: chains b % 4 (see `finish`).
+                let mut acc = [[_mm256_setzero_ps(); 2]; RW];
                 let to_scale = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
                 let to_min = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+                // One activation row: four weight rows (the last repeated).
+                let w4: [*const u8; 4] = std::array::from_fn(|r| w[r.min(RW - 1)]);
                 // SAFETY: pair p reads blocks 2p and 2p + 1 < nb of every weight
-                // row, codes 64p..64p + 64, scales 4p..4p + 4 and (Q4_0, Q5_0) offsets
-                // 8p..8p + 8 of every activation row; the odd last block reads
-                // block nb - 1, codes 32 (nb - 1).. + 32, scales 4 (nb / 2).. + 4
-                // and offsets 8 (nb / 2).. + 8 (the contract). The 16-byte scale
-                // loads at a block's start stay inside it (blocks are 18 to 34
-                // bytes).
+                // row, codes 64p..64p + 64, scales 4p..4p + 4, (Q4_0, Q5_0)
+                // offsets 8p..8p + 8 of every activation row and group
+                // values 8p..8p + 8; the odd last block reads block nb - 1,
+                // codes 32 (nb - 1).. + 32, scales 4 (nb / 2).. + 4, offsets
+                // 8 (nb / 2).. + 8 and group values 8 (nb / 2).. + 4 (the
+                // contract). The 16-byte loads at a block's start stay
+                // inside it (blocks are 18 to 34 bytes).
                 unsafe {
                     // Software prefetch two tiles ahead: the tile's RW rows are RW
                     // short interleaved streams (a few hundred bytes each), which
@@ -269,66 +377,113 @@ macro_rules! int8_kernels {
                     // Prefetches never fault, so running past the rows is harmless.
                     let pf = 2 * RW * nb * bb;
                     for p in 0..nb / 2 {
+                        let mut s = [[_mm256_setzero_si256(); RW]; RX];
+                        let mut dm = [_mm256_setzero_ps(); RW];
                         for r in 0..RW {
                             let a = w[r].wrapping_add(2 * p * bb);
                             let b = a.wrapping_add(bb);
                             _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
                             let (l, h) = unpack_pair::<F>(a, b);
-                            let dm = _mm_cvtph_ps(scale_pairs::<F>(load16(a), load16(b)));
+                            if RX == 4 {
+                                dm[r] = _mm256_castps128_ps256(_mm_cvtph_ps(scale_pairs::<F>(
+                                    load16(a),
+                                    load16(b),
+                                )));
+                            }
                             for i in 0..RX {
                                 let xp = x[i].wrapping_add(64 * p);
-                                let init = start::<F>(xo[i], p);
-                                let s = dot_pair::<F>(
-                                    init,
+                                s[i][r] = dot_pair::<F>(
+                                    start::<F>(xo[i], p),
                                     l,
                                     h,
                                     load32(xp),
                                     load32(xp.wrapping_add(32)),
                                 );
-                                let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
-                                let sc = _mm256_castps128_ps256(_mm_mul_ps(dm, xsc));
+                            }
+                        }
+                        if RX == 1 {
+                            let (d, m) = row_scales::<F>(w4, p);
+                            let xsc = _mm256_castps128_ps256(_mm_castsi128_ps(load16(
+                                xs[0].wrapping_add(4 * p),
+                            )));
+                            let sc = _mm256_mul_ps(d, _mm256_permutevar8x32_ps(xsc, to_scale));
+                            let s4 = std::array::from_fn(|r| s[0][r.min(RW - 1)]);
+                            let mut v =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce4(s4)), sc, acc[0][p % 2]);
+                            if F == Q4_1 {
+                                let sx = _mm256_permutevar8x32_ps(xsc, to_min);
+                                v = _mm256_add_ps(v, _mm256_mul_ps(m, sx));
+                            }
+                            acc[0][p % 2] = v;
+                        } else {
+                            let dx = _mm256_loadu_ps(gx[0].wrapping_add(8 * p));
+                            for r in 0..RW {
+                                let sc =
+                                    _mm256_mul_ps(_mm256_permutevar8x32_ps(dm[r], to_scale), dx);
+                                let s4 = std::array::from_fn(|i| s[i][r]);
                                 let mut v = _mm256_fmadd_ps(
-                                    _mm256_cvtepi32_ps(s),
-                                    _mm256_permutevar8x32_ps(sc, to_scale),
-                                    acc[i][r][p % 2],
+                                    _mm256_cvtepi32_ps(reduce4(s4)),
+                                    sc,
+                                    acc[r][p % 2],
                                 );
                                 if F == Q4_1 {
-                                    v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(sc, to_min));
+                                    let sx = _mm256_loadu_ps(gx[1].wrapping_add(8 * p));
+                                    let mw = _mm256_permutevar8x32_ps(dm[r], to_min);
+                                    v = _mm256_add_ps(v, _mm256_mul_ps(mw, sx));
                                 }
-                                acc[i][r][p % 2] = v;
+                                acc[r][p % 2] = v;
                             }
                         }
                     }
                     if nb % 2 == 1 {
                         let (b, p) = (nb - 1, nb / 2);
+                        let mut s = [[_mm256_setzero_si256(); RW]; RX];
+                        let mut dm = [_mm_setzero_ps(); RW];
                         for r in 0..RW {
                             let a = w[r].wrapping_add(b * bb);
                             let wv = unpack_one::<F>(a);
-                            let first = load16(a);
-                            let dm = _mm_cvtph_ps(scale_pairs::<F>(first, first));
+                            if RX == 4 {
+                                let first = load16(a);
+                                dm[r] = _mm_cvtph_ps(scale_pairs::<F>(first, first));
+                            }
                             for i in 0..RX {
                                 let init = start::<F>(xo[i], p);
-                                let s = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
-                                let xsc = _mm_castsi128_ps(load16(xs[i].wrapping_add(4 * p)));
-                                let sc = _mm_mul_ps(dm, xsc);
-                                let mut v = _mm256_fmadd_ps(
-                                    _mm256_cvtepi32_ps(s),
-                                    _mm256_broadcastss_ps(sc),
-                                    acc[i][r][0],
-                                );
-                                if F == Q4_1 {
-                                    let m = _mm_shuffle_ps::<0b01_01_01_01>(sc, sc);
-                                    v = _mm256_add_ps(v, _mm256_set_m128(m, m));
-                                }
-                                acc[i][r][0] = v;
+                                s[i][r] = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
+                            }
+                        }
+                        if RX == 1 {
+                            let h = row_halves(w4.map(|r| r.wrapping_add(b * bb)));
+                            let xd = *xs[0].wrapping_add(4 * p);
+                            let sc = _mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(xd));
+                            let min = (F == Q4_1).then(|| {
+                                let mw = _mm_cvtph_ps(_mm_unpackhi_epi64(h, h));
+                                _mm_mul_ps(mw, _mm_set1_ps(*xs[0].wrapping_add(4 * p + 1)))
+                            });
+                            let s4 = std::array::from_fn(|r| s[0][r.min(RW - 1)]);
+                            acc[0][p % 2] = add_low(acc[0][p % 2], fold(reduce4(s4)), sc, min);
+                        } else {
+                            let dx = _mm_loadu_ps(gx[0].wrapping_add(8 * p));
+                            for r in 0..RW {
+                                let sc = _mm_mul_ps(_mm_permute_ps::<0>(dm[r]), dx);
+                                let min = (F == Q4_1).then(|| {
+                                    let sx = _mm_loadu_ps(gx[1].wrapping_add(8 * p));
+                                    _mm_mul_ps(_mm_permute_ps::<0b01_01_01_01>(dm[r]), sx)
+                                });
+                                let s4 = std::array::from_fn(|i| s[i][r]);
+                                acc[r][p % 2] = add_low(acc[r][p % 2], fold(reduce4(s4)), sc, min);
                             }
                         }
                     }
                 }
                 let mut out = [[0f32; RW]; RX];
-                for i in 0..RX {
-                    for r in 0..RW {
-                        out[i][r] = hsum(_mm256_add_ps(acc[i][r][0], acc[i][r][1]));
+                if RX == 1 {
+                    let y = finish(acc[0]);
+                    out[0].copy_from_slice(&y[..RW]);
+                } else {
+                    for (r, a) in acc.iter().enumerate() {
+                        for (i, v) in finish(*a).into_iter().enumerate() {
+                            out[i][r] = v;
+                        }
                     }
                 }
                 out
@@ -355,25 +510,11 @@ macro_rules! int8_kernels {
                 }
             }
 
-            /// Element `r` of each 128-bit half of `v` in all four lanes of
-            /// that half.
-            #[target_feature(enable = $features)]
-            #[inline]
-            fn lane(v: __m256, r: usize) -> __m256 {
-                match r {
-                    0 => _mm256_permute_ps::<0x00>(v),
-                    1 => _mm256_permute_ps::<0x55>(v),
-                    2 => _mm256_permute_ps::<0xaa>(v),
-                    _ => _mm256_permute_ps::<0xff>(v),
-                }
-            }
-
             /// [`tile`] for one activation row and the 4 weight rows of a
             /// packed tile at `t` ([`crate::cpu::gemv::pack::pack`]): the same operations on
             /// every lane in the same order, so the same bits. The scales
-            /// of the tile's 8 blocks of a pair come in one load and
-            /// convert and multiply together; a row's lanes then take
-            /// theirs with one in-lane permute.
+            /// of the tile's 8 blocks of a pair come in one load, already
+            /// in the lane order of [`reduce4`]'s sums.
             ///
             /// # Safety
             /// As [`tile`], with `t` pointing at a whole packed tile of `nb`
@@ -393,7 +534,7 @@ macro_rules! int8_kernels {
                 let pair = 8 * bb;
                 let row = if F == Q8_0 { 64 } else { 32 };
                 let ds = 4 * row;
-                let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+                let mut acc = [_mm256_setzero_ps(); 2];
                 let m4 = _mm256_set1_epi8(0x0f);
                 // SAFETY: pair p reads bytes p * pair.. + pair of the tile
                 // and, as in `tile`, codes 64p.. + 64, scales 4p.. + 4 and
@@ -411,7 +552,7 @@ macro_rules! int8_kernels {
                         }
                         let xp = x.wrapping_add(64 * p);
                         let (xl, xh) = (load32(xp), load32(xp.wrapping_add(32)));
-                        // [d_x A, s_x A, d_x B, s_x B] (s_x: Q4_1's minimum term).
+                        // [d_x A, s_x A, d_x B, s_x B] (s_x: Q4_1's block sum).
                         let xsc = _mm_castsi128_ps(load16(xs.wrapping_add(4 * p)));
                         let dsc = _mm256_mul_ps(
                             _mm256_cvtph_ps(load16(tp.wrapping_add(ds))),
@@ -420,19 +561,8 @@ macro_rules! int8_kernels {
                                 _mm_permute_ps::<0>(xsc),
                             ),
                         );
-                        let msc = if F == Q4_1 {
-                            _mm256_mul_ps(
-                                _mm256_cvtph_ps(load16(tp.wrapping_add(ds + 16))),
-                                _mm256_set_m128(
-                                    _mm_permute_ps::<0b11_11_11_11>(xsc),
-                                    _mm_permute_ps::<0b01_01_01_01>(xsc),
-                                ),
-                            )
-                        } else {
-                            _mm256_setzero_ps()
-                        };
                         let init = start::<F>(xo, p);
-                        for (r, a) in acc.iter_mut().enumerate() {
+                        let s: [__m256i; 4] = std::array::from_fn(|r| {
                             let q = tp.wrapping_add(row * r);
                             let (l, h) = if F == Q8_0 {
                                 (load32(q), load32(q.wrapping_add(32)))
@@ -443,14 +573,21 @@ macro_rules! int8_kernels {
                                     _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
                                 )
                             };
-                            let s = dot_pair::<F>(init, l, h, xl, xh);
-                            let mut v =
-                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), lane(dsc, r), a[p % 2]);
-                            if F == Q4_1 {
-                                v = _mm256_add_ps(v, lane(msc, r));
-                            }
-                            a[p % 2] = v;
+                            dot_pair::<F>(init, l, h, xl, xh)
+                        });
+                        let mut v =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce4(s)), dsc, acc[p % 2]);
+                        if F == Q4_1 {
+                            let msc = _mm256_mul_ps(
+                                _mm256_cvtph_ps(load16(tp.wrapping_add(ds + 16))),
+                                _mm256_set_m128(
+                                    _mm_permute_ps::<0b11_11_11_11>(xsc),
+                                    _mm_permute_ps::<0b01_01_01_01>(xsc),
+                                ),
+                            );
+                            v = _mm256_add_ps(v, msc);
                         }
+                        acc[p % 2] = v;
                     }
                     if nb % 2 == 1 {
                         let (b, p) = (nb - 1, nb / 2);
@@ -461,17 +598,15 @@ macro_rules! int8_kernels {
                             tp.wrapping_add(2 * row) as *const __m128i
                         ));
                         let dsc = _mm_mul_ps(d4, _mm_permute_ps::<0>(xsc));
-                        let msc = if F == Q4_1 {
+                        let min = (F == Q4_1).then(|| {
                             let mins = _mm_cvtph_ps(_mm_loadl_epi64(
                                 tp.wrapping_add(2 * row + 8) as *const __m128i
                             ));
                             _mm_mul_ps(mins, _mm_permute_ps::<0b01_01_01_01>(xsc))
-                        } else {
-                            _mm_setzero_ps()
-                        };
+                        });
                         let init = start::<F>(xo, p);
                         let xv = load32(x.wrapping_add(32 * b));
-                        for (r, a) in acc.iter_mut().enumerate() {
+                        let s: [__m256i; 4] = std::array::from_fn(|r| {
                             // The block in plain order, as `unpack_one` gives it.
                             let wv = if F == Q8_0 {
                                 load32(tp.wrapping_add(32 * r))
@@ -483,29 +618,12 @@ macro_rules! int8_kernels {
                                     _mm_and_si128(raw, low),
                                 )
                             };
-                            let s = dot_i8::<F>(init, wv, xv);
-                            let sc = _mm256_castps128_ps256(dsc);
-                            let mut v = _mm256_fmadd_ps(
-                                _mm256_cvtepi32_ps(s),
-                                _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(r as i32)),
-                                a[0],
-                            );
-                            if F == Q4_1 {
-                                let m = _mm256_castps128_ps256(msc);
-                                v = _mm256_add_ps(
-                                    v,
-                                    _mm256_permutevar8x32_ps(m, _mm256_set1_epi32(r as i32)),
-                                );
-                            }
-                            a[0] = v;
-                        }
+                            dot_i8::<F>(init, wv, xv)
+                        });
+                        acc[p % 2] = add_low(acc[p % 2], fold(reduce4(s)), dsc, min);
                     }
                 }
-                let mut out = [0f32; 4];
-                for (o, a) in out.iter_mut().zip(&acc) {
-                    *o = hsum(_mm256_add_ps(a[0], a[1]));
-                }
-                out
+                finish(acc)
             }
 
             /// [`rows_f`] over packed weights ([`crate::cpu::gemv::pack::pack`]): `w` starts
@@ -570,10 +688,22 @@ macro_rules! int8_kernels {
                 let xp: [*const i8; RX] = std::array::from_fn(|i| xq.codes(i0 + i).as_ptr());
                 let sp: [*const f32; RX] = std::array::from_fn(|i| xq.scales(i0 + i).as_ptr());
                 let op: [*const i32; RX] = std::array::from_fn(|i| xq.offsets(i0 + i).as_ptr());
+                // Four activation rows start a group (the loops below step
+                // by four from row 0).
+                let gx = if RX == 4 {
+                    debug_assert!(i0 % 4 == 0);
+                    [
+                        xq.group_scales(i0 / 4).as_ptr(),
+                        xq.group_sums(i0 / 4).as_ptr(),
+                    ]
+                } else {
+                    [std::ptr::null(); 2]
+                };
                 // SAFETY: the pointers start whole rows of the lengths `tile` needs
                 // (slicing above checked the starts; rows are rb = nb blocks; the
-                // offsets are read for Q4_0 / Q5_0 only, whose QuantRows has them).
-                let y = unsafe { tile::<F, RX, RW>(wp, xp, sp, op, xq.k / 32) };
+                // offsets are read for Q4_0 / Q5_0 only, whose QuantRows has them;
+                // the group values, for four rows only, are whole groups).
+                let y = unsafe { tile::<F, RX, RW>(wp, xp, sp, op, gx, xq.k / 32) };
                 for (i, yr) in y.iter().enumerate() {
                     for (r, v) in yr.iter().enumerate() {
                         out[(j0 + r) * xq.m + i0 + i] = *v;

@@ -18,27 +18,37 @@
 //!   of two consecutive blocks `A`, `B` are stored as `A[0..16] B[0..16]
 //!   A[16..32] B[16..32]`, which is the order the 16 nibble bytes of
 //!   two weight blocks give after one 256-bit `and` / shift.
-//! - Per pair of weight blocks: load the two 16-byte nibble runs into one
-//!   register, split low / high nibbles, `maddubs` against the int8
-//!   activations (nibbles are unsigned; Q8_0 uses the sign trick), `madd`
-//!   with ones to i32 (lanes 0-3 block `A`, 4-7 block `B`), convert, and
-//!   FMA with `d_w * d_x` into an f32 accumulator. The four f16 scales of
-//!   the pair (`d`, `m` per block) are converted by one F16C instruction.
-//!   Q4_0's offset of 8 is taken off the i32 sums as `8 * sum(q_x)`
-//!   (precomputed per lane with the activations), so its block sums are
-//!   exact integers, as in llama.cpp's `q4_0 x q8_0`. Q5_0 is Q4_0 with a
-//!   fifth bit per weight (4 bytes per block, bit `j` for element `j`),
-//!   expanded to 0x10 in the code bytes by one byte shuffle and compare
-//!   per register, and an offset of 16. It runs from GGML's layout (no
-//!   packed tiles).
+//! - Per block the integer part is exact: `s = Σ (q_w - offset) q_x` in
+//!   i32 (Q4_0's offset 8 and Q5_0's 16 are taken off as `offset * Σ q_x`,
+//!   precomputed with the activations, as in llama.cpp's `q4_0 x q8_0`).
+//!   Then, in f32 and in this order, output `y` adds block `b` to chain
+//!   `c[b % 4]`: `c = fma(s, d_w * d_x, c)`, and for Q4_1 `c = c + m_w *
+//!   Σx` (`Σx` the exact f32 block sum of the activations); at the end `y
+//!   = (c0 + c2) + (c1 + c3)`. Every path (plain Rust, the x86 kernels
+//!   and the AMX prefill kernel) computes exactly this: the same bits.
+//! - Per pair of weight blocks the x86 kernels load the two 16-byte nibble
+//!   runs into one register, split low / high nibbles, `maddubs` against
+//!   the int8 activations (nibbles are unsigned; Q8_0 uses the sign trick)
+//!   and `madd` with ones to i32 (lanes 0-3 block `A`, 4-7 block `B`).
+//!   Four outputs' partial sums are then reduced together by three
+//!   unpack-and-add steps to one lane per output and block, converted,
+//!   and fused with the four outputs' `d_w * d_x` into the chains: lanes
+//!   0-3 of one register hold chain 0 (even pairs) or 2 (odd pairs) of
+//!   four outputs, lanes 4-7 chains 1 and 3. The four outputs are four
+//!   weight rows of one activation row (decode), or four activation rows
+//!   of one weight row (prefill; their scales side by side in
+//!   [`QuantRows`]). Q5_0 is Q4_0 with a fifth bit per weight (4 bytes
+//!   per block, bit `j` for element `j`), expanded to 0x10 in the code
+//!   bytes by one byte shuffle and compare per register, and an offset
+//!   of 16. It runs from GGML's layout (no packed tiles).
 //! - A tile of up to 4 activation rows x up to 4 weight rows shares each
 //!   unpacked weight block and each activation load; decode (one row) runs
 //!   4 weight rows at a time, prefill 4 x 2. Prefill's output rows are
 //!   split into rayon tasks; decode's into one contiguous run of weight
 //!   rows per thread on the batch's hot team (`team::for_ranges`).
 //!
-//! Every tile computes each output with the same operations in the same
-//! order, so a prefill row equals the one-row result bit for bit.
+//! Every tile computes each output with the arithmetic above, so a
+//! prefill row equals the one-row result bit for bit.
 //!
 //! - Weights placed on the CPU (`Device::place`) where the 256-bit kernels
 //!   run (AVX2, AVX-VNNI) are repacked once into tiles of 4 rows
@@ -58,8 +68,7 @@
 //!   several short interleaved row streams.
 //!
 //! The instruction set ([`Isa`]) is chosen at run time; machines without
-//! AVX2 + FMA + F16C run portable code with the same int8 arithmetic (sums
-//! in another order).
+//! AVX2 + FMA + F16C run portable code with the same arithmetic and bits.
 //! f32 weights keep f32 activations (a streaming FMA GEMV for one row).
 
 // First: the kernel files below expand its `int8_kernels!`.
@@ -114,9 +123,8 @@ fn has_avx2_fma() -> bool {
 }
 
 /// The instruction sets the int8 kernels are built for. All give the same
-/// integer block sums (no i16 saturation is possible with these operands),
-/// so their results differ only where f32 sums are ordered differently:
-/// not at all between the three x86 paths.
+/// exact block sums (no i16 saturation is possible with these operands)
+/// and add them in the module's order: the same bits on every one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Isa {
     /// Plain Rust.

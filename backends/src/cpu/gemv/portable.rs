@@ -1,5 +1,5 @@
 //! The portable (plain Rust) kernels: the int8 arithmetic of the x86
-//! kernels block by block, and the f32 GEMV row.
+//! kernels block by block (the same bits), and the f32 GEMV row.
 
 use super::activations::code_index;
 use super::{QuantRows, WeightFormat};
@@ -25,13 +25,13 @@ pub(super) fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
     s
 }
 
-/// One weight row against activation row `r`: the int8 arithmetic of
-/// the AVX2 kernels, block by block.
+/// One weight row against activation row `r`: the module's arithmetic
+/// (exact block sums, chains `b % 4`), so the x86 kernels' bits.
 pub(super) fn dot(fmt: WeightFormat, row: &[u8], xq: &QuantRows, r: usize) -> f32 {
     let nb = xq.k / 32;
     let (codes, scales) = (xq.codes(r), xq.scales(r));
     let bb = fmt.row_bytes(32);
-    let mut s = 0f32;
+    let mut c = [0f32; 4];
     for (b, blk) in row.chunks_exact(bb).enumerate() {
         let lo = &codes[code_index(b, 0, nb)..code_index(b, 0, nb) + 16];
         let hi = &codes[code_index(b, 16, nb)..code_index(b, 16, nb) + 16];
@@ -71,10 +71,13 @@ pub(super) fn dot(fmt: WeightFormat, row: &[u8], xq: &QuantRows, r: usize) -> f3
                 (isum, m_w)
             }
         };
-        let lanes = if b + 1 == nb && nb % 2 == 1 { 8.0 } else { 4.0 };
-        s += d * scales[2 * b] * isum as f32 + m_w * scales[2 * b + 1] * lanes;
+        let mut v = (isum as f32).mul_add(d * scales[2 * b], c[b % 4]);
+        if fmt == WeightFormat::Q4_1 {
+            v += m_w * scales[2 * b + 1];
+        }
+        c[b % 4] = v;
     }
-    s
+    (c[0] + c[2]) + (c[1] + c[3])
 }
 
 /// All activation rows against the weight rows in `w` (`rb` bytes each);

@@ -252,16 +252,22 @@ fn multi_row_results_equal_the_one_row_kernel() {
     }
 }
 
-/// The SIMD paths (AVX2 maddubs, AVX-VNNI, AVX-512 VNNI, wide, VBMI) form the same
-/// integer sums and add them in the same order: equal bit for bit.
+/// Every path (plain Rust, AVX2 maddubs, AVX-VNNI, AVX-512 VNNI, wide, VBMI)
+/// forms the same exact block sums and adds them in the same order: equal
+/// bit for bit, for one row, four-row groups and the rows after them, odd
+/// and even block counts and pair counts.
 #[test]
-fn simd_paths_agree_bit_for_bit() {
-    let simd: Vec<Isa> = paths()
-        .into_iter()
-        .filter(|i| *i != Isa::Portable)
-        .collect();
+fn all_paths_agree_bit_for_bit() {
+    let simd = paths();
     for fmt in QFORMATS {
-        for (n, k, m) in [(13usize, 96usize, 1usize), (9, 576, 5), (40, 160, 2)] {
+        for (n, k, m) in [
+            (13usize, 96usize, 1usize),
+            (9, 576, 5),
+            (40, 160, 2),
+            (7, 224, 9),
+            (6, 32, 4),
+            (5, 64, 8),
+        ] {
             let w = blocks(fmt, n, k, 21);
             let x = activations(m, k, 8);
             let ys: Vec<Vec<u32>> = simd
