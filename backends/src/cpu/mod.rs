@@ -25,6 +25,8 @@
 //! a buffer of this backend, of the same size, that every op still takes.
 
 mod act;
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod attn;
 mod conv;
 mod conv_ops;

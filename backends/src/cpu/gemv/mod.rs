@@ -78,6 +78,8 @@ mod int8;
 
 mod activations;
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -143,6 +145,9 @@ pub(crate) enum Isa {
     /// Rapids, Zen 4...; not Skylake / Cascade Lake): preferred where
     /// present.
     Avx512Vbmi,
+    /// [`Isa::Avx512Vbmi`], with prefill on AMX tiles ([`amx`]; Sapphire
+    /// Rapids and later, where Linux grants the tile state).
+    Amx,
 }
 
 impl Isa {
@@ -181,6 +186,9 @@ impl Isa {
                 v.push(Isa::Avx512Wide);
                 if std::is_x86_feature_detected!("avx512vbmi") {
                     v.push(Isa::Avx512Vbmi);
+                    if crate::cpu::amx::available() {
+                        v.push(Isa::Amx);
+                    }
                 }
             }
         }
@@ -308,6 +316,49 @@ pub(crate) fn gemv_rows_with<T: Sync>(
     Some(y)
 }
 
+/// Activation rows from which prefill runs on AMX tiles where they are
+/// granted ([`Isa::Amx`]); fewer go through the AVX-512 tiles.
+const AMX_MIN_ROWS: usize = 8;
+
+/// The weight rows in `w` (whole groups of 16, `rb` bytes each, GGML
+/// layout) against the `m` activation rows laid out in `groups`, on AMX
+/// tiles: `out[j * m + r]` = weight row j . activation row r.
+#[cfg(target_arch = "x86_64")]
+fn tile_rows(
+    fmt: WeightFormat,
+    w: &[u8],
+    rb: usize,
+    groups: &[amx::Acts16],
+    m: usize,
+    out: &mut [f32],
+) {
+    let nb = rb / fmt.row_bytes(32);
+    let mut w16 = amx::Weights16::default();
+    let mut chains = amx::Chains::zero();
+    let mut lanes = [[[0f32; 16]; 16]; 2];
+    // SAFETY: Isa::Amx is only offered where AMX is granted.
+    let cfg = unsafe { crate::cpu::amx::Tiles::load(amx::tiles()) };
+    for (gi, rows16) in w.chunks_exact(16 * rb).enumerate() {
+        let rows: [&[u8]; 16] = std::array::from_fn(|i| &rows16[i * rb..(i + 1) * rb]);
+        w16.fill(fmt, &rows, nb);
+        for (pi, pair) in groups.chunks(2).enumerate() {
+            let x: Vec<&amx::Acts16> = pair.iter().collect();
+            let lanes = &mut lanes[..x.len()];
+            // SAFETY: the configuration is loaded on this thread; AVX-512
+            // comes with Isa::Amx; `w16` and the groups hold nb blocks of fmt.
+            unsafe { amx::rows16_for(&cfg, fmt, nb, &w16, &x, &mut chains, lanes) };
+            for (g, l) in lanes.iter().enumerate() {
+                let r0 = 16 * (2 * pi + g);
+                let real = (m - r0).min(16);
+                for (r, row) in l.iter().enumerate() {
+                    let j = 16 * gi + r;
+                    out[j * m + r0..j * m + r0 + real].copy_from_slice(&row[..real]);
+                }
+            }
+        }
+    }
+}
+
 /// `y[r, j] = sum_i w[j, i] * x[r, i]` for `m` activation rows `x` (row-major
 /// `[m, k]`) and `n` quantized weight rows `w` (bytes, in `fmt`); `y` is
 /// row-major `[m, n]`. Activations are quantized to int8 per block of 32
@@ -387,9 +438,11 @@ fn matmul_with(
             // are as above.
             Isa::Avx512Wide => unsafe { avx512wide::rows(fmt, w, rb, &xq, out, packed) },
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: AVX-512 BW (so F), VL, VNNI and VBMI detected; the
-            // buffers are as above.
-            Isa::Avx512Vbmi => unsafe { avx512vbmi::rows(fmt, w, rb, &xq, out, packed) },
+            // SAFETY: AVX-512 BW (so F), VL, VNNI and VBMI detected (AMX
+            // is only offered with them); the buffers are as above.
+            Isa::Avx512Vbmi | Isa::Amx => unsafe { avx512vbmi::rows(fmt, w, rb, &xq, out, packed) },
+            Isa::Portable => portable::rows(fmt, w, rb, &xq, out),
+            #[cfg(not(target_arch = "x86_64"))]
             _ => portable::rows(fmt, w, rb, &xq, out),
         }
     };
@@ -413,13 +466,48 @@ fn matmul_with(
     // Per task: the outputs of `per` weight rows for all m activation
     // rows, weight row major as the kernels write them, then moved into
     // their columns of `y` while still in cache.
+    #[cfg(target_arch = "x86_64")]
+    let tiled = isa == Isa::Amx && !packed && m >= AMX_MIN_ROWS && amx::takes(fmt);
+    #[cfg(not(target_arch = "x86_64"))]
+    let tiled = false;
     let per = rows_per_task(n, rb * m);
+    // Whole groups of 16 weight rows for the tile kernel.
+    let per = if tiled { per.next_multiple_of(16) } else { per };
+    #[cfg(target_arch = "x86_64")]
+    let groups: Vec<amx::Acts16> = if tiled {
+        let q4_1 = fmt == WeightFormat::Q4_1;
+        (0..m)
+            .step_by(16)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|r0| amx::Acts16::new(&xq, r0, q4_1))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut y = vec![0f32; n * m];
     let yp = SharedOut(y.as_mut_ptr());
     (0..n.div_ceil(per)).into_par_iter().for_each(|t| {
         let j0 = t * per;
         let rows = per.min(n - j0);
         let mut out = vec![0f32; rows * m];
+        #[cfg(target_arch = "x86_64")]
+        if tiled {
+            let whole = rows / 16 * 16;
+            tile_rows(
+                fmt,
+                &w[j0 * rb..(j0 + whole) * rb],
+                rb,
+                &groups,
+                m,
+                &mut out,
+            );
+            run(j0 + whole, rows - whole, &mut out[whole * m..]);
+            // SAFETY: tasks own disjoint column ranges j0..j0 + rows of `y`
+            // (alive until the loop returns); every index is < m * n.
+            unsafe { scatter_columns(&out, rows, m, yp.get().add(j0), n) };
+            return;
+        }
         run(j0, rows, &mut out);
         // SAFETY: tasks own disjoint column ranges j0..j0 + rows of `y`
         // (alive until the loop returns); every index is < m * n.

@@ -267,6 +267,13 @@ fn all_paths_agree_bit_for_bit() {
             (7, 224, 9),
             (6, 32, 4),
             (5, 64, 8),
+            // Whole groups of 16 weight rows and 8+ activation rows: the
+            // AMX tiles where granted (one and two groups of 16
+            // activation rows, partial last groups, rows after them).
+            (37, 96, 20),
+            (48, 160, 33),
+            (16, 32, 8),
+            (32, 288, 16),
         ] {
             let w = blocks(fmt, n, k, 21);
             let x = activations(m, k, 8);

@@ -804,7 +804,7 @@ pub(crate) fn matmul_isa(
         let mut w16 = amx::Weights16::default();
         let mut lanes = [[[0f32; 16]; 16]; 2];
         // SAFETY: AMX is granted (`groups16` is only filled then).
-        let cfg = unsafe { amx::Tiles::load() };
+        let cfg = unsafe { amx::Tiles::load([(16, 64); 8]) };
         for j in (j0..j0 + whole).step_by(16) {
             let rows: [&[u8]; 16] = std::array::from_fn(|i| &w[(j + i) * rb..(j + i + 1) * rb]);
             for (u, row) in us.iter_mut().zip(rows) {
