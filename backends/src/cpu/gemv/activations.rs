@@ -40,8 +40,10 @@ pub(crate) struct QuantRows {
 impl QuantRows {
     /// Quantize the `m` rows of `x` (row-major) for weights in `fmt`;
     /// `isa` other than portable quantizes with AVX2 (the same codes:
-    /// both round half to even).
-    pub(super) fn new(fmt: WeightFormat, x: &[f32], m: usize, isa: Isa) -> Self {
+    /// both round half to even). Without `lanes` the per-lane offsets and
+    /// the group values (which only the x86 lane kernels read) are left
+    /// empty.
+    pub(super) fn new(fmt: WeightFormat, x: &[f32], m: usize, isa: Isa, lanes: bool) -> Self {
         let k = x.len() / m;
         let nb = k / 32;
         let mut codes = vec![0i8; m * k];
@@ -72,7 +74,7 @@ impl QuantRows {
         }
         // Lane l of a 32-code group sums bytes 4l..4l + 4 of both of its
         // 32-byte halves (a pair) or of its only half (an odd last block).
-        let offsets = if let Some(off) = fmt.offset() {
+        let offsets = if let (Some(off), true) = (fmt.offset(), lanes) {
             codes
                 .chunks_exact(k)
                 .flat_map(|row| {
@@ -105,8 +107,8 @@ impl QuantRows {
             }
             g
         };
-        let group_scales = group(0);
-        let group_sums = if fmt == WeightFormat::Q4_1 {
+        let group_scales = if lanes { group(0) } else { Vec::new() };
+        let group_sums = if lanes && fmt == WeightFormat::Q4_1 {
             group(1)
         } else {
             Vec::new()

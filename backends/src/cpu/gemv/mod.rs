@@ -322,15 +322,21 @@ const AMX_MIN_ROWS: usize = 8;
 
 /// The weight rows in `w` (whole groups of 16, `rb` bytes each, GGML
 /// layout) against the `m` activation rows laid out in `groups`, on AMX
-/// tiles: `out[j * m + r]` = weight row j . activation row r.
+/// tiles, written into their columns of `y` (row-major `[m, n]`, from the
+/// first of these weight rows' column).
+///
+/// # Safety
+/// `y` is valid for writes of `m` rows of `n` floats; this caller alone
+/// writes columns `0..w.len() / rb` from it.
 #[cfg(target_arch = "x86_64")]
-fn tile_rows(
+unsafe fn tile_rows(
     fmt: WeightFormat,
     w: &[u8],
     rb: usize,
     groups: &[amx::Acts16],
     m: usize,
-    out: &mut [f32],
+    y: SharedOut,
+    n: usize,
 ) {
     let nb = rb / fmt.row_bytes(32);
     let mut w16 = amx::Weights16::default();
@@ -349,10 +355,16 @@ fn tile_rows(
             unsafe { amx::rows16_for(&cfg, fmt, nb, &w16, &x, &mut chains, lanes) };
             for (g, l) in lanes.iter().enumerate() {
                 let r0 = 16 * (2 * pi + g);
-                let real = (m - r0).min(16);
-                for (r, row) in l.iter().enumerate() {
-                    let j = 16 * gi + r;
-                    out[j * m + r0..j * m + r0 + real].copy_from_slice(&row[..real]);
+                for (lane, row) in l.iter().enumerate().take(m.saturating_sub(r0).min(16)) {
+                    // SAFETY: row r0 + lane < m, columns 16 gi..16 gi + 16
+                    // are this caller's (the contract).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            row.as_ptr(),
+                            y.get().add((r0 + lane) * n + 16 * gi),
+                            16,
+                        )
+                    };
                 }
             }
         }
@@ -411,7 +423,14 @@ fn matmul_with(
     if k == 0 || !k.is_multiple_of(32) || w.len() != rb * n {
         return None;
     }
-    let xq = QuantRows::new(fmt, x, m, isa);
+    #[cfg(target_arch = "x86_64")]
+    let tiled = isa == Isa::Amx && !packed && m >= AMX_MIN_ROWS && amx::takes(fmt);
+    #[cfg(not(target_arch = "x86_64"))]
+    let tiled = false;
+    // The tile kernel reads the rows' codes and scales only; the lane
+    // kernels' values are needed for decode or rows after whole groups.
+    let lanes = !tiled || !n.is_multiple_of(16);
+    let xq = QuantRows::new(fmt, x, m, isa, lanes);
     // `rows` weight rows from `j0` into their slots of `out`.
     let run = |j0: usize, rows: usize, out: &mut [f32]| {
         let w = &w[j0 * rb..(j0 + rows) * rb];
@@ -466,10 +485,6 @@ fn matmul_with(
     // Per task: the outputs of `per` weight rows for all m activation
     // rows, weight row major as the kernels write them, then moved into
     // their columns of `y` while still in cache.
-    #[cfg(target_arch = "x86_64")]
-    let tiled = isa == Isa::Amx && !packed && m >= AMX_MIN_ROWS && amx::takes(fmt);
-    #[cfg(not(target_arch = "x86_64"))]
-    let tiled = false;
     let per = rows_per_task(n, rb * m);
     // Whole groups of 16 weight rows for the tile kernel.
     let per = if tiled { per.next_multiple_of(16) } else { per };
@@ -485,34 +500,37 @@ fn matmul_with(
     } else {
         Vec::new()
     };
-    let mut y = vec![0f32; n * m];
+    // Every element is written below (the tasks' columns cover 0..n, each
+    // for all m rows) before the length is set.
+    let mut y: Vec<f32> = Vec::with_capacity(n * m);
     let yp = SharedOut(y.as_mut_ptr());
     (0..n.div_ceil(per)).into_par_iter().for_each(|t| {
         let j0 = t * per;
         let rows = per.min(n - j0);
-        let mut out = vec![0f32; rows * m];
         #[cfg(target_arch = "x86_64")]
         if tiled {
             let whole = rows / 16 * 16;
-            tile_rows(
-                fmt,
-                &w[j0 * rb..(j0 + whole) * rb],
-                rb,
-                &groups,
-                m,
-                &mut out,
-            );
-            run(j0 + whole, rows - whole, &mut out[whole * m..]);
+            let tile = &w[j0 * rb..(j0 + whole) * rb];
             // SAFETY: tasks own disjoint column ranges j0..j0 + rows of `y`
-            // (alive until the loop returns); every index is < m * n.
-            unsafe { scatter_columns(&out, rows, m, yp.get().add(j0), n) };
+            // (alive until the loop returns), which is m x n.
+            unsafe { tile_rows(fmt, tile, rb, &groups, m, SharedOut(yp.get().add(j0)), n) };
+            let rest = rows - whole;
+            if rest > 0 {
+                let mut out = vec![0f32; rest * m];
+                run(j0 + whole, rest, &mut out);
+                // SAFETY: as above, columns j0 + whole..j0 + rows.
+                unsafe { scatter_columns(&out, rest, m, yp.get().add(j0 + whole), n) };
+            }
             return;
         }
+        let mut out = vec![0f32; rows * m];
         run(j0, rows, &mut out);
         // SAFETY: tasks own disjoint column ranges j0..j0 + rows of `y`
         // (alive until the loop returns); every index is < m * n.
         unsafe { scatter_columns(&out, rows, m, yp.get().add(j0), n) };
     });
+    // SAFETY: all n * m elements were written above (capacity n * m).
+    unsafe { y.set_len(n * m) };
     Some(y)
 }
 

@@ -18,7 +18,7 @@
 //! grant the process the tile state first ([`available`]).
 
 use super::{Acts, KFormat, Unpacked};
-pub(crate) use crate::cpu::amx::{available, Tiles};
+pub(crate) use crate::cpu::amx::{available, transpose16, Tiles};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -494,48 +494,6 @@ pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
             unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
         }
     }
-}
-
-/// The 16 x 16 transpose of `r` (row `i` of the result holds lane `i` of
-/// every register): the kernels' per-weight-row accumulators become one
-/// row of 16 outputs per activation row, for whole-row stores into `y`.
-///
-/// # Safety
-/// AVX-512 F.
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn transpose16(r: &[__m512; 16]) -> [__m512; 16] {
-    // Rows 2i, 2i + 1 interleaved: per 128-bit lane, columns 0-1 / 2-3.
-    let mut t = [_mm512_setzero_ps(); 16];
-    for i in 0..8 {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    // u[4i + c]: per 128-bit lane L, rows 4i..4i + 4 at column 4L + c.
-    let mut u = [_mm512_setzero_ps(); 16];
-    for i in 0..4 {
-        for j in 0..2 {
-            let (a, b) = (
-                _mm512_castps_pd(t[4 * i + j]),
-                _mm512_castps_pd(t[4 * i + 2 + j]),
-            );
-            u[4 * i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-            u[4 * i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        }
-    }
-    // Column 4L + c gathers lane L of u[c], u[4 + c], u[8 + c], u[12 + c].
-    let mut out = [_mm512_setzero_ps(); 16];
-    for c in 0..4 {
-        let v0 = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
-        let v1 = _mm512_shuffle_f32x4::<0xdd>(u[c], u[4 + c]);
-        let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + c], u[12 + c]);
-        let w1 = _mm512_shuffle_f32x4::<0xdd>(u[8 + c], u[12 + c]);
-        out[c] = _mm512_shuffle_f32x4::<0x88>(v0, w0);
-        out[4 + c] = _mm512_shuffle_f32x4::<0x88>(v1, w1);
-        out[8 + c] = _mm512_shuffle_f32x4::<0xdd>(v0, w0);
-        out[12 + c] = _mm512_shuffle_f32x4::<0xdd>(v1, w1);
-    }
-    out
 }
 
 /// The AMX kernel for `fmt` on one or two groups of sixteen activation
