@@ -188,14 +188,17 @@ unsafe fn f16_to_f32(h: &[u16], out: &mut [f32]) {
 #[repr(C, align(64))]
 struct Sums([[[i32; 16]; 16]; 2]);
 
-/// The chains of 16 weight rows x 16 activation rows (lanes), for two
-/// groups of activation rows: `[group][chain][weight row]`.
+/// The kernel's scratch, made once per run of weight-row groups: the
+/// chains of 16 weight rows x 16 activation rows (lanes) for two groups
+/// of activation rows (`[group][chain][weight row]`), and two slots of
+/// tile sums.
 #[repr(C, align(64))]
-pub(super) struct Chains([[[[f32; 16]; 16]; 4]; 2]);
+pub(super) struct Chains([[[[f32; 16]; 16]; 4]; 2], [Sums; 2]);
 
 impl Chains {
     pub(super) fn zero() -> Box<Chains> {
-        Box::new(Chains([[[[0.0; 16]; 16]; 4]; 2]))
+        let sums = || Sums([[[0; 16]; 16]; 2]);
+        Box::new(Chains([[[[0.0; 16]; 16]; 4]; 2], [sums(), sums()]))
     }
 }
 
@@ -253,7 +256,7 @@ pub(super) unsafe fn rows16<const F: u8>(
     }
     // Two slots: block b + 1's tile products run while AVX-512 adds block
     // b's sums (the tiles and the vector units overlap).
-    let mut sums = [Sums([[[0; 16]; 16]; 2]), Sums([[[0; 16]; 16]; 2])];
+    let Chains(chains, sums) = chains;
     // The second group's tiles read the first's when there is one group
     // (its sums are not used).
     let x1 = x[groups - 1];
@@ -305,7 +308,7 @@ pub(super) unsafe fn rows16<const F: u8>(
             } else {
                 _mm512_setzero_ps()
             };
-            let chain = &mut chains.0[g][b % 4];
+            let chain = &mut chains[g][b % 4];
             for (r, c) in chain.iter_mut().enumerate() {
                 // SAFETY: whole 16-lane rows of `sums` and `chains`.
                 unsafe {
@@ -331,7 +334,7 @@ pub(super) unsafe fn rows16<const F: u8>(
         }
     }
     for (g, o) in out.iter_mut().enumerate() {
-        let ch = &chains.0[g];
+        let ch = &chains[g];
         // SAFETY: whole 16-lane rows; AVX-512 F.
         unsafe {
             let y: [__m512; 16] = std::array::from_fn(|r| {

@@ -270,10 +270,6 @@ unsafe fn finish_block<const NG: usize, const MINMAX: bool>(
     }
 }
 
-/// Two 16 x 16 i32 tiles as stored.
-#[repr(C, align(64))]
-struct Pair([[[i32; 16]; 16]; 2]);
-
 /// The block's exact integer sums, one register per weight row, from the
 /// two stored tiles `lo` and `hi`: `256 · hi + lo`, less `4096 · Σx` for
 /// Q6_K (not `MINMAX`), `Σx` the block's code sums of each lane from `x`.
@@ -334,6 +330,7 @@ pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
     w: &Weights16,
     u: &[Unpacked],
     x: &Rows16,
+    sums: &mut Quad,
     out: &mut [[f32; 16]; 16],
 ) {
     let nb = k / 256;
@@ -341,7 +338,6 @@ pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
     debug_assert!(x.tiles.len() == 16 * k && x.dx.len() == nb * 16);
     // tmm0 / tmm1 the lo / hi sums, tmm2 / tmm3 lo / hi codes (16 x 64),
     // tmm4 the activations (16 rows of 16 lanes x 4 codes).
-    let mut sums = Pair([[[0; 16]; 16]; 2]);
     let mut acc = [_mm512_setzero_ps(); 16];
     for b in 0..nb {
         // SAFETY: block b's four 64-code tiles of each operand are 4,096
@@ -398,7 +394,14 @@ pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
 
 /// Four 16 x 16 i32 tiles as stored.
 #[repr(C, align(64))]
-struct Quad([[[i32; 16]; 16]; 4]);
+pub(super) struct Quad([[[i32; 16]; 16]; 4]);
+
+impl Quad {
+    /// Scratch for the tile stores, made once per run of weight-row groups.
+    pub(super) fn new() -> Box<Quad> {
+        Box::new(Quad([[[0; 16]; 16]; 4]))
+    }
+}
 
 /// [`rows16`] against two groups of sixteen activation rows at once: each
 /// weight tile loaded serves both (half the weight loads per multiply; the
@@ -413,6 +416,7 @@ pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
     w: &Weights16,
     u: &[Unpacked],
     x: [&Rows16; 2],
+    sums: &mut Quad,
     out: [&mut [[f32; 16]; 16]; 2],
 ) {
     let nb = k / 256;
@@ -422,7 +426,6 @@ pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
         .all(|x| x.tiles.len() == 16 * k && x.dx.len() == nb * 16));
     // tmm0 / tmm1 the lo / hi sums against x[0], tmm5 / tmm6 against
     // x[1]; tmm2 / tmm3 lo / hi codes; tmm4 / tmm7 the activations.
-    let mut sums = Quad([[[0; 16]; 16]; 4]);
     let mut acc = [[_mm512_setzero_ps(); 16]; 2];
     for b in 0..nb {
         // SAFETY: as in `rows16`, for both activation groups;
@@ -501,6 +504,8 @@ pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
 ///
 /// # Safety
 /// As [`rows16`], for each of `x`.
+// The kernel's inputs and its scratch: a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn rows16_for(
     tiles: &Tiles,
     fmt: KFormat,
@@ -508,6 +513,7 @@ pub(super) unsafe fn rows16_for(
     w: &Weights16,
     u: &[Unpacked],
     x: &[Rows16],
+    sums: &mut Quad,
     out: &mut [[[f32; 16]; 16]],
 ) {
     assert!(x.len() == out.len() && (1..=2).contains(&x.len()));
@@ -515,19 +521,19 @@ pub(super) unsafe fn rows16_for(
     unsafe {
         match (fmt, x, out) {
             (KFormat::Q4K | KFormat::Q5K, [x0, x1], [o0, o1]) => {
-                rows16x2::<8, true>(tiles, k, w, u, [x0, x1], [o0, o1])
+                rows16x2::<8, true>(tiles, k, w, u, [x0, x1], sums, [o0, o1])
             }
             (KFormat::Q6K, [x0, x1], [o0, o1]) => {
-                rows16x2::<16, false>(tiles, k, w, u, [x0, x1], [o0, o1])
+                rows16x2::<16, false>(tiles, k, w, u, [x0, x1], sums, [o0, o1])
             }
             (KFormat::Q4K | KFormat::Q5K, x, out) => {
                 for (x, o) in x.iter().zip(out) {
-                    rows16::<8, true>(tiles, k, w, u, x, o);
+                    rows16::<8, true>(tiles, k, w, u, x, sums, o);
                 }
             }
             (KFormat::Q6K, x, out) => {
                 for (x, o) in x.iter().zip(out) {
-                    rows16::<16, false>(tiles, k, w, u, x, o);
+                    rows16::<16, false>(tiles, k, w, u, x, sums, o);
                 }
             }
         }

@@ -803,6 +803,7 @@ pub(crate) fn matmul_isa(
         let mut us: Vec<Unpacked> = (0..16).map(|_| Unpacked::default()).collect();
         let mut w16 = amx::Weights16::default();
         let mut lanes = [[[0f32; 16]; 16]; 2];
+        let mut sums = amx::Quad::new();
         // SAFETY: AMX is granted (`groups16` is only filled then).
         let cfg = unsafe { amx::Tiles::load([(16, 64); 8]) };
         for j in (j0..j0 + whole).step_by(16) {
@@ -821,7 +822,7 @@ pub(crate) fn matmul_isa(
                 // SAFETY: AMX is granted (`groups16` is only filled then);
                 // `w16` and `us` are these sixteen rows of k values, each
                 // of `gs` sixteen rows of `xq`, all for `fmt`.
-                unsafe { amx::rows16_for(&cfg, fmt, k, &w16, &us, gs, lanes) };
+                unsafe { amx::rows16_for(&cfg, fmt, k, &w16, &us, gs, &mut sums, lanes) };
                 for (g, lanes) in gs.iter().zip(lanes.iter()) {
                     for (r, row) in lanes.iter().enumerate().take(g.rows) {
                         // SAFETY: g.r0 + r < m and j + 16 <= n; this task
@@ -903,7 +904,9 @@ pub(crate) fn matmul_isa(
     // Per task: its weight rows' outputs for every activation row (the
     // tile groups straight into `y`; the rest then moved into their
     // columns of `y` while still in cache).
-    let mut y = vec![0f32; n * m];
+    // Every element is written below (the tasks' columns cover 0..n, each
+    // for all m rows) before the length is set.
+    let mut y: Vec<f32> = Vec::with_capacity(n * m);
     let yp = SharedOut(y.as_mut_ptr());
     (0..n.div_ceil(per)).into_par_iter().for_each(|t| {
         let j0 = t * per;
@@ -923,6 +926,8 @@ pub(crate) fn matmul_isa(
             crate::cpu::gemv::scatter_columns(&out, rows - done, m, yp.get().add(j0 + done), n)
         };
     });
+    // SAFETY: all n * m elements were written above (capacity n * m).
+    unsafe { y.set_len(n * m) };
     Some(y)
 }
 
