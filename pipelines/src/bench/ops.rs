@@ -583,12 +583,16 @@ fn measure(o: &OpsArgs, mut progress: impl FnMut(&str)) -> Result<OpsRun> {
         progress(&format!("matmul {dt} 128x576x1536"));
         rows.push(qmatmul(&dev, 128, 576, 1536, dt, o)?);
     }
-    // The K-quant prefill kernel on Qwen2.5-1.5B's MLP shapes: Q4_K_M keeps
-    // the gate / up projections in Q4_K and half the down projections in
-    // Q6_K.
-    for (dt, k, n) in [(DType::Q4K, 1536, 8960), (DType::Q6K, 8960, 1536)]
-        .into_iter()
-        .filter(|_| want("matmul"))
+    // The prefill kernels on Qwen2.5's MLP shapes: the 0.5B keeps its gate /
+    // up projections in Q5_0; Q4_K_M (the 1.5B) keeps them in Q4_K and half
+    // the down projections in Q6_K.
+    for (dt, k, n) in [
+        (DType::Q5_0, 896, 4864),
+        (DType::Q4K, 1536, 8960),
+        (DType::Q6K, 8960, 1536),
+    ]
+    .into_iter()
+    .filter(|_| want("matmul"))
     {
         progress(&format!("matmul {dt} 128x{k}x{n}"));
         rows.push(qmatmul(&dev, 128, k, n, dt, o)?);
