@@ -12,8 +12,7 @@ use std::arch::x86_64::*;
 // The 256-bit AVX-512 VNNI kernel's helpers (same block layouts and
 // integer sums): the last pair and an odd last block use them as is.
 use super::vnni::avx512vnni::{
-    block_bytes, dot_i8, dot_pair, fold, load16, load32, reduce4, row_halves, row_scales,
-    scale_pairs, start, unpack_one, unpack_pair, Q4_0, Q4_1, Q5_0, Q8_0,
+    block_bytes, load16, load32, odd_terms, pair_terms, row_scales, Q4_0, Q4_1, Q5_0, Q8_0,
 };
 use super::vnni::dot4_avx512vnni;
 
@@ -245,8 +244,6 @@ macro_rules! wide_tile {
             let mut acc = [_mm512_setzero_ps(); RW];
             let to_scale = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
             let to_min = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
-            let to_scale8 = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
-            let to_min8 = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
             let w4: [*const u8; 4] = std::array::from_fn(|r| w[r.min(RW - 1)]);
             let pairs = nb / 2;
             let pf = 2 * RW * nb * bb;
@@ -326,93 +323,27 @@ macro_rules! wide_tile {
                         }
                     }
                 }
+                let groups = if RX == 1 { 1 } else { RW };
                 if pairs % 2 == 1 {
                     // Blocks 2p, 2p + 1 (chains 0, 1: the low half).
                     let p = pairs - 1;
-                    let mut s = [[_mm256_setzero_si256(); RW]; RX];
-                    let mut dm = [_mm256_setzero_ps(); RW];
-                    for r in 0..RW {
-                        let a = w[r].wrapping_add(2 * p * bb);
-                        let b = a.wrapping_add(bb);
-                        let (l, h) = unpack_pair::<F>(a, b);
-                        dm[r] = _mm256_castps128_ps256(_mm_cvtph_ps(scale_pairs::<F>(
-                            load16(a),
-                            load16(b),
-                        )));
-                        for i in 0..RX {
-                            let xp = x[i].wrapping_add(64 * p);
-                            let init = start::<F>(xo[i], p);
-                            s[i][r] =
-                                dot_pair::<F>(init, l, h, load32(xp), load32(xp.wrapping_add(32)));
-                        }
-                    }
-                    if RX == 1 {
-                        let (d, m) = row_scales::<F>(w4, p);
-                        let xsc = _mm256_castps128_ps256(_mm_castsi128_ps(load16(
-                            xs[0].wrapping_add(4 * p),
-                        )));
-                        let sc = _mm256_mul_ps(d, _mm256_permutevar8x32_ps(xsc, to_scale8));
-                        let s4 = std::array::from_fn(|r| s[0][r.min(RW - 1)]);
-                        let lo = _mm512_castps512_ps256(acc[0]);
-                        let mut v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce4(s4)), sc, lo);
+                    let t = pair_terms::<F, RX, RW>(w, x, xs, xo, gx, p, 0);
+                    for (a, (s, sc, min)) in acc.iter_mut().zip(t).take(groups) {
+                        let lo = _mm512_castps512_ps256(*a);
+                        let mut v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, lo);
                         if F == Q4_1 {
-                            let sx = _mm256_permutevar8x32_ps(xsc, to_min8);
-                            v = _mm256_add_ps(v, _mm256_mul_ps(m, sx));
+                            v = _mm256_add_ps(v, min);
                         }
-                        acc[0] = set_low(acc[0], v);
-                    } else {
-                        let dx = _mm256_loadu_ps(gx[0].wrapping_add(8 * p));
-                        for r in 0..RW {
-                            let sc = _mm256_mul_ps(_mm256_permutevar8x32_ps(dm[r], to_scale8), dx);
-                            let s4 = std::array::from_fn(|i| s[i][r]);
-                            let lo = _mm512_castps512_ps256(acc[r]);
-                            let mut v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce4(s4)), sc, lo);
-                            if F == Q4_1 {
-                                let sx = _mm256_loadu_ps(gx[1].wrapping_add(8 * p));
-                                let mw = _mm256_permutevar8x32_ps(dm[r], to_min8);
-                                v = _mm256_add_ps(v, _mm256_mul_ps(mw, sx));
-                            }
-                            acc[r] = set_low(acc[r], v);
-                        }
+                        *a = set_low(*a, v);
                     }
                 }
                 if nb % 2 == 1 {
-                    // Block b: chain b % 4 (0 or 2), lanes 0-3 or 8-11.
-                    let (b, p) = (nb - 1, nb / 2);
-                    let mut s = [[_mm256_setzero_si256(); RW]; RX];
-                    let mut dm = [_mm_setzero_ps(); RW];
-                    for r in 0..RW {
-                        let a = w[r].wrapping_add(b * bb);
-                        let wv = unpack_one::<F>(a);
-                        let first = load16(a);
-                        dm[r] = _mm_cvtph_ps(scale_pairs::<F>(first, first));
-                        for i in 0..RX {
-                            let init = start::<F>(xo[i], p);
-                            s[i][r] = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
-                        }
-                    }
-                    let third = b % 4 == 2;
-                    if RX == 1 {
-                        let h = row_halves(w4.map(|r| r.wrapping_add(b * bb)));
-                        let xd = *xs[0].wrapping_add(4 * p);
-                        let sc = _mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(xd));
-                        let min = (F == Q4_1).then(|| {
-                            let mw = _mm_cvtph_ps(_mm_unpackhi_epi64(h, h));
-                            _mm_mul_ps(mw, _mm_set1_ps(*xs[0].wrapping_add(4 * p + 1)))
-                        });
-                        let s4 = std::array::from_fn(|r| s[0][r.min(RW - 1)]);
-                        acc[0] = add_quarter(acc[0], third, fold(reduce4(s4)), sc, min);
-                    } else {
-                        let dx = _mm_loadu_ps(gx[0].wrapping_add(8 * p));
-                        for r in 0..RW {
-                            let sc = _mm_mul_ps(_mm_permute_ps::<0>(dm[r]), dx);
-                            let min = (F == Q4_1).then(|| {
-                                let sx = _mm_loadu_ps(gx[1].wrapping_add(8 * p));
-                                _mm_mul_ps(_mm_permute_ps::<0b01_01_01_01>(dm[r]), sx)
-                            });
-                            let s4 = std::array::from_fn(|i| s[i][r]);
-                            acc[r] = add_quarter(acc[r], third, fold(reduce4(s4)), sc, min);
-                        }
+                    // Block nb - 1: chain (nb - 1) % 4 (0 or 2), lanes 0-3
+                    // or 8-11.
+                    let third = (nb - 1) % 4 == 2;
+                    let t = odd_terms::<F, RX, RW>(w, x, xs, xo, gx, nb);
+                    for (a, (s, sc, min)) in acc.iter_mut().zip(t).take(groups) {
+                        *a = add_quarter(*a, third, s, sc, min);
                     }
                 }
             }

@@ -317,6 +317,167 @@ macro_rules! int8_kernels {
                 _mm256_insertf128_ps::<0>(acc, v)
             }
 
+            /// Pair `p`'s terms of `RW` weight rows against `RX` (1 or 4)
+            /// activation rows, one entry per register of outputs (one for
+            /// one activation row, lanes: weight rows; else one per weight
+            /// row, lanes: activation rows): the pair's exact block sums
+            /// (lanes 0-3 block `2p`, 4-7 block `2p + 1`), their `d_w d_x`,
+            /// and for Q4_1 the minimum terms `m_w Σx` (else zero).
+            /// Prefetches the rows `pf` bytes ahead.
+            ///
+            /// # Safety
+            /// As [`tile`], with blocks `2p`, `2p + 1` whole.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) unsafe fn pair_terms<
+                const F: u8,
+                const RX: usize,
+                const RW: usize,
+            >(
+                w: [*const u8; RW],
+                x: [*const i8; RX],
+                xs: [*const f32; RX],
+                xo: [*const i32; RX],
+                gx: [*const f32; 2],
+                p: usize,
+                pf: usize,
+            ) -> [(__m256i, __m256, __m256); RW] {
+                let bb = block_bytes(F);
+                let to_scale = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+                let to_min = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+                let mut out = [(
+                    _mm256_setzero_si256(),
+                    _mm256_setzero_ps(),
+                    _mm256_setzero_ps(),
+                ); RW];
+                let mut s = [[_mm256_setzero_si256(); RW]; RX];
+                let mut dm = [_mm256_setzero_ps(); RW];
+                // SAFETY: the caller's contract (as `tile`'s pair loop).
+                unsafe {
+                    for r in 0..RW {
+                        let a = w[r].wrapping_add(2 * p * bb);
+                        let b = a.wrapping_add(bb);
+                        _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
+                        let (l, h) = unpack_pair::<F>(a, b);
+                        if RX == 4 {
+                            dm[r] = _mm256_castps128_ps256(_mm_cvtph_ps(scale_pairs::<F>(
+                                load16(a),
+                                load16(b),
+                            )));
+                        }
+                        for i in 0..RX {
+                            let xp = x[i].wrapping_add(64 * p);
+                            s[i][r] = dot_pair::<F>(
+                                start::<F>(xo[i], p),
+                                l,
+                                h,
+                                load32(xp),
+                                load32(xp.wrapping_add(32)),
+                            );
+                        }
+                    }
+                    if RX == 1 {
+                        // Four weight rows (the last repeated).
+                        let w4: [*const u8; 4] = std::array::from_fn(|r| w[r.min(RW - 1)]);
+                        let (d, m) = row_scales::<F>(w4, p);
+                        let xsc = _mm256_castps128_ps256(_mm_castsi128_ps(load16(
+                            xs[0].wrapping_add(4 * p),
+                        )));
+                        let sc = _mm256_mul_ps(d, _mm256_permutevar8x32_ps(xsc, to_scale));
+                        let min = if F == Q4_1 {
+                            _mm256_mul_ps(m, _mm256_permutevar8x32_ps(xsc, to_min))
+                        } else {
+                            _mm256_setzero_ps()
+                        };
+                        out[0] = (
+                            reduce4(std::array::from_fn(|r| s[0][r.min(RW - 1)])),
+                            sc,
+                            min,
+                        );
+                    } else {
+                        let dx = _mm256_loadu_ps(gx[0].wrapping_add(8 * p));
+                        for (r, o) in out.iter_mut().enumerate() {
+                            let sc = _mm256_mul_ps(_mm256_permutevar8x32_ps(dm[r], to_scale), dx);
+                            let min = if F == Q4_1 {
+                                let sx = _mm256_loadu_ps(gx[1].wrapping_add(8 * p));
+                                _mm256_mul_ps(_mm256_permutevar8x32_ps(dm[r], to_min), sx)
+                            } else {
+                                _mm256_setzero_ps()
+                            };
+                            *o = (reduce4(std::array::from_fn(|i| s[i][r])), sc, min);
+                        }
+                    }
+                }
+                out
+            }
+
+            /// [`pair_terms`] for an odd last block `nb - 1` (four lanes).
+            ///
+            /// # Safety
+            /// As [`tile`].
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(in crate::cpu::gemv) unsafe fn odd_terms<
+                const F: u8,
+                const RX: usize,
+                const RW: usize,
+            >(
+                w: [*const u8; RW],
+                x: [*const i8; RX],
+                xs: [*const f32; RX],
+                xo: [*const i32; RX],
+                gx: [*const f32; 2],
+                nb: usize,
+            ) -> [(__m128i, __m128, Option<__m128>); RW] {
+                let bb = block_bytes(F);
+                let (b, p) = (nb - 1, nb / 2);
+                let mut out = [(_mm_setzero_si128(), _mm_setzero_ps(), None); RW];
+                let mut s = [[_mm256_setzero_si256(); RW]; RX];
+                let mut dm = [_mm_setzero_ps(); RW];
+                // SAFETY: the caller's contract (as `tile`'s odd block).
+                unsafe {
+                    for r in 0..RW {
+                        let a = w[r].wrapping_add(b * bb);
+                        let wv = unpack_one::<F>(a);
+                        if RX == 4 {
+                            let first = load16(a);
+                            dm[r] = _mm_cvtph_ps(scale_pairs::<F>(first, first));
+                        }
+                        for i in 0..RX {
+                            let init = start::<F>(xo[i], p);
+                            s[i][r] = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
+                        }
+                    }
+                    if RX == 1 {
+                        let h = row_halves(std::array::from_fn(|r| {
+                            w[r.min(RW - 1)].wrapping_add(b * bb)
+                        }));
+                        let xd = *xs[0].wrapping_add(4 * p);
+                        let sc = _mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(xd));
+                        let min = (F == Q4_1).then(|| {
+                            let mw = _mm_cvtph_ps(_mm_unpackhi_epi64(h, h));
+                            _mm_mul_ps(mw, _mm_set1_ps(*xs[0].wrapping_add(4 * p + 1)))
+                        });
+                        out[0] = (
+                            fold(reduce4(std::array::from_fn(|r| s[0][r.min(RW - 1)]))),
+                            sc,
+                            min,
+                        );
+                    } else {
+                        let dx = _mm_loadu_ps(gx[0].wrapping_add(8 * p));
+                        for (r, o) in out.iter_mut().enumerate() {
+                            let sc = _mm_mul_ps(_mm_permute_ps::<0>(dm[r]), dx);
+                            let min = (F == Q4_1).then(|| {
+                                let sx = _mm_loadu_ps(gx[1].wrapping_add(8 * p));
+                                _mm_mul_ps(_mm_permute_ps::<0b01_01_01_01>(dm[r]), sx)
+                            });
+                            *o = (fold(reduce4(std::array::from_fn(|i| s[i][r]))), sc, min);
+                        }
+                    }
+                }
+                out
+            }
+
             /// Dot products of `RX` (1 or 4) activation rows with `RW` weight
             /// rows (1 to 4 for one activation row, any for four):
             /// `out[i][r]` = weight row `w[r]` . activation row `x[i]`, with
@@ -356,10 +517,7 @@ macro_rules! int8_kernels {
                 // acc[r] (lanes: activation rows). [0] takes pairs 2q,
                 // [1] pairs 2q + 1: chains b % 4 (see `finish`).
                 let mut acc = [[_mm256_setzero_ps(); 2]; RW];
-                let to_scale = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
-                let to_min = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
-                // One activation row: four weight rows (the last repeated).
-                let w4: [*const u8; 4] = std::array::from_fn(|r| w[r.min(RW - 1)]);
+                let groups = if RX == 1 { 1 } else { RW };
                 // SAFETY: pair p reads blocks 2p and 2p + 1 < nb of every weight
                 // row, codes 64p..64p + 64, scales 4p..4p + 4, (Q4_0, Q5_0)
                 // offsets 8p..8p + 8 of every activation row and group
@@ -377,101 +535,20 @@ macro_rules! int8_kernels {
                     // Prefetches never fault, so running past the rows is harmless.
                     let pf = 2 * RW * nb * bb;
                     for p in 0..nb / 2 {
-                        let mut s = [[_mm256_setzero_si256(); RW]; RX];
-                        let mut dm = [_mm256_setzero_ps(); RW];
-                        for r in 0..RW {
-                            let a = w[r].wrapping_add(2 * p * bb);
-                            let b = a.wrapping_add(bb);
-                            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
-                            let (l, h) = unpack_pair::<F>(a, b);
-                            if RX == 4 {
-                                dm[r] = _mm256_castps128_ps256(_mm_cvtph_ps(scale_pairs::<F>(
-                                    load16(a),
-                                    load16(b),
-                                )));
-                            }
-                            for i in 0..RX {
-                                let xp = x[i].wrapping_add(64 * p);
-                                s[i][r] = dot_pair::<F>(
-                                    start::<F>(xo[i], p),
-                                    l,
-                                    h,
-                                    load32(xp),
-                                    load32(xp.wrapping_add(32)),
-                                );
-                            }
-                        }
-                        if RX == 1 {
-                            let (d, m) = row_scales::<F>(w4, p);
-                            let xsc = _mm256_castps128_ps256(_mm_castsi128_ps(load16(
-                                xs[0].wrapping_add(4 * p),
-                            )));
-                            let sc = _mm256_mul_ps(d, _mm256_permutevar8x32_ps(xsc, to_scale));
-                            let s4 = std::array::from_fn(|r| s[0][r.min(RW - 1)]);
-                            let mut v =
-                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce4(s4)), sc, acc[0][p % 2]);
+                        let t = pair_terms::<F, RX, RW>(w, x, xs, xo, gx, p, pf);
+                        for (a, (s, sc, min)) in acc.iter_mut().zip(t).take(groups) {
+                            let mut v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sc, a[p % 2]);
                             if F == Q4_1 {
-                                let sx = _mm256_permutevar8x32_ps(xsc, to_min);
-                                v = _mm256_add_ps(v, _mm256_mul_ps(m, sx));
+                                v = _mm256_add_ps(v, min);
                             }
-                            acc[0][p % 2] = v;
-                        } else {
-                            let dx = _mm256_loadu_ps(gx[0].wrapping_add(8 * p));
-                            for r in 0..RW {
-                                let sc =
-                                    _mm256_mul_ps(_mm256_permutevar8x32_ps(dm[r], to_scale), dx);
-                                let s4 = std::array::from_fn(|i| s[i][r]);
-                                let mut v = _mm256_fmadd_ps(
-                                    _mm256_cvtepi32_ps(reduce4(s4)),
-                                    sc,
-                                    acc[r][p % 2],
-                                );
-                                if F == Q4_1 {
-                                    let sx = _mm256_loadu_ps(gx[1].wrapping_add(8 * p));
-                                    let mw = _mm256_permutevar8x32_ps(dm[r], to_min);
-                                    v = _mm256_add_ps(v, _mm256_mul_ps(mw, sx));
-                                }
-                                acc[r][p % 2] = v;
-                            }
+                            a[p % 2] = v;
                         }
                     }
                     if nb % 2 == 1 {
-                        let (b, p) = (nb - 1, nb / 2);
-                        let mut s = [[_mm256_setzero_si256(); RW]; RX];
-                        let mut dm = [_mm_setzero_ps(); RW];
-                        for r in 0..RW {
-                            let a = w[r].wrapping_add(b * bb);
-                            let wv = unpack_one::<F>(a);
-                            if RX == 4 {
-                                let first = load16(a);
-                                dm[r] = _mm_cvtph_ps(scale_pairs::<F>(first, first));
-                            }
-                            for i in 0..RX {
-                                let init = start::<F>(xo[i], p);
-                                s[i][r] = dot_i8::<F>(init, wv, load32(x[i].wrapping_add(32 * b)));
-                            }
-                        }
-                        if RX == 1 {
-                            let h = row_halves(w4.map(|r| r.wrapping_add(b * bb)));
-                            let xd = *xs[0].wrapping_add(4 * p);
-                            let sc = _mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(xd));
-                            let min = (F == Q4_1).then(|| {
-                                let mw = _mm_cvtph_ps(_mm_unpackhi_epi64(h, h));
-                                _mm_mul_ps(mw, _mm_set1_ps(*xs[0].wrapping_add(4 * p + 1)))
-                            });
-                            let s4 = std::array::from_fn(|r| s[0][r.min(RW - 1)]);
-                            acc[0][p % 2] = add_low(acc[0][p % 2], fold(reduce4(s4)), sc, min);
-                        } else {
-                            let dx = _mm_loadu_ps(gx[0].wrapping_add(8 * p));
-                            for r in 0..RW {
-                                let sc = _mm_mul_ps(_mm_permute_ps::<0>(dm[r]), dx);
-                                let min = (F == Q4_1).then(|| {
-                                    let sx = _mm_loadu_ps(gx[1].wrapping_add(8 * p));
-                                    _mm_mul_ps(_mm_permute_ps::<0b01_01_01_01>(dm[r]), sx)
-                                });
-                                let s4 = std::array::from_fn(|i| s[i][r]);
-                                acc[r][p % 2] = add_low(acc[r][p % 2], fold(reduce4(s4)), sc, min);
-                            }
+                        let p = nb / 2;
+                        let t = odd_terms::<F, RX, RW>(w, x, xs, xo, gx, nb);
+                        for (a, (s, sc, min)) in acc.iter_mut().zip(t).take(groups) {
+                            a[p % 2] = add_low(a[p % 2], s, sc, min);
                         }
                     }
                 }
