@@ -348,11 +348,13 @@ unsafe fn tile_rows(
         let rows: [&[u8]; 16] = std::array::from_fn(|i| &rows16[i * rb..(i + 1) * rb]);
         w16.fill(fmt, &rows, nb);
         for (pi, pair) in groups.chunks(2).enumerate() {
-            let x: Vec<&amx::Acts16> = pair.iter().collect();
+            // One or two groups, on the stack (no allocation per pair).
+            let both: [&amx::Acts16; 2] = [&pair[0], &pair[pair.len() - 1]];
+            let x = &both[..pair.len()];
             let lanes = &mut lanes[..x.len()];
             // SAFETY: the configuration is loaded on this thread; AVX-512
             // comes with Isa::Amx; `w16` and the groups hold nb blocks of fmt.
-            unsafe { amx::rows16_for(&cfg, fmt, nb, &w16, &x, &mut chains, lanes) };
+            unsafe { amx::rows16_for(&cfg, fmt, nb, &w16, x, &mut chains, lanes) };
             for (g, l) in lanes.iter().enumerate() {
                 let r0 = 16 * (2 * pi + g);
                 for (lane, row) in l.iter().enumerate().take(m.saturating_sub(r0).min(16)) {
