@@ -117,27 +117,43 @@ fn every_path_and_row_count_gives_the_same_bits() {
     }
 }
 
-/// Decode (one activation row) on AVX2 gives the portable bits.
+/// Decode (one activation row) on AVX2, and on AVX-512 VNNI eight weight
+/// rows at a time (whole passes and a tail of rows), gives the portable
+/// bits.
 #[test]
-fn decode_on_avx2_gives_the_portable_bits() {
+fn decode_on_every_path_gives_the_portable_bits() {
     if !has_avx2() {
         return;
     }
     let dev = candle_core::Device::Cpu;
     for (fmt, g, k) in [
         (KFormat::Q4K, GgmlDType::Q4K, 512),
+        (KFormat::Q4K, GgmlDType::Q4K, 1536),
         (KFormat::Q5K, GgmlDType::Q5K, 768),
         (KFormat::Q6K, GgmlDType::Q6K, 512),
+        (KFormat::Q6K, GgmlDType::Q6K, 1280),
     ] {
-        let n = 7;
-        let wc = candle_core::Tensor::from_vec(values(n * k, 21), (n, k), &dev).expect("w");
-        let q = QTensor::quantize(&wc, g).expect("quantize");
-        let data = q.data().expect("data");
-        let x = values(k, 23);
-        let portable = matmul_with(fmt, &data, n, &x, 1, false).expect("fits");
-        let avx = matmul_with(fmt, &data, n, &x, 1, true).expect("fits");
-        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&portable), bits(&avx), "{fmt:?} k {k}");
+        for n in [7, 8, 19] {
+            let wc = candle_core::Tensor::from_vec(values(n * k, 21), (n, k), &dev).expect("w");
+            let q = QTensor::quantize(&wc, g).expect("quantize");
+            let data = q.data().expect("data");
+            let x = values(k, 23);
+            let portable = matmul_with(fmt, &data, n, &x, 1, false).expect("fits");
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            for vnni in [false, has_vnni()] {
+                let paths = Paths {
+                    avx2: true,
+                    vnni,
+                    amx: false,
+                };
+                let avx = matmul_isa(fmt, &data, n, &x, 1, paths).expect("fits");
+                assert_eq!(
+                    bits(&portable),
+                    bits(&avx),
+                    "{fmt:?} k {k} n {n} vnni {vnni}"
+                );
+            }
+        }
     }
 }
 
