@@ -6,9 +6,12 @@
 //! and a horizontal sum per block and row. Here each block of a row is
 //! 64 codes per instruction; its 6-bit scales are unpacked with byte
 //! shuffles and spread over the lanes by one `vpermw` per 64 codes; the
-//! scaled pair sums go straight into the accumulator (`vpdpwssd`); and
-//! the eight rows' block sums are reduced together, so the f32 steps of
-//! the module docs run with one lane per weight row. The integers are
+//! scaled pair sums go straight into the accumulator (`vpdpwssd`). The
+//! eight rows are read in memory order, one stream (blocks across rows
+//! were eight short streams, which prefetching caught up with only
+//! partly), each block's partial sums kept aside; then the eight rows'
+//! block sums are reduced together, so the f32 steps of the module docs
+//! run with one lane per weight row. The integers are
 //! the exact block sums of the other paths, and the f32 steps the same
 //! operations in the same order: the same bits.
 
@@ -16,14 +19,12 @@ use std::arch::x86_64::*;
 
 use super::{Acts, KFormat};
 
-/// How many passes ahead each row block prefetches its share of the
-/// rows (into L2, spread evenly over the pass). A pass reads eight rows
-/// block by block, eight short interleaved streams the hardware
-/// prefetchers follow too late. Streaming 1 GB of weight copies on two
-/// threads (Xeon, AVX-512), none against this: Q4_K 1x1536x17920 11.3 ->
-/// 21.6 GB/s, Q6_K 1x1536x17920 13.2 -> 23.0 GB/s; rows of 8960 (long
-/// streams) 17-19 -> 19-22 GB/s.
-const PF: usize = 2;
+/// How far ahead (bytes) each row block prefetches the rows into L2.
+/// Streaming 1 GB of weight copies on two threads (Xeon, AVX-512), the
+/// rows read in memory order: none 15-17 GB/s, 512 / 1024 bytes ahead
+/// into L1 17-20, 2048 into L2 19-23 (Q4_K and Q6_K, rows of 1536 and
+/// 8960).
+const PF: usize = 2048;
 
 /// Weight rows per pass.
 pub(super) const ROWS: usize = 8;
@@ -97,6 +98,7 @@ impl Decode {
     pub(super) unsafe fn rows(&self, w: &[u8], rb: usize, y: &mut [f32]) -> usize {
         let whole = y.len() / ROWS * ROWS;
         assert!(w.len() >= whole * rb && rb == self.scales.len() * self.fmt.block_bytes());
+        let mut scratch = Vec::new();
         for (g, yo) in y[..whole].chunks_exact_mut(ROWS).enumerate() {
             // SAFETY: rows 8g..8g + 8 lie in `w` (asserted), each of the
             // blocks `self` has codes, sums and scales for; the caller
@@ -104,8 +106,8 @@ impl Decode {
             let v = unsafe {
                 let p = w.as_ptr().add(g * ROWS * rb);
                 match self.fmt {
-                    KFormat::Q4K => q4k_rows8(p, rb, self),
-                    _ => q6k_rows8(p, rb, self),
+                    KFormat::Q4K => q4k_rows8(p, rb, self, &mut scratch),
+                    _ => q6k_rows8(p, rb, self, &mut scratch),
                 }
             };
             yo.copy_from_slice(&v);
@@ -123,7 +125,7 @@ unsafe fn load64<T>(p: *const T) -> __m512i {
     unsafe { _mm512_loadu_si512(p as *const __m512i) }
 }
 
-/// Fetches the `bb` bytes at `p` (part of a later pass's rows) into L2.
+/// Fetches the `bb` bytes at `p` into L2.
 #[inline(always)]
 fn prefetch(p: *const u8, bb: usize) {
     let mut off = 0;
@@ -164,21 +166,6 @@ fn reduce_pairs(c: [__m512i; 4]) -> __m256i {
     let g = _mm512_add_epi32(f, _mm512_shuffle_epi32::<0b10_11_00_01>(f));
     let idx = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
     _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, g))
-}
-
-/// Lane `r`: the sum of the sixteen i32 lanes of `a[r]` (exact).
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn reduce8(a: [__m512i; 8]) -> __m256i {
-    // Per pair: halves added, row 2i in lanes 0..8, row 2i + 1 in 8..16.
-    let c = std::array::from_fn(|i| {
-        let (x, y) = (a[2 * i], a[2 * i + 1]);
-        _mm512_add_epi32(
-            _mm512_shuffle_i64x2::<0b01_00_01_00>(x, y),
-            _mm512_shuffle_i64x2::<0b11_10_11_10>(x, y),
-        )
-    });
-    reduce_pairs(c)
 }
 
 /// Q4_K's eight scales and eight minima of the block at `blk`, as i16
@@ -236,74 +223,123 @@ fn f16_lanes<const HIGH: bool>(v: __m256i) -> __m256 {
     _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v))
 }
 
-/// Eight Q4_K rows (`rb` bytes apart from `w`) against `a`.
+/// Q4_K's constants: the nibble mask and the `vpermw` indices that
+/// spread sub-block scales over the lanes of each 64-code load.
+struct Q4k {
+    m4: __m512i,
+    idx: [__m512i; 4],
+}
+
+impl Q4k {
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn new() -> Self {
+        Q4k {
+            m4: _mm512_set1_epi8(0x0F),
+            idx: [
+                halves16(0, 2),
+                halves16(1, 3),
+                halves16(4, 6),
+                halves16(5, 7),
+            ],
+        }
+    }
+
+    /// One block at `blk` against the activation codes at `xp` (permuted
+    /// as [`Decode::codes`]) and the minima operand `pv`: eight i32
+    /// partials of `Σ sc·(q·x)` and of `Σ m·bsum` (exact).
+    ///
+    /// # Safety
+    /// The features of [`q4k_rows8`]; a whole block at `blk`, 256 codes
+    /// at `xp`.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn block(&self, blk: *const u8, xp: *const i8, pv: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let z = q4k_scales(blk);
+            let zz = _mm512_castsi256_si512(z);
+            let (q0, q1) = (load64(blk.add(16)), load64(blk.add(80)));
+            let codes = [
+                _mm512_and_si512(q0, self.m4),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(q0), self.m4),
+                _mm512_and_si512(q1, self.m4),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(q1), self.m4),
+            ];
+            let mut s = _mm512_setzero_si512();
+            for (t, c) in codes.into_iter().enumerate() {
+                s = _mm512_dpwssd_epi32(
+                    s,
+                    _mm512_maddubs_epi16(c, load64(xp.add(64 * t))),
+                    _mm512_permutexvar_epi16(self.idx[t], zz),
+                );
+            }
+            (fold(s), _mm256_madd_epi16(z, pv))
+        }
+    }
+}
+
+/// The two 256-bit halves of `s` added (exact).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn fold(s: __m512i) -> __m256i {
+    _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
+}
+
+/// Lane `r`: the sum of the eight lanes of `v[r]` (exact).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn sum_rows(v: &[__m256i]) -> __m256i {
+    reduce_pairs(std::array::from_fn(|i| {
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v[2 * i]), v[2 * i + 1])
+    }))
+}
+
+/// Eight Q4_K rows (`rb` bytes apart from `w`) against `a`, read in
+/// memory order (row by row: one stream the hardware prefetchers
+/// follow), each block's eight-lane partials kept in `scratch` until the
+/// eight rows' are reduced together.
 ///
 /// # Safety
 /// AVX2, F16C, AVX-512 F / BW / VL / VNNI; eight whole rows of the
 /// length `a` was made for at `w`.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q4k_rows8(w: *const u8, rb: usize, a: &Decode) -> [f32; 8] {
-    let m4 = _mm512_set1_epi8(0x0F);
-    let idx = [
-        halves16(0, 2),
-        halves16(1, 3),
-        halves16(4, 6),
-        halves16(5, 7),
-    ];
+unsafe fn q4k_rows8(w: *const u8, rb: usize, a: &Decode, scratch: &mut Vec<__m256i>) -> [f32; 8] {
+    let k = Q4k::new();
+    let nb = a.scales.len();
+    scratch.clear();
+    scratch.resize(16 * nb, _mm256_setzero_si256());
+    for r in 0..8 {
+        for b in 0..nb {
+            prefetch(w.wrapping_add(r * rb + 144 * b + PF), 144);
+            // SAFETY: block b of row r (the caller's contract) and of the
+            // activation row (256 codes, 16 aux values per block).
+            let (s, m) = unsafe {
+                k.block(
+                    w.add(r * rb + 144 * b),
+                    a.codes.as_ptr().add(256 * b),
+                    _mm256_loadu_si256(a.aux.as_ptr().add(16 * b) as *const __m256i),
+                )
+            };
+            scratch[16 * b + r] = s;
+            scratch[16 * b + 8 + r] = m;
+        }
+    }
     let mut acc = _mm256_setzero_ps();
     for (b, &dx) in a.scales.iter().enumerate() {
-        // SAFETY: block b of the activation row (its 256 codes and 16
-        // aux values) and of each of the eight weight rows (the caller's
-        // contract).
-        unsafe {
-            let xp = a.codes.as_ptr().add(256 * b);
-            let xv = [
-                load64(xp),
-                load64(xp.add(64)),
-                load64(xp.add(128)),
-                load64(xp.add(192)),
-            ];
-            let pv = _mm256_loadu_si256(a.aux.as_ptr().add(16 * b) as *const __m256i);
-            let mut sums = [_mm512_setzero_si512(); 8];
-            let mut mins = [_mm256_setzero_si256(); 8];
-            for r in 0..8 {
-                let blk = w.add(r * rb + 144 * b);
-                prefetch(w.wrapping_add(PF * 8 * rb + (8 * b + r) * 144), 144);
-                let z = q4k_scales(blk);
-                let zz = _mm512_castsi256_si512(z);
-                let (q0, q1) = (load64(blk.add(16)), load64(blk.add(80)));
-                let codes = [
-                    _mm512_and_si512(q0, m4),
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(q0), m4),
-                    _mm512_and_si512(q1, m4),
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(q1), m4),
-                ];
-                let mut s = _mm512_setzero_si512();
-                for t in 0..4 {
-                    s = _mm512_dpwssd_epi32(
-                        s,
-                        _mm512_maddubs_epi16(codes[t], xv[t]),
-                        _mm512_permutexvar_epi16(idx[t], zz),
-                    );
-                }
-                sums[r] = s;
-                mins[r] = _mm256_madd_epi16(z, pv);
-            }
-            let isum = _mm256_cvtepi32_ps(reduce8(sums));
-            let msum = _mm256_cvtepi32_ps(reduce_pairs(std::array::from_fn(|i| {
-                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(mins[2 * i]), mins[2 * i + 1])
-            })));
-            let dm = f16_pairs(w.add(144 * b), rb, 0);
-            let dxv = _mm256_set1_ps(dx);
-            let (d, dmin) = (f16_lanes::<false>(dm), f16_lanes::<true>(dm));
-            acc = _mm256_add_ps(
-                acc,
-                _mm256_sub_ps(
-                    _mm256_mul_ps(_mm256_mul_ps(d, dxv), isum),
-                    _mm256_mul_ps(_mm256_mul_ps(dmin, dxv), msum),
-                ),
-            );
-        }
+        let isum = _mm256_cvtepi32_ps(sum_rows(&scratch[16 * b..16 * b + 8]));
+        let msum = _mm256_cvtepi32_ps(sum_rows(&scratch[16 * b + 8..16 * b + 16]));
+        // SAFETY: the blocks' first four bytes (the caller's contract).
+        let dm = unsafe { f16_pairs(w.add(144 * b), rb, 0) };
+        let dxv = _mm256_set1_ps(dx);
+        let (d, dmin) = (f16_lanes::<false>(dm), f16_lanes::<true>(dm));
+        acc = _mm256_add_ps(
+            acc,
+            _mm256_sub_ps(
+                _mm256_mul_ps(_mm256_mul_ps(d, dxv), isum),
+                _mm256_mul_ps(_mm256_mul_ps(dmin, dxv), msum),
+            ),
+        );
     }
     let mut out = [0f32; 8];
     // SAFETY: eight f32.
@@ -311,79 +347,113 @@ unsafe fn q4k_rows8(w: *const u8, rb: usize, a: &Decode) -> [f32; 8] {
     out
 }
 
-/// Eight Q6_K rows (`rb` bytes apart from `w`) against `a`.
+/// Q6_K's constants: masks and shifts that put the high bits of each 64
+/// codes at bits 4..6, and the `vpermw` indices of the group scales.
+struct Q6k {
+    m0f: __m512i,
+    m0c: __m512i,
+    m30: __m512i,
+    shl: __m512i,
+    shr: __m512i,
+    idx: [__m512i; 4],
+}
+
+impl Q6k {
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn new() -> Self {
+        Q6k {
+            m0f: _mm512_set1_epi8(0x0F),
+            // Codes 0..64 of a half take their high bits from qh bits
+            // 0..2 (then 2..4), shifted to bits 4..6; codes 64..128 from
+            // bits 4..6 (6..8).
+            m0c: _mm512_inserti64x4::<1>(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0C)),
+            m30: _mm512_inserti64x4::<1>(_mm512_set1_epi8(0x30), _mm256_set1_epi8(0xC0u8 as i8)),
+            shl: halves16(4, 2),
+            shr: halves16(0, 2),
+            // Eight i16 lanes (sixteen codes) per group.
+            idx: std::array::from_fn(|q| {
+                let g = 4 * q as i16;
+                let l: [i16; 32] = std::array::from_fn(|i| g + i as i16 / 8);
+                // SAFETY: 64 bytes.
+                unsafe { _mm512_loadu_si512(l.as_ptr() as *const __m512i) }
+            }),
+        }
+    }
+
+    /// One block at `blk` against the activation codes at `xp` and the
+    /// offset operand `off` ([`Decode::aux`]): eight i32 partials of
+    /// `Σ sc·(q·x) - 32 Σ sc·bsum` (exact).
+    ///
+    /// # Safety
+    /// As [`Q4k::block`].
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn block(&self, blk: *const u8, xp: *const i8, off: __m256i) -> __m256i {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
+            let ss = _mm512_castsi256_si512(sc);
+            // -32 Σ sc·bsum: twice the scales against -16 bsum.
+            let mut acc = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_add_epi16(sc, sc), off));
+            for h in 0..2 {
+                let l = load64(blk.add(64 * h));
+                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    blk.add(128 + 32 * h) as *const __m256i
+                ));
+                let hi_lo = _mm512_sllv_epi16(_mm512_and_si512(qh, self.m0c), self.shl);
+                let hi_hi = _mm512_srlv_epi16(_mm512_and_si512(qh, self.m30), self.shr);
+                let codes = [
+                    _mm512_or_si512(_mm512_and_si512(l, self.m0f), hi_lo),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(l), self.m0f), hi_hi),
+                ];
+                for (t, c) in codes.into_iter().enumerate() {
+                    acc = _mm512_dpwssd_epi32(
+                        acc,
+                        _mm512_maddubs_epi16(c, load64(xp.add(128 * h + 64 * t))),
+                        _mm512_permutexvar_epi16(self.idx[2 * h + t], ss),
+                    );
+                }
+            }
+            fold(acc)
+        }
+    }
+}
+
+/// Eight Q6_K rows (`rb` bytes apart from `w`) against `a`, read as
+/// [`q4k_rows8`] reads them.
 ///
 /// # Safety
 /// As [`q4k_rows8`].
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q6k_rows8(w: *const u8, rb: usize, a: &Decode) -> [f32; 8] {
-    let m0f = _mm512_set1_epi8(0x0F);
-    let m0c = _mm512_inserti64x4::<1>(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0C));
-    let m30 = _mm512_inserti64x4::<1>(_mm512_set1_epi8(0x30), _mm256_set1_epi8(0xC0u8 as i8));
-    // Codes 0..64 of a half take their high bits from qh bits 0..2 (then
-    // 2..4): shifted to bits 4..6; codes 64..128 from bits 4..6 (6..8).
-    let shl = halves16(4, 2);
-    let shr = halves16(0, 2);
-    // Scale lanes: eight i16 (sixteen codes) per group.
-    let idx: [__m512i; 4] = std::array::from_fn(|q| {
-        let g = 4 * q as i16;
-        let mut l = [0i16; 32];
-        for (i, v) in l.iter_mut().enumerate() {
-            *v = g + i as i16 / 8;
+unsafe fn q6k_rows8(w: *const u8, rb: usize, a: &Decode, scratch: &mut Vec<__m256i>) -> [f32; 8] {
+    let k = Q6k::new();
+    let nb = a.scales.len();
+    scratch.clear();
+    scratch.resize(8 * nb, _mm256_setzero_si256());
+    for r in 0..8 {
+        for b in 0..nb {
+            prefetch(w.wrapping_add(r * rb + 210 * b + PF), 210);
+            // SAFETY: as in q4k_rows8.
+            scratch[8 * b + r] = unsafe {
+                k.block(
+                    w.add(r * rb + 210 * b),
+                    a.codes.as_ptr().add(256 * b),
+                    _mm256_loadu_si256(a.aux.as_ptr().add(16 * b) as *const __m256i),
+                )
+            };
         }
-        // SAFETY: 64 bytes.
-        unsafe { _mm512_loadu_si512(l.as_ptr() as *const __m512i) }
-    });
+    }
     let mut acc = _mm256_setzero_ps();
     for (b, &dx) in a.scales.iter().enumerate() {
-        // SAFETY: as in q4k_rows8.
-        unsafe {
-            let xp = a.codes.as_ptr().add(256 * b);
-            let xv = [
-                load64(xp),
-                load64(xp.add(64)),
-                load64(xp.add(128)),
-                load64(xp.add(192)),
-            ];
-            let off = _mm256_loadu_si256(a.aux.as_ptr().add(16 * b) as *const __m256i);
-            let mut sums = [_mm512_setzero_si512(); 8];
-            for (r, s) in sums.iter_mut().enumerate() {
-                let blk = w.add(r * rb + 210 * b);
-                prefetch(w.wrapping_add(PF * 8 * rb + (8 * b + r) * 210), 210);
-                let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
-                let ss = _mm512_castsi256_si512(sc);
-                // -32 Σ sc·bsum: twice the scales against -16 bsum.
-                let mut acc =
-                    _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_add_epi16(sc, sc), off));
-                for h in 0..2 {
-                    let l = load64(blk.add(64 * h));
-                    let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                        blk.add(128 + 32 * h) as *const __m256i
-                    ));
-                    let hi_lo = _mm512_sllv_epi16(_mm512_and_si512(qh, m0c), shl);
-                    let hi_hi = _mm512_srlv_epi16(_mm512_and_si512(qh, m30), shr);
-                    let codes = [
-                        _mm512_or_si512(_mm512_and_si512(l, m0f), hi_lo),
-                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(l), m0f), hi_hi),
-                    ];
-                    for (t, c) in codes.into_iter().enumerate() {
-                        acc = _mm512_dpwssd_epi32(
-                            acc,
-                            _mm512_maddubs_epi16(c, xv[2 * h + t]),
-                            _mm512_permutexvar_epi16(idx[2 * h + t], ss),
-                        );
-                    }
-                }
-                *s = acc;
-            }
-            let isum = _mm256_cvtepi32_ps(reduce8(sums));
-            // The f16 d at bytes 208..210, the high half of the pair at 206.
-            let d = f16_lanes::<true>(f16_pairs(w.add(210 * b), rb, 206));
-            acc = _mm256_add_ps(
-                acc,
-                _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), isum),
-            );
-        }
+        let isum = _mm256_cvtepi32_ps(sum_rows(&scratch[8 * b..8 * b + 8]));
+        // The f16 d at bytes 208..210: the high half of the pair at 206.
+        // SAFETY: bytes 206..210 of each block (the caller's contract).
+        let d = f16_lanes::<true>(unsafe { f16_pairs(w.add(210 * b), rb, 206) });
+        acc = _mm256_add_ps(
+            acc,
+            _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), isum),
+        );
     }
     let mut out = [0f32; 8];
     // SAFETY: eight f32.

@@ -27,8 +27,9 @@
 //! unpacked together ([`scales_mins_k4`]) and the minima's or offset's
 //! term is a vector multiply and one reduction. Where AVX-512 VNNI runs,
 //! Q4_K and Q6_K decode take eight weight rows at a time ([`avx512`]: 64
-//! codes an instruction, the eight rows' block sums reduced together,
-//! the f32 steps one lane per row, the rows two passes ahead prefetched).
+//! codes an instruction, the rows read in memory order and prefetched,
+//! the eight rows' block sums reduced together, the f32 steps one lane
+//! per row).
 //!
 //! Prefill (several rows) unpacks each weight row once to one byte per code
 //! and an i16 scale per group of 16, then on AVX2 runs it against eight
