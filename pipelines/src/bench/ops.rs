@@ -576,6 +576,15 @@ fn measure(o: &OpsArgs, mut progress: impl FnMut(&str)) -> Result<OpsRun> {
             rows.push(gemv(&dev, k, n, dt, o, &mut probes)?);
         }
     }
+    // Qwen2.5-1.5B's (Q4_K_M) decode: Q4_K gate / up projections, Q6_K
+    // down projections in half its layers.
+    for (dt, k, n) in [(DType::Q4K, 1536, 8960), (DType::Q6K, 8960, 1536)]
+        .into_iter()
+        .filter(|_| want("gemv"))
+    {
+        progress(&format!("gemv {dt} 1x{k}x{n}"));
+        rows.push(gemv(&dev, k, n, dt, o, &mut probes)?);
+    }
     for dt in [DType::Q4_1, DType::Q8_0]
         .into_iter()
         .filter(|_| want("matmul"))
