@@ -37,11 +37,7 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
         ));
     }
     let rows: usize = dims[..dims.len() - 1].iter().product();
-    if let Some(y) = own_kernels(&x, w, rows)? {
-        let y = match bias {
-            Some(b) => y.broadcast_add(&plain(b, "linear")?.to_dtype(y.dtype())?)?,
-            None => y,
-        };
+    if let Some(y) = own_kernels(&x, w, rows, bias)? {
         let mut out = dims;
         if let Some(last) = out.last_mut() {
             *last = n;
@@ -98,46 +94,60 @@ const F32_GEMV_ROWS: usize = 4;
 /// activations, one arithmetic for decode and prefill), f32
 /// weights for one row, f16 weights (converted in registers, f32
 /// products and sums) for up to [`F16_GEMV_ROWS`] rows; None when another
-/// path applies.
-pub(crate) fn own_kernels(x: &CTensor, w: &Tensor, rows: usize) -> Result<Option<CTensor>> {
+/// path applies. `x` is read in place when contiguous; the bias (one
+/// value per output) is added to the result rows as they are.
+pub(crate) fn own_kernels(
+    x: &CTensor,
+    w: &Tensor,
+    rows: usize,
+    bias: Option<&Tensor>,
+) -> Result<Option<CTensor>> {
     if x.dtype() != CDType::F32 {
         return Ok(None);
     }
     let n = w.dims()[0];
-    let y = match w.storage() {
-        Storage::Quantized(q) => {
-            if let Some(fmt) = kquants::KFormat::of_ggml(q.dtype()) {
-                let xv = x.flatten_all()?.to_vec1::<f32>()?;
+    let run = |xv: &[f32]| -> Result<Option<Vec<f32>>> {
+        Ok(match w.storage() {
+            Storage::Quantized(q) => {
                 let data = q.data()?;
-                kquants::matmul(fmt, &data, n, &xv, rows)
-            } else {
-                let Some(fmt) = WeightFormat::of_ggml(q.dtype()) else {
-                    return Ok(None);
-                };
-                let xv = x.flatten_all()?.to_vec1::<f32>()?;
-                let data = q.data()?;
-                gemv::matmul(fmt, &data, n, &xv, rows)
+                match kquants::KFormat::of_ggml(q.dtype()) {
+                    Some(fmt) => kquants::matmul(fmt, &data, n, xv, rows),
+                    None => match WeightFormat::of_ggml(q.dtype()) {
+                        Some(fmt) => gemv::matmul(fmt, &data, n, xv, rows),
+                        None => None,
+                    },
+                }
+            }
+            Storage::Device(_) => match PackedWeights::of(w) {
+                Some(p) => gemv::matmul_packed(p.fmt, &p.bytes, n, xv, rows),
+                None => None,
+            },
+            Storage::Host(c) if c.dtype() == CDType::F32 && rows <= F32_GEMV_ROWS => {
+                with_host_slice::<f32, _>(c, |w| gemv::gemv_f32_rows(w, xv, rows, n))?.flatten()
+            }
+            Storage::Host(c) if c.dtype() == CDType::F16 && rows <= F16_GEMV_ROWS => {
+                with_host_slice::<half::f16, _>(c, |w| gemv_f16::matmul(w, n, xv, rows))?.flatten()
+            }
+            _ => None,
+        })
+    };
+    let y = match with_host_slice::<f32, _>(x, |xv| run(xv))? {
+        Some(y) => y?,
+        None => run(&x.flatten_all()?.to_vec1::<f32>()?)?,
+    };
+    let Some(mut y) = y else { return Ok(None) };
+    if let Some(b) = f32_values(bias, "linear")? {
+        if b.len() != n {
+            return Err(Error::bad_input(
+                "linear",
+                format!("the bias has {} values for {n} outputs", b.len()),
+            ));
+        }
+        for row in y.chunks_exact_mut(n) {
+            for (v, b) in row.iter_mut().zip(&b) {
+                *v += b;
             }
         }
-        Storage::Device(_) => {
-            let Some(p) = PackedWeights::of(w) else {
-                return Ok(None);
-            };
-            let xv = x.flatten_all()?.to_vec1::<f32>()?;
-            gemv::matmul_packed(p.fmt, &p.bytes, n, &xv, rows)
-        }
-        Storage::Host(c) if c.dtype() == CDType::F32 && rows <= F32_GEMV_ROWS => {
-            let xv = x.flatten_all()?.to_vec1::<f32>()?;
-            with_host_slice::<f32, _>(c, |w| gemv::gemv_f32_rows(w, &xv, rows, n))?.flatten()
-        }
-        Storage::Host(c) if c.dtype() == CDType::F16 && rows <= F16_GEMV_ROWS => {
-            let xv = x.flatten_all()?.to_vec1::<f32>()?;
-            with_host_slice::<half::f16, _>(c, |w| gemv_f16::matmul(w, n, &xv, rows))?.flatten()
-        }
-        _ => None,
-    };
-    Ok(match y {
-        Some(y) => Some(CTensor::from_vec(y, (rows, n), &cdev())?),
-        None => None,
-    })
+    }
+    Ok(Some(CTensor::from_vec(y, (rows, n), &cdev())?))
 }

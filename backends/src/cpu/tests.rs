@@ -177,3 +177,35 @@ fn swiglu_gives_the_bits_of_silu_and_a_multiply() {
     let e = dev.swiglu(&odd, Some(&other)).expect_err("shapes differ");
     assert!(e.to_string().contains("one shape"), "{e}");
 }
+
+/// A bias on the crate's own kernels (K-quant, 32-weight, read in place
+/// from a contiguous `x`) gives the bits of the product without it plus a
+/// broadcast add; a bias of the wrong length is refused, naming both.
+#[test]
+fn linear_bias_on_own_kernels_is_a_broadcast_add() {
+    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+    let dev = Device::new(cpu.clone(), cpu);
+    for (dt, k) in [(DType::Q4K, 512), (DType::Q6K, 256), (DType::Q8_0, 96)] {
+        let w = dev
+            .cast(&rng::rand_normal_host(&[11, k], 0.0, 0.3, 3).expect("w"), dt)
+            .expect("quantize");
+        let b = rng::rand_normal_host(&[11], 0.0, 1.0, 4).expect("b");
+        for rows in [1usize, 5] {
+            let x = rng::rand_normal_host(&[rows, k], 0.0, 1.0, 5).expect("x");
+            let got = dev.linear(&x, &w, Some(&b)).expect("with bias");
+            let plain = dev.linear(&x, &w, None).expect("without");
+            let bias: Vec<f32> = b.to_vec_f32().expect("b");
+            let want: Vec<u32> = plain
+                .to_vec_f32()
+                .expect("y")
+                .chunks_exact(11)
+                .flat_map(|r| r.iter().zip(&bias).map(|(v, b)| (v + b).to_bits()))
+                .collect();
+            assert_eq!(bits(&got), want, "{dt}, {rows} rows");
+        }
+        let short = rng::rand_normal_host(&[7], 0.0, 1.0, 6).expect("b");
+        let x = rng::rand_normal_host(&[2, k], 0.0, 1.0, 7).expect("x");
+        let e = dev.linear(&x, &w, Some(&short)).expect_err("short bias");
+        assert!(e.to_string().contains("7 values for 11 outputs"), "{e}");
+    }
+}
