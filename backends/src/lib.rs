@@ -110,6 +110,15 @@ pub fn release_freed_memory() {
     }
 }
 
+/// Waits until the CPU backend's background thread has moved every weight
+/// placed so far onto 2 MB pages (see [`advise_huge_pages`]), at most
+/// `timeout`; whether it finished (true at once where nothing is queued).
+/// Benchmarks call it before timing, so the one-off copy does not share
+/// the cores with what they time.
+pub fn wait_for_huge_pages(timeout: std::time::Duration) -> bool {
+    cpu::huge_pages::wait_idle(timeout)
+}
+
 /// Back `t`'s host or quantized bytes with 2 MB pages where the OS allows
 /// (Linux: `MADV_COLLAPSE`, then `MADV_HUGEPAGE`), as the CPU backend does
 /// for the weights it places; best effort, errors are ignored. For memory a

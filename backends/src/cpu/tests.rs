@@ -187,7 +187,10 @@ fn linear_bias_on_own_kernels_is_a_broadcast_add() {
     let dev = Device::new(cpu.clone(), cpu);
     for (dt, k) in [(DType::Q4K, 512), (DType::Q6K, 256), (DType::Q8_0, 96)] {
         let w = dev
-            .cast(&rng::rand_normal_host(&[11, k], 0.0, 0.3, 3).expect("w"), dt)
+            .cast(
+                &rng::rand_normal_host(&[11, k], 0.0, 0.3, 3).expect("w"),
+                dt,
+            )
             .expect("quantize");
         let b = rng::rand_normal_host(&[11], 0.0, 1.0, 4).expect("b");
         for rows in [1usize, 5] {
