@@ -346,12 +346,54 @@ fn small_head_portable(
             }
         }
         softmax_row(row);
-        o.fill(0.0);
-        for (j, &p) in row.iter().enumerate() {
-            let v = &vv.data[vv.at(bi, hki, j, 0)..][..dv];
-            for (a, &b) in o.iter_mut().zip(v) {
-                *a = p.mul_add(b, *a);
+        weighted_sum(row, vv, (bi, hki), o);
+    }
+}
+
+/// `o = Σ_j p_j v_j` over the value rows `j` of head `(batch, kv head)`
+/// (unit last-dim stride): per element, one FMA per key in key order from
+/// zero. On AVX-512 the outputs stay in registers across the keys (they
+/// were loaded and stored once per key); the same FMAs in the same order,
+/// so the same bits.
+#[inline(always)]
+fn weighted_sum(p: &[f32], vv: &View<'_>, (bi, hki): (usize, usize), o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if o.len().is_multiple_of(16) && std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected just above.
+        return unsafe { weighted_sum_avx512(p, vv, (bi, hki), o) };
+    }
+    o.fill(0.0);
+    for (j, &p) in p.iter().enumerate() {
+        let v = &vv.data[vv.at(bi, hki, j, 0)..][..o.len()];
+        for (a, &b) in o.iter_mut().zip(v) {
+            *a = p.mul_add(b, *a);
+        }
+    }
+}
+
+/// [`weighted_sum`] with up to 128 outputs at a time in eight registers.
+///
+/// # Safety
+/// AVX-512F available; `o.len()` a multiple of 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn weighted_sum_avx512(p: &[f32], vv: &View<'_>, (bi, hki): (usize, usize), o: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let dv = o.len();
+    for c0 in (0..dv).step_by(128) {
+        let w = (dv - c0).min(128) / 16;
+        let mut acc = [_mm512_setzero_ps(); 8];
+        for (j, &p) in p.iter().enumerate() {
+            let v = &vv.data[vv.at(bi, hki, j, 0) + c0..][..16 * w];
+            let pv = _mm512_set1_ps(p);
+            for (i, a) in acc.iter_mut().take(w).enumerate() {
+                // SAFETY: `v` holds 16 w values (the slice above).
+                *a = _mm512_fmadd_ps(pv, unsafe { _mm512_loadu_ps(v.as_ptr().add(16 * i)) }, *a);
             }
+        }
+        for (i, a) in acc.iter().take(w).enumerate() {
+            // SAFETY: c0 + 16 i + 16 <= dv = o.len().
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr().add(c0 + 16 * i), *a) };
         }
     }
 }
@@ -470,6 +512,41 @@ mod tests {
         assert!(worst < 1e-6, "worst relative error {worst}");
         assert!(exp_approx(f32::NEG_INFINITY) < 1e-37);
         assert_eq!(exp_approx(0.0), 1.0);
+    }
+
+    /// The weighted sum of value rows gives the plain loop's bits (one FMA
+    /// per key, in key order) on every width, register kernel or not.
+    #[test]
+    fn weighted_sum_gives_the_plain_loops_bits() {
+        for dv in [16usize, 20, 128, 160, 256] {
+            let t = 37;
+            // Two kv heads, rows of dv + 3 values (a row stride past dv).
+            let data: Vec<f32> = (0..2 * t * (dv + 3))
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+                .collect();
+            let vv = View {
+                data: &data,
+                dims: [1, 2, t, dv],
+                stride: [
+                    (2 * t * (dv + 3)) as isize,
+                    (t * (dv + 3)) as isize,
+                    (dv + 3) as isize,
+                    1,
+                ],
+            };
+            let p: Vec<f32> = (0..t).map(|j| ((j * 13 % 17) as f32) / 31.0).collect();
+            let mut got = vec![f32::NAN; dv];
+            weighted_sum(&p, &vv, (0, 1), &mut got);
+            let mut want = vec![0f32; dv];
+            for (j, &pj) in p.iter().enumerate() {
+                let row = &data[(t + j) * (dv + 3)..][..dv];
+                for (a, &b) in want.iter_mut().zip(row) {
+                    *a = pj.mul_add(b, *a);
+                }
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "dv {dv}");
+        }
     }
 
     #[test]
