@@ -75,6 +75,43 @@ pub(super) struct Weights16 {
     hi: Vec<u8>,
 }
 
+/// The next sixteen weight rows, fetched into L2 a few lines at a time
+/// while the current ones are multiplied: [`Ahead::step`] runs once per
+/// block of every tile pass. (All at once, when the current rows were laid
+/// out, the prefetches waited for free line-fill buffers: the first
+/// touches of the next rows, their scales, then waited on memory.)
+pub(super) struct Ahead {
+    p: *const u8,
+    left: usize,
+    per: usize,
+}
+
+impl Ahead {
+    /// `next` (none: nothing to fetch) spread over `steps` calls.
+    pub(super) fn new(next: Option<&[u8]>, steps: usize) -> Self {
+        let (p, left) = next.map_or((std::ptr::null(), 0), |n| (n.as_ptr(), n.len()));
+        Ahead {
+            p,
+            left,
+            per: left.div_ceil(steps.max(1)).next_multiple_of(64),
+        }
+    }
+
+    /// Fetches the next share of the rows.
+    #[inline]
+    pub(super) fn step(&mut self) {
+        let n = self.per.min(self.left);
+        let mut off = 0;
+        while off < n {
+            // SAFETY: a prefetch never faults; `p + off` lies in `next`.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(self.p.wrapping_add(off) as *const i8) };
+            off += 64;
+        }
+        self.p = self.p.wrapping_add(n);
+        self.left -= n;
+    }
+}
+
 /// [`Weights16`]'s offset for Q6_K: `sc · (q - 32)` is -4064..=4096.
 const Q6K_OFFSET: i16 = 4096;
 
@@ -85,17 +122,8 @@ impl Weights16 {
     /// Lays out the sixteen rows `rows` (raw blocks of `fmt`, `k` codes
     /// each; `u` the same rows' [`Unpacked::refill_scales`]) in the buffers
     /// already here: no allocation once they have grown to `16 k` bytes.
-    /// The codes are unpacked in registers straight into the tiles. `next`,
-    /// the sixteen rows to come (if any), is prefetched into L2 alongside,
-    /// spread over the work.
-    pub(super) fn fill(
-        &mut self,
-        fmt: KFormat,
-        rows: &[&[u8]; 16],
-        next: Option<&[u8]>,
-        u: &[Unpacked],
-        k: usize,
-    ) {
+    /// The codes are unpacked in registers straight into the tiles.
+    pub(super) fn fill(&mut self, fmt: KFormat, rows: &[&[u8]; 16], u: &[Unpacked], k: usize) {
         debug_assert!(u.len() == 16);
         let bias_offset = match fmt {
             KFormat::Q4K | KFormat::Q5K => (0, 0),
@@ -107,12 +135,6 @@ impl Weights16 {
         let rb = k / 256 * fmt.block_bytes();
         for (r, (row, u)) in rows.iter().zip(u).enumerate() {
             assert!(row.len() == rb && u.scales.len() == k / 16);
-            if let Some(next) = next.and_then(|n| n.get(r * rb..(r + 1) * rb)) {
-                for line in next.chunks(64) {
-                    // SAFETY: a prefetch of a readable address.
-                    unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8) };
-                }
-            }
             // SAFETY: AVX2 and AVX-512 F + BW + VBMI are here (`available`, which
             // every caller of the AMX kernel checked); `row` holds k / 256
             // blocks of `fmt` and `u.scales` their k / 16 scales (just
@@ -324,6 +346,8 @@ unsafe fn block_sums<const NG: usize, const MINMAX: bool>(
 /// format's `groups()` and `MINMAX` whether it has minima (Q4_K, Q5_K;
 /// otherwise Q6_K).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+// The kernel's inputs and its scratch: a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
     _tiles: &Tiles,
     k: usize,
@@ -332,6 +356,7 @@ pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
     x: &Rows16,
     sums: &mut Quad,
     out: &mut [[f32; 16]; 16],
+    ahead: &mut Ahead,
 ) {
     let nb = k / 256;
     debug_assert!(u.len() == 16 && w.lo.len() == 16 * k && w.hi.len() == 16 * k);
@@ -340,6 +365,7 @@ pub(super) unsafe fn rows16<const NG: usize, const MINMAX: bool>(
     // tmm4 the activations (16 rows of 16 lanes x 4 codes).
     let mut acc = [_mm512_setzero_ps(); 16];
     for b in 0..nb {
+        ahead.step();
         // SAFETY: block b's four 64-code tiles of each operand are 4,096
         // bytes from 4,096 b (within 16 k); `sums` holds 2 x 16 rows of 64
         // bytes. The activation tiles of 32-code groups 2c and 2c + 1 are
@@ -410,6 +436,8 @@ impl Quad {
 /// # Safety
 /// As [`rows16`], for `x[0]` and `x[1]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+// The kernel's inputs and its scratch: a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
     _tiles: &Tiles,
     k: usize,
@@ -418,6 +446,7 @@ pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
     x: [&Rows16; 2],
     sums: &mut Quad,
     out: [&mut [[f32; 16]; 16]; 2],
+    ahead: &mut Ahead,
 ) {
     let nb = k / 256;
     debug_assert!(u.len() == 16 && w.lo.len() == 16 * k && w.hi.len() == 16 * k);
@@ -428,6 +457,7 @@ pub(super) unsafe fn rows16x2<const NG: usize, const MINMAX: bool>(
     // x[1]; tmm2 / tmm3 lo / hi codes; tmm4 / tmm7 the activations.
     let mut acc = [[_mm512_setzero_ps(); 16]; 2];
     for b in 0..nb {
+        ahead.step();
         // SAFETY: as in `rows16`, for both activation groups;
         // `sums` holds 4 x 16 rows of 64 bytes.
         unsafe {
@@ -515,25 +545,26 @@ pub(super) unsafe fn rows16_for(
     x: &[Rows16],
     sums: &mut Quad,
     out: &mut [[[f32; 16]; 16]],
+    ahead: &mut Ahead,
 ) {
     assert!(x.len() == out.len() && (1..=2).contains(&x.len()));
     // SAFETY: the caller's guarantees; the constants are `fmt`'s.
     unsafe {
         match (fmt, x, out) {
             (KFormat::Q4K | KFormat::Q5K, [x0, x1], [o0, o1]) => {
-                rows16x2::<8, true>(tiles, k, w, u, [x0, x1], sums, [o0, o1])
+                rows16x2::<8, true>(tiles, k, w, u, [x0, x1], sums, [o0, o1], ahead)
             }
             (KFormat::Q6K, [x0, x1], [o0, o1]) => {
-                rows16x2::<16, false>(tiles, k, w, u, [x0, x1], sums, [o0, o1])
+                rows16x2::<16, false>(tiles, k, w, u, [x0, x1], sums, [o0, o1], ahead)
             }
             (KFormat::Q4K | KFormat::Q5K, x, out) => {
                 for (x, o) in x.iter().zip(out) {
-                    rows16::<8, true>(tiles, k, w, u, x, sums, o);
+                    rows16::<8, true>(tiles, k, w, u, x, sums, o, ahead);
                 }
             }
             (KFormat::Q6K, x, out) => {
                 for (x, o) in x.iter().zip(out) {
-                    rows16::<16, false>(tiles, k, w, u, x, sums, o);
+                    rows16::<16, false>(tiles, k, w, u, x, sums, o, ahead);
                 }
             }
         }

@@ -819,18 +819,24 @@ pub(crate) fn matmul_isa(
             for (u, row) in us.iter_mut().zip(rows) {
                 u.refill_scales(fmt, row, k);
             }
-            // The next sixteen rows are fetched into L2 while these are
-            // laid out: otherwise the first touch of each block (its
+            w16.fill(fmt, &rows, &us, k);
+            // The next sixteen rows are fetched into L2 over the tile
+            // passes below: otherwise the first touch of each block (its
             // scales, above) waits on memory.
-            let next = w.get((j + 16) * rb..(j + 32) * rb);
-            w16.fill(fmt, &rows, next, &us, k);
+            let passes = groups16.len().div_ceil(2);
+            let mut ahead = amx::Ahead::new(
+                w.get((j + 16) * rb..(j + 32) * rb),
+                passes * (k / fmt.block()),
+            );
             // Two groups of activation rows at a time.
             for gs in groups16.chunks(2) {
                 let lanes = &mut lanes[..gs.len()];
                 // SAFETY: AMX is granted (`groups16` is only filled then);
                 // `w16` and `us` are these sixteen rows of k values, each
                 // of `gs` sixteen rows of `xq`, all for `fmt`.
-                unsafe { amx::rows16_for(&cfg, fmt, k, &w16, &us, gs, &mut sums, lanes) };
+                unsafe {
+                    amx::rows16_for(&cfg, fmt, k, &w16, &us, gs, &mut sums, lanes, &mut ahead)
+                };
                 for (g, lanes) in gs.iter().zip(lanes.iter()) {
                     for (r, row) in lanes.iter().enumerate().take(g.rows) {
                         // SAFETY: g.r0 + r < m and j + 16 <= n; this task
