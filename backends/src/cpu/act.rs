@@ -169,7 +169,8 @@ pub(crate) fn silu(x: &[f32]) -> Option<Vec<f32>> {
 /// (whose results do not depend on a value's place), then one multiply:
 /// the bits of `silu` and a multiply, and a prefill row's bits are its
 /// decode's. Rows are split over rayon's pool in tasks of at least
-/// [`CHUNK`] values.
+/// [`CHUNK`] values; the output is written once (not cleared first), the
+/// silu and the multiply in one pass.
 pub(crate) fn swiglu(x: &[f32], up: Option<&[f32]>, rows: usize, f: usize) -> Option<Vec<f32>> {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
@@ -177,32 +178,34 @@ pub(crate) fn swiglu(x: &[f32], up: Option<&[f32]>, rows: usize, f: usize) -> Op
         if f == 0 || x.len() != rows * width || up.is_some_and(|u| u.len() != rows * f) {
             return None;
         }
-        let row = |r: usize, yo: &mut [f32]| {
+        let row = |r: usize, yo: &mut [std::mem::MaybeUninit<f32>]| {
             let (g, u) = match up {
                 Some(u) => (&x[r * f..(r + 1) * f], &u[r * f..(r + 1) * f]),
                 None => x[r * width..(r + 1) * width].split_at(f),
             };
-            // SAFETY: AVX2 and FMA were detected at run time; `g` and `yo`
-            // hold f values each.
-            unsafe { x86::sigmoid_avx2::<true>(g, yo) };
-            for (y, u) in yo.iter_mut().zip(u) {
-                *y *= u;
-            }
+            // SAFETY: AVX2 and FMA were detected at run time; `g`, `u` and
+            // `yo` hold f values each.
+            unsafe { x86::swiglu_avx2(g, u, yo) };
         };
-        let mut y = vec![0f32; rows * f];
+        // Not cleared first: every value is written below.
+        let mut y: Vec<f32> = Vec::with_capacity(rows * f);
+        let dst = &mut y.spare_capacity_mut()[..rows * f];
         let per = CHUNK.div_ceil(f).max(1);
         if rows <= per {
             // Decode's one row: no trip through the pool.
-            for (r, yo) in y.chunks_exact_mut(f).enumerate() {
+            for (r, yo) in dst.chunks_exact_mut(f).enumerate() {
                 row(r, yo);
             }
-            return Some(y);
+        } else {
+            dst.par_chunks_mut(per * f).enumerate().for_each(|(t, ys)| {
+                for (i, yo) in ys.chunks_exact_mut(f).enumerate() {
+                    row(t * per + i, yo);
+                }
+            });
         }
-        y.par_chunks_mut(per * f).enumerate().for_each(|(t, ys)| {
-            for (i, yo) in ys.chunks_exact_mut(f).enumerate() {
-                row(t * per + i, yo);
-            }
-        });
+        // SAFETY: each of the `rows` rows of f values was written by
+        // `swiglu_avx2`.
+        unsafe { y.set_len(rows * f) };
         return Some(y);
     }
     let _ = (x, up, rows, f);
@@ -293,6 +296,7 @@ const EXP_MIN: f32 = -87.3;
 mod x86 {
     use super::{gelu_erf_scalar, A, EXP_LN2, EXP_MIN, EXP_P, P};
     use std::arch::x86_64::*;
+    use std::mem::MaybeUninit;
 
     /// `e^v` for `v <= 0`, 16 lanes: Cephes' `expf` (range reduction by
     /// ln 2 in two parts, degree-7 polynomial), `2^n` by `vscalefps`.
@@ -422,35 +426,40 @@ mod x86 {
         }
     }
 
-    /// `sigmoid(x)` (times `x` when `SILU`) on 8 lanes: `e = e^-|x|`,
+    /// `sigmoid(x)` (times `x` when `SILU`) of 8 lanes: `e = e^-|x|`,
     /// then `1 / (1 + e)` for `x >= 0`, `e / (1 + e)` below.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn sigmoid8<const SILU: bool>(xv: __m256) -> __m256 {
+        let one = _mm256_set1_ps(1.0);
+        let nx = _mm256_or_ps(xv, _mm256_set1_ps(-0.0));
+        // e^-|x|, 0 below EXP_MIN (where it would be denormal).
+        let e = _mm256_andnot_ps(
+            _mm256_cmp_ps::<_CMP_LT_OQ>(nx, _mm256_set1_ps(EXP_MIN)),
+            exp_neg_avx2(nx),
+        );
+        let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(xv, _mm256_setzero_ps());
+        let num = _mm256_blendv_ps(one, e, neg);
+        let s = _mm256_div_ps(num, _mm256_add_ps(one, e));
+        if SILU {
+            _mm256_mul_ps(xv, s)
+        } else {
+            // NaN in, NaN out (the clamp in exp_neg drops it).
+            _mm256_blendv_ps(s, xv, _mm256_cmp_ps::<_CMP_UNORD_Q>(xv, xv))
+        }
+    }
+
+    /// [`sigmoid8`] (times `x` when `SILU`) over `x` into `y`.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn sigmoid_avx2<const SILU: bool>(x: &[f32], y: &mut [f32]) {
         let len = x.len().min(y.len());
         let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
-        let sign = _mm256_set1_ps(-0.0);
-        let one = _mm256_set1_ps(1.0);
         let mut i = 0;
         while i + 8 <= len {
             // SAFETY: i + 8 <= len for both slices.
             let xv = unsafe { _mm256_loadu_ps(xp.add(i)) };
-            let nx = _mm256_or_ps(xv, sign);
-            // e^-|x|, 0 below EXP_MIN (where it would be denormal).
-            let e = _mm256_andnot_ps(
-                _mm256_cmp_ps::<_CMP_LT_OQ>(nx, _mm256_set1_ps(EXP_MIN)),
-                exp_neg_avx2(nx),
-            );
-            let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(xv, _mm256_setzero_ps());
-            let num = _mm256_blendv_ps(one, e, neg);
-            let mut s = _mm256_div_ps(num, _mm256_add_ps(one, e));
-            if SILU {
-                s = _mm256_mul_ps(xv, s);
-            } else {
-                // NaN in, NaN out (the clamp in exp_neg drops it).
-                s = _mm256_blendv_ps(s, xv, _mm256_cmp_ps::<_CMP_UNORD_Q>(xv, xv));
-            }
             // SAFETY: as for the load.
-            unsafe { _mm256_storeu_ps(yp.add(i), s) };
+            unsafe { _mm256_storeu_ps(yp.add(i), sigmoid8::<SILU>(xv)) };
             i += 8;
         }
         if i < len {
@@ -461,6 +470,37 @@ mod x86 {
             // SAFETY: AVX2 + FMA as for this call; 8 values each.
             unsafe { sigmoid_avx2::<SILU>(&xt, &mut yt) };
             y[i..len].copy_from_slice(&yt[..len - i]);
+        }
+    }
+
+    /// `silu(g) · u` into `y` (not read: it may be uninitialized):
+    /// [`sigmoid_avx2`]'s SiLU of each value, then one multiply, in one
+    /// pass; a value's result does not depend on its place (the tail runs
+    /// through zero-padded lanes).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn swiglu_avx2(g: &[f32], u: &[f32], y: &mut [MaybeUninit<f32>]) {
+        let len = g.len().min(u.len()).min(y.len());
+        let (gp, up, yp) = (g.as_ptr(), u.as_ptr(), y.as_mut_ptr() as *mut f32);
+        let mut i = 0;
+        while i + 8 <= len {
+            // SAFETY: i + 8 <= len for the three slices.
+            unsafe {
+                let v = _mm256_mul_ps(
+                    sigmoid8::<true>(_mm256_loadu_ps(gp.add(i))),
+                    _mm256_loadu_ps(up.add(i)),
+                );
+                _mm256_storeu_ps(yp.add(i), v);
+            }
+            i += 8;
+        }
+        if i < len {
+            let (mut gt, mut yt) = ([0f32; 8], [0f32; 8]);
+            gt[..len - i].copy_from_slice(&g[i..len]);
+            // SAFETY: AVX2 + FMA as for this call; 8 values each.
+            unsafe { sigmoid_avx2::<true>(&gt, &mut yt) };
+            for ((o, s), u) in y[i..len].iter_mut().zip(&yt).zip(&u[i..len]) {
+                o.write(s * u);
+            }
         }
     }
 }
