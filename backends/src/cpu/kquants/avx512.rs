@@ -1,4 +1,4 @@
-//! Decode (one activation row) of Q4_K and Q6_K on 512-bit registers
+//! Decode (one activation row) of Q4_K, Q5_K and Q6_K on 512-bit registers
 //! (AVX-512 F / BW / VL / VNNI): eight weight rows at a time.
 //!
 //! The AVX2 row kernel spent most of its time outside the products: a
@@ -32,11 +32,11 @@ pub(super) const ROWS: usize = 8;
 /// One activation row laid out for these kernels.
 pub(super) struct Decode {
     fmt: KFormat,
-    /// Codes of each block of 256: Q4_K's in the order of its 64-code
+    /// Codes of each block of 256: Q4_K's and Q5_K's in the order of their 64-code
     /// loads (sub-blocks 0 and 2, 1 and 3, 4 and 6, 5 and 7: a low-nibble
     /// load holds sub-blocks `2j`, `2j + 2`), Q6_K's as they are.
     codes: Vec<i8>,
-    /// 16 values per block. Q4_K: zeros, then the eight sub-blocks' code
+    /// 16 values per block. Q4_K / Q5_K: zeros, then the eight sub-blocks' code
     /// sums (the minima's `madd` operand against `[scales, minima]`).
     /// Q6_K: `-16 ×` the sixteen groups' code sums (against twice the
     /// group scales: the offset of 32, folded into the block sum).
@@ -46,13 +46,13 @@ pub(super) struct Decode {
 }
 
 impl Decode {
-    /// Row 0 of `xq` for `fmt`; None for a format without a kernel here.
-    pub(super) fn new(fmt: KFormat, xq: &Acts) -> Option<Self> {
+    /// Row 0 of `xq` for `fmt`.
+    pub(super) fn new(fmt: KFormat, xq: &Acts) -> Self {
         let (x, sums) = (xq.codes(0), xq.sums(0));
         let nb = x.len() / 256;
         let mut aux = vec![0i16; 16 * nb];
         let codes = match fmt {
-            KFormat::Q4K => {
+            KFormat::Q4K | KFormat::Q5K => {
                 let mut codes = vec![0i8; x.len()];
                 for (b, (xb, cb)) in x
                     .chunks_exact(256)
@@ -77,14 +77,13 @@ impl Decode {
                 }
                 x.to_vec()
             }
-            KFormat::Q5K => return None,
         };
-        Some(Decode {
+        Decode {
             fmt,
             codes,
             aux,
             scales: xq.scales(0).to_vec(),
-        })
+        }
     }
 
     /// `y[i] = row i of w · x` for the first `ROWS ×` whole passes of
@@ -106,7 +105,8 @@ impl Decode {
             let v = unsafe {
                 let p = w.as_ptr().add(g * ROWS * rb);
                 match self.fmt {
-                    KFormat::Q4K => q4k_rows8(p, rb, self, &mut scratch),
+                    KFormat::Q4K => q45k_rows8::<false>(p, rb, self, &mut scratch),
+                    KFormat::Q5K => q45k_rows8::<true>(p, rb, self, &mut scratch),
                     _ => q6k_rows8(p, rb, self, &mut scratch),
                 }
             };
@@ -223,11 +223,15 @@ fn f16_lanes<const HIGH: bool>(v: __m256i) -> __m256 {
     _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v))
 }
 
-/// Q4_K's constants: the nibble mask and the `vpermw` indices that
-/// spread sub-block scales over the lanes of each 64-code load.
+/// Q4_K's and Q5_K's constants: the nibble mask, the `vpermw` indices
+/// that spread sub-block scales over the lanes of each 64-code load, and
+/// for Q5_K the mask and shifts that move each load's fifth bits (one
+/// `qh` bit per sub-block) to bit 4.
 struct Q4k {
     m4: __m512i,
     idx: [__m512i; 4],
+    hmask: [__m512i; 4],
+    hshift: [__m512i; 4],
 }
 
 impl Q4k {
@@ -242,30 +246,58 @@ impl Q4k {
                 halves16(4, 6),
                 halves16(5, 7),
             ],
+            // Load t holds sub-blocks (0, 2), (1, 3), (4, 6), (5, 7): their
+            // fifth bits are qh bits 0 / 2, 1 / 3, 4 / 6, 5 / 7.
+            hmask: [(0, 2), (1, 3), (4, 6), (5, 7)].map(|(a, b)| {
+                _mm512_inserti64x4::<1>(
+                    _mm512_set1_epi8(1 << a),
+                    _mm256_set1_epi8((1u8 << b) as i8),
+                )
+            }),
+            // Shifted left by 4 - bit (right where negative: by bit - 4).
+            hshift: [(4, 2), (3, 1), (0, 2), (1, 3)].map(|(a, b)| halves16(a, b)),
         }
     }
 
-    /// One block at `blk` against the activation codes at `xp` (permuted
-    /// as [`Decode::codes`]) and the minima operand `pv`: eight i32
-    /// partials of `Σ sc·(q·x)` and of `Σ m·bsum` (exact).
+    /// One block at `blk` (Q5_K where `FIVE`) against the activation
+    /// codes at `xp` (permuted as [`Decode::codes`]) and the minima operand
+    /// `pv`: eight i32 partials of `Σ sc·(q·x)` and of `Σ m·bsum` (exact).
     ///
     /// # Safety
-    /// The features of [`q4k_rows8`]; a whole block at `blk`, 256 codes
+    /// The features of [`q45k_rows8`]; a whole block at `blk`, 256 codes
     /// at `xp`.
     #[inline]
     #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn block(&self, blk: *const u8, xp: *const i8, pv: __m256i) -> (__m256i, __m256i) {
+    unsafe fn block<const FIVE: bool>(
+        &self,
+        blk: *const u8,
+        xp: *const i8,
+        pv: __m256i,
+    ) -> (__m256i, __m256i) {
         // SAFETY: the caller's contract.
         unsafe {
             let z = q4k_scales(blk);
             let zz = _mm512_castsi256_si512(z);
-            let (q0, q1) = (load64(blk.add(16)), load64(blk.add(80)));
-            let codes = [
+            let qs = if FIVE { blk.add(48) } else { blk.add(16) };
+            let (q0, q1) = (load64(qs), load64(qs.add(64)));
+            let mut codes = [
                 _mm512_and_si512(q0, self.m4),
                 _mm512_and_si512(_mm512_srli_epi16::<4>(q0), self.m4),
                 _mm512_and_si512(q1, self.m4),
                 _mm512_and_si512(_mm512_srli_epi16::<4>(q1), self.m4),
             ];
+            if FIVE {
+                let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(16) as *const __m256i));
+                for (t, c) in codes.iter_mut().enumerate() {
+                    let h = _mm512_and_si512(qh, self.hmask[t]);
+                    let h = if t < 2 {
+                        _mm512_sllv_epi16(h, self.hshift[t])
+                    } else {
+                        _mm512_srlv_epi16(h, self.hshift[t])
+                    };
+                    *c = _mm512_or_si512(*c, h);
+                }
+            }
             let mut s = _mm512_setzero_si512();
             for (t, c) in codes.into_iter().enumerate() {
                 s = _mm512_dpwssd_epi32(
@@ -295,28 +327,34 @@ fn sum_rows(v: &[__m256i]) -> __m256i {
     }))
 }
 
-/// Eight Q4_K rows (`rb` bytes apart from `w`) against `a`, read in
-/// memory order (row by row: one stream the hardware prefetchers
-/// follow), each block's eight-lane partials kept in `scratch` until the
-/// eight rows' are reduced together.
+/// Eight Q4_K rows (Q5_K where `FIVE`; `rb` bytes apart from `w`)
+/// against `a`, read in memory order (row by row: one stream the hardware
+/// prefetchers follow), each block's eight-lane partials kept in
+/// `scratch` until the eight rows' are reduced together.
 ///
 /// # Safety
 /// AVX2, F16C, AVX-512 F / BW / VL / VNNI; eight whole rows of the
 /// length `a` was made for at `w`.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q4k_rows8(w: *const u8, rb: usize, a: &Decode, scratch: &mut Vec<__m256i>) -> [f32; 8] {
+unsafe fn q45k_rows8<const FIVE: bool>(
+    w: *const u8,
+    rb: usize,
+    a: &Decode,
+    scratch: &mut Vec<__m256i>,
+) -> [f32; 8] {
+    let bb = if FIVE { 176 } else { 144 };
     let k = Q4k::new();
     let nb = a.scales.len();
     scratch.clear();
     scratch.resize(16 * nb, _mm256_setzero_si256());
     for r in 0..8 {
         for b in 0..nb {
-            prefetch(w.wrapping_add(r * rb + 144 * b + PF), 144);
+            prefetch(w.wrapping_add(r * rb + bb * b + PF), bb);
             // SAFETY: block b of row r (the caller's contract) and of the
             // activation row (256 codes, 16 aux values per block).
             let (s, m) = unsafe {
-                k.block(
-                    w.add(r * rb + 144 * b),
+                k.block::<FIVE>(
+                    w.add(r * rb + bb * b),
                     a.codes.as_ptr().add(256 * b),
                     _mm256_loadu_si256(a.aux.as_ptr().add(16 * b) as *const __m256i),
                 )
@@ -330,7 +368,7 @@ unsafe fn q4k_rows8(w: *const u8, rb: usize, a: &Decode, scratch: &mut Vec<__m25
         let isum = _mm256_cvtepi32_ps(sum_rows(&scratch[16 * b..16 * b + 8]));
         let msum = _mm256_cvtepi32_ps(sum_rows(&scratch[16 * b + 8..16 * b + 16]));
         // SAFETY: the blocks' first four bytes (the caller's contract).
-        let dm = unsafe { f16_pairs(w.add(144 * b), rb, 0) };
+        let dm = unsafe { f16_pairs(w.add(bb * b), rb, 0) };
         let dxv = _mm256_set1_ps(dx);
         let (d, dmin) = (f16_lanes::<false>(dm), f16_lanes::<true>(dm));
         acc = _mm256_add_ps(
@@ -421,10 +459,10 @@ impl Q6k {
 }
 
 /// Eight Q6_K rows (`rb` bytes apart from `w`) against `a`, read as
-/// [`q4k_rows8`] reads them.
+/// [`q45k_rows8`] reads them.
 ///
 /// # Safety
-/// As [`q4k_rows8`].
+/// As [`q45k_rows8`].
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn q6k_rows8(w: *const u8, rb: usize, a: &Decode, scratch: &mut Vec<__m256i>) -> [f32; 8] {
     let k = Q6k::new();
@@ -434,7 +472,7 @@ unsafe fn q6k_rows8(w: *const u8, rb: usize, a: &Decode, scratch: &mut Vec<__m25
     for r in 0..8 {
         for b in 0..nb {
             prefetch(w.wrapping_add(r * rb + 210 * b + PF), 210);
-            // SAFETY: as in q4k_rows8.
+            // SAFETY: as in q45k_rows8.
             scratch[8 * b + r] = unsafe {
                 k.block(
                     w.add(r * rb + 210 * b),

@@ -26,7 +26,7 @@
 //! one row kernel per format: a super-block's eight scales and minima are
 //! unpacked together ([`scales_mins_k4`]) and the minima's or offset's
 //! term is a vector multiply and one reduction. Where AVX-512 VNNI runs,
-//! Q4_K and Q6_K decode take eight weight rows at a time ([`avx512`]: 64
+//! the K-quants' decode takes eight weight rows at a time ([`avx512`]: 64
 //! codes an instruction, the rows read in memory order and prefetched,
 //! the eight rows' block sums reduced together, the f32 steps one lane
 //! per row).
@@ -899,13 +899,9 @@ pub(crate) fn matmul_isa(
     if m == 1 {
         // Decode: each thread of the batch's hot team walks one contiguous
         // run of weight rows, claims of at least ~16 KB.
-        // Q4_K and Q6_K eight rows at a time on AVX-512 VNNI.
+        // Eight rows at a time on AVX-512 VNNI.
         #[cfg(target_arch = "x86_64")]
-        let wide = if avx2 && vnni {
-            avx512::Decode::new(fmt, &xq)
-        } else {
-            None
-        };
+        let wide = (avx2 && vnni).then(|| avx512::Decode::new(fmt, &xq));
         let mut yt = vec![0f32; n];
         let out = SharedOut(yt.as_mut_ptr());
         crate::cpu::team::for_ranges(n, ((16 << 10) / rb).max(1), |r| {
