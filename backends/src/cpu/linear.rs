@@ -133,7 +133,9 @@ pub(crate) fn own_kernels(
     };
     let y = match with_host_slice::<f32, _>(x, |xv| run(xv))? {
         Some(y) => y?,
-        None => run(&x.flatten_all()?.to_vec1::<f32>()?)?,
+        // Not contiguous: copied only where one of the kernels takes `w`.
+        None if takes(w, rows) => run(&x.flatten_all()?.to_vec1::<f32>()?)?,
+        None => None,
     };
     let Some(mut y) = y else { return Ok(None) };
     if let Some(b) = f32_values(bias, "linear")? {
@@ -150,4 +152,20 @@ pub(crate) fn own_kernels(
         }
     }
     Ok(Some(CTensor::from_vec(y, (rows, n), &cdev())?))
+}
+
+/// Whether one of [`own_kernels`]' kernels takes `w` for `rows` activation
+/// rows (the conditions of its arms).
+fn takes(w: &Tensor, rows: usize) -> bool {
+    match w.storage() {
+        Storage::Quantized(q) => {
+            kquants::KFormat::of_ggml(q.dtype()).is_some()
+                || WeightFormat::of_ggml(q.dtype()).is_some()
+        }
+        Storage::Device(_) => PackedWeights::of(w).is_some(),
+        Storage::Host(c) => {
+            (c.dtype() == CDType::F32 && rows <= F32_GEMV_ROWS)
+                || (c.dtype() == CDType::F16 && rows <= F16_GEMV_ROWS)
+        }
+    }
 }

@@ -180,7 +180,8 @@ fn swiglu_gives_the_bits_of_silu_and_a_multiply() {
 
 /// A bias on the crate's own kernels (K-quant, 32-weight, read in place
 /// from a contiguous `x`) gives the bits of the product without it plus a
-/// broadcast add; a bias of the wrong length is refused, naming both.
+/// broadcast add, and a transposed `x` the bits of its contiguous copy; a
+/// bias of the wrong length is refused, naming both.
 #[test]
 fn linear_bias_on_own_kernels_is_a_broadcast_add() {
     let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
@@ -205,6 +206,15 @@ fn linear_bias_on_own_kernels_is_a_broadcast_add() {
                 .flat_map(|r| r.iter().zip(&bias).map(|(v, b)| (v + b).to_bits()))
                 .collect();
             assert_eq!(bits(&got), want, "{dt}, {rows} rows");
+            // The same rows as a transposed view (not contiguous): copied
+            // for the kernel, the same bits.
+            let xt = rng::rand_normal_host(&[k, rows], 0.0, 1.0, 9).expect("xt");
+            let view = dev.transpose(&xt, 0, 1).expect("view");
+            let dense =
+                Tensor::from_vec(view.to_vec_f32().expect("values"), &[rows, k]).expect("dense");
+            let a = dev.linear(&view, &w, Some(&b)).expect("view");
+            let c = dev.linear(&dense, &w, Some(&b)).expect("dense");
+            assert_eq!(bits(&a), bits(&c), "{dt}, {rows} rows, transposed x");
         }
         let short = rng::rand_normal_host(&[7], 0.0, 1.0, 6).expect("b");
         let x = rng::rand_normal_host(&[2, k], 0.0, 1.0, 7).expect("x");
