@@ -345,8 +345,11 @@ unsafe fn q45k_rows8<const FIVE: bool>(
     let bb = if FIVE { 176 } else { 144 };
     let k = Q4k::new();
     let nb = a.scales.len();
-    scratch.clear();
-    scratch.resize(16 * nb, _mm256_setzero_si256());
+    // Sized on the first pass, then reused: every slot read below is
+    // written first in each pass.
+    if scratch.len() < 16 * nb {
+        scratch.resize(16 * nb, _mm256_setzero_si256());
+    }
     for r in 0..8 {
         for b in 0..nb {
             prefetch(w.wrapping_add(r * rb + bb * b + PF), bb);
@@ -467,8 +470,11 @@ impl Q6k {
 unsafe fn q6k_rows8(w: *const u8, rb: usize, a: &Decode, scratch: &mut Vec<__m256i>) -> [f32; 8] {
     let k = Q6k::new();
     let nb = a.scales.len();
-    scratch.clear();
-    scratch.resize(8 * nb, _mm256_setzero_si256());
+    // Sized on the first pass, then reused: every slot read below is
+    // written first in each pass.
+    if scratch.len() < 8 * nb {
+        scratch.resize(8 * nb, _mm256_setzero_si256());
+    }
     for r in 0..8 {
         for b in 0..nb {
             prefetch(w.wrapping_add(r * rb + 210 * b + PF), 210);
