@@ -264,6 +264,134 @@ pub(super) unsafe fn q6k_row(row: &[u8], x: &[i8], dx: &[f32], sums: &[i32]) -> 
     acc
 }
 
+/// Q5_K's fifth bit `p` of each byte of `h`, moved to bit 4 (the others
+/// cleared). Within each byte: a 16-bit shift of at most 4 moves no set
+/// bit across bytes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fifth(h: __m256i, p: usize) -> __m256i {
+    let h = _mm256_and_si256(h, _mm256_set1_epi8((1u8 << p) as i8));
+    match p {
+        0 => _mm256_slli_epi16::<4>(h),
+        1 => _mm256_slli_epi16::<3>(h),
+        2 => _mm256_slli_epi16::<2>(h),
+        3 => _mm256_slli_epi16::<1>(h),
+        4 => h,
+        5 => _mm256_srli_epi16::<1>(h),
+        6 => _mm256_srli_epi16::<2>(h),
+        _ => _mm256_srli_epi16::<3>(h),
+    }
+}
+
+/// `pshufb` indices that put i16 lane `t` of each 128-bit half in all
+/// eight lanes of the half.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn pick16(t: usize) -> __m128i {
+    _mm_set1_epi16((((2 * t + 1) << 8) | (2 * t)) as i16)
+}
+
+/// Eight Q4_K rows (Q5_K where `FIVE`; `rb` bytes apart from `w`) against
+/// the activation row `a` (decode), [`super::decode::sweep`]'s way: per
+/// block, 32 codes an instruction, the eight sub-block scales spread over
+/// the lanes by one byte shuffle per 32 codes; the eight rows' values, the
+/// portable path's bits.
+///
+/// # Safety
+/// AVX2 and F16C; eight whole rows of the length `a` was made for at `w`.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn q45k_rows8<const FIVE: bool>(
+    w: *const u8,
+    rb: usize,
+    a: &super::decode::Decode,
+    scratch: &mut Vec<__m256i>,
+) -> [f32; 8] {
+    use super::decode::{finish_q45k, q4k_scales, sweep, Q4K_ORDER};
+    let bb = if FIVE { 176 } else { 144 };
+    let m4 = _mm256_set1_epi8(0x0F);
+    let pick: [__m256i; 8] = std::array::from_fn(|t| _mm256_broadcastsi128_si256(pick16(t)));
+    // SAFETY: eight whole rows at `w` (the caller's contract); block b of
+    // the activation row has 256 codes and 16 aux values.
+    unsafe {
+        sweep::<2>(w, rb, bb, a.scales.len(), scratch, |blk, b| {
+            let z = q4k_scales(blk);
+            let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(z));
+            let xp = a.codes.as_ptr().add(256 * b) as *const u8;
+            let m = _mm256_madd_epi16(z, load(a.aux.as_ptr().add(16 * b) as *const u8));
+            let (qs, hb) = if FIVE {
+                (blk.add(48), load(blk.add(16)))
+            } else {
+                (blk.add(16), m4)
+            };
+            let mut s = _mm256_setzero_si256();
+            for j in 0..4 {
+                let q = load(qs.add(32 * j));
+                let mut lo = _mm256_and_si256(q, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                if FIVE {
+                    lo = _mm256_or_si256(lo, fifth(hb, 2 * j));
+                    hi = _mm256_or_si256(hi, fifth(hb, 2 * j + 1));
+                }
+                for (t, c) in [(2 * j, lo), (2 * j + 1, hi)] {
+                    let x = load(xp.add(32 * Q4K_ORDER[t]));
+                    let p = _mm256_maddubs_epi16(c, x);
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, pick[t])));
+                }
+            }
+            [s, m]
+        });
+        finish_q45k(w, rb, bb, a, scratch)
+    }
+}
+
+/// Eight Q6_K rows (`rb` bytes apart from `w`) against `a`, as
+/// [`q45k_rows8`]: the group scales of each 32 codes (two groups) spread
+/// by one byte shuffle, the offset term `-32 Σ sc·bsum` one `madd` per
+/// block.
+///
+/// # Safety
+/// As [`q45k_rows8`].
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn q6k_rows8(
+    w: *const u8,
+    rb: usize,
+    a: &super::decode::Decode,
+    scratch: &mut Vec<__m256i>,
+) -> [f32; 8] {
+    use super::decode::{finish_q6k, sweep};
+    // Code vector i of a half holds groups 2i (low 128 bits) and 2i + 1.
+    let pick: [__m256i; 4] =
+        std::array::from_fn(|i| _mm256_set_m128i(pick16(2 * i + 1), pick16(2 * i)));
+    // SAFETY: as in q45k_rows8.
+    unsafe {
+        sweep::<1>(w, rb, 210, a.scales.len(), scratch, |blk, b| {
+            let xp = a.codes.as_ptr().add(256 * b) as *const u8;
+            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
+            // -32 Σ sc·bsum: twice the scales against -16 bsum.
+            let mut s = _mm256_madd_epi16(
+                _mm256_add_epi16(sc, sc),
+                load(a.aux.as_ptr().add(16 * b) as *const u8),
+            );
+            let blk = std::slice::from_raw_parts(blk, 210);
+            for half in 0..2 {
+                // Groups 8 half .. 8 half + 8 in both 128-bit halves.
+                let sh = if half == 0 {
+                    _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc))
+                } else {
+                    _mm256_broadcastsi128_si256(_mm256_extracti128_si256::<1>(sc))
+                };
+                for (i, c) in q6k_codes(blk, half).into_iter().enumerate() {
+                    let x = load(xp.add(128 * half + 32 * i));
+                    let p = _mm256_maddubs_epi16(c, x);
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sh, pick[i])));
+                }
+            }
+            [s]
+        });
+        finish_q6k(w, rb, a, scratch)
+    }
+}
+
 /// The eight i32 sums of `a[0..8]`, lane `r` holding `Σ a[r]` (exact).
 #[inline]
 #[target_feature(enable = "avx2")]

@@ -22,14 +22,13 @@
 //! The AVX2 kernels ([`avx2`]) compute the same integers (with `maddubs` /
 //! `madd`; the operands cannot saturate i16) and run the same f32 steps in
 //! the same order, so every instruction set gives the same bits, and a
-//! prefill row equals the one-row (decode) result bit for bit. Decode runs
-//! one row kernel per format: a super-block's eight scales and minima are
-//! unpacked together ([`scales_mins_k4`]) and the minima's or offset's
-//! term is a vector multiply and one reduction. Where AVX-512 VNNI runs,
-//! the K-quants' decode takes eight weight rows at a time ([`avx512`]: 64
-//! codes an instruction, the rows read in memory order and prefetched,
-//! the eight rows' block sums reduced together, the f32 steps one lane
-//! per row).
+//! prefill row equals the one-row (decode) result bit for bit. Decode takes
+//! eight weight rows at a time ([`decode`]: the rows read in memory order
+//! and prefetched, each block's scales spread by shuffles, the eight rows'
+//! block sums reduced together, the f32 steps one lane per row), with 32
+//! codes an instruction on AVX2 and 64 where AVX-512 VNNI runs
+//! ([`avx512`]); the rows past the last eight run a one-row kernel per
+//! format.
 //!
 //! Prefill (several rows) unpacks each weight row once to one byte per code
 //! and an i16 scale per group of 16, then on AVX2 runs it against eight
@@ -54,6 +53,8 @@ mod amx;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod decode;
 #[cfg(test)]
 mod tests;
 
@@ -899,9 +900,9 @@ pub(crate) fn matmul_isa(
     if m == 1 {
         // Decode: each thread of the batch's hot team walks one contiguous
         // run of weight rows, claims of at least ~16 KB.
-        // Eight rows at a time on AVX-512 VNNI.
+        // Eight rows at a time ([`decode`]).
         #[cfg(target_arch = "x86_64")]
-        let wide = (avx2 && vnni).then(|| avx512::Decode::new(fmt, &xq));
+        let wide = avx2.then(|| decode::Decode::new(fmt, &xq, vnni));
         let mut yt = vec![0f32; n];
         let out = SharedOut(yt.as_mut_ptr());
         crate::cpu::team::for_ranges(n, ((16 << 10) / rb).max(1), |r| {
@@ -910,8 +911,9 @@ pub(crate) fn matmul_isa(
             let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(r.start), r.len()) };
             #[cfg(target_arch = "x86_64")]
             let done = match &wide {
-                // SAFETY: AVX2 and AVX-512 VNNI were detected (`vnni` is
-                // only true then); the rows are of this call's row size.
+                // SAFETY: AVX2 (and F16C) were detected (`avx2` is only
+                // true then), AVX-512 VNNI where `vnni`; the rows are of
+                // this call's row size.
                 Some(d) => unsafe { d.rows(&w[r.start * rb..r.end * rb], rb, o) },
                 None => 0,
             };
