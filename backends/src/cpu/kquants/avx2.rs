@@ -458,8 +458,10 @@ pub(super) unsafe fn block_value<const NG: usize, const MINMAX: bool>(
 macro_rules! rows8_kernel {
     ($name:ident, $features:literal) => {
         /// `W` unpacked weight rows against the eight activation rows of
-        /// `g` (prefill): `out[w][lane]` is what [`super::dot`] gives for
-        /// weight row `w` and that activation row, bit for bit. Per block,
+        /// `g` (prefill), over `blocks`: each block's value is added to
+        /// `out[w][lane]` (weight row `w`, that activation row), so calls
+        /// over the blocks in order from zeros end with what [`super::dot`]
+        /// gives, bit for bit. Per block,
         /// the integer parts come from one load of each 32 weight codes
         /// and of each 32 activation codes, shared by the eight rows and
         /// the `W` weight rows (`maddubs` / `madd` with the group scales,
@@ -482,6 +484,7 @@ macro_rules! rows8_kernel {
             u: [&super::Unpacked; W],
             xq: &super::Acts,
             g: &super::Rows8,
+            blocks: std::ops::Range<usize>,
             out: &mut [[f32; 8]; W],
         ) {
             let k = xq.k;
@@ -496,13 +499,17 @@ macro_rules! rows8_kernel {
                 debug_assert!(u.min_pairs.len() == nb * ng / 2 && u.sv.len() == k / 2);
             }
             debug_assert!(g.dx.len() == nb * 8 && g.gs.len() == nb * ng * 8);
-            let xs: [*const u8; 8] =
-                std::array::from_fn(|l| xq.codes(g.r0 + l.min(g.rows - 1)).as_ptr() as *const u8);
+            debug_assert!(g.codes.len() == 8 * k);
+            let xs = g.codes.as_ptr() as *const u8;
             let c: [*const u8; W] = std::array::from_fn(|w| u[w].codes.as_ptr());
             let minmax = MINMAX;
             debug_assert!(minmax == matches!(fmt, super::KFormat::Q4K | super::KFormat::Q5K));
-            let mut acc = [_mm256_setzero_ps(); W];
-            for b in 0..nb {
+            debug_assert!(blocks.end <= nb);
+            let mut acc: [__m256; W] = std::array::from_fn(|w| {
+                // SAFETY: each `out[w]` holds 8 floats.
+                unsafe { _mm256_loadu_ps(out[w].as_ptr()) }
+            });
+            for b in blocks {
                 let mut a = [[_mm256_setzero_si256(); 8]; W];
                 for i in b * per..(b + 1) * per {
                     // SAFETY: 32 * i + 32 <= k: the codes of each weight row
@@ -516,9 +523,10 @@ macro_rules! rows8_kernel {
                             ),
                         )
                     };
-                    for (r, xp) in xs.iter().enumerate() {
-                        // SAFETY: as above.
-                        let xv = unsafe { load(xp.add(32 * i)) };
+                    for r in 0..8 {
+                        // SAFETY: 256 * i + 32 * r + 32 <= 8 k: the codes of
+                        // activation row r (`g.codes`).
+                        let xv = unsafe { load(xs.add(256 * i + 32 * r)) };
                         for w in 0..W {
                             a[w][r] = _mm256_add_epi32(
                                 a[w][r],
@@ -573,6 +581,7 @@ pub(super) unsafe fn rows8_for(
     u: &[super::Unpacked],
     xq: &super::Acts,
     g: &super::Rows8,
+    blocks: std::ops::Range<usize>,
     out: &mut [[f32; 8]],
 ) {
     use super::KFormat::*;
@@ -581,20 +590,22 @@ pub(super) unsafe fn rows8_for(
     unsafe {
         match (u, out) {
             ([u0, u1], [o0, o1]) => {
-                let mut o = [[0f32; 8]; 2];
+                let mut o = [*o0, *o1];
+                let b = blocks;
                 match fmt {
-                    Q4K | Q5K => rows8_vnni::<8, 8, true, 2>(fmt, [u0, u1], xq, g, &mut o),
-                    Q6K => rows8_vnni::<16, 8, false, 2>(fmt, [u0, u1], xq, g, &mut o),
+                    Q4K | Q5K => rows8_vnni::<8, 8, true, 2>(fmt, [u0, u1], xq, g, b, &mut o),
+                    Q6K => rows8_vnni::<16, 8, false, 2>(fmt, [u0, u1], xq, g, b, &mut o),
                 }
                 (*o0, *o1) = (o[0], o[1]);
             }
             ([u0], [o0]) => {
-                let mut o = [[0f32; 8]; 1];
+                let mut o = [*o0];
+                let b = blocks;
                 match (fmt, vnni) {
-                    (Q4K | Q5K, true) => rows8_vnni::<8, 8, true, 1>(fmt, [u0], xq, g, &mut o),
-                    (Q4K | Q5K, false) => rows8::<8, 8, true, 1>(fmt, [u0], xq, g, &mut o),
-                    (Q6K, true) => rows8_vnni::<16, 8, false, 1>(fmt, [u0], xq, g, &mut o),
-                    (Q6K, false) => rows8::<16, 8, false, 1>(fmt, [u0], xq, g, &mut o),
+                    (Q4K | Q5K, true) => rows8_vnni::<8, 8, true, 1>(fmt, [u0], xq, g, b, &mut o),
+                    (Q4K | Q5K, false) => rows8::<8, 8, true, 1>(fmt, [u0], xq, g, b, &mut o),
+                    (Q6K, true) => rows8_vnni::<16, 8, false, 1>(fmt, [u0], xq, g, b, &mut o),
+                    (Q6K, false) => rows8::<16, 8, false, 1>(fmt, [u0], xq, g, b, &mut o),
                 }
                 *o0 = o[0];
             }

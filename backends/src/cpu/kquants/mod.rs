@@ -256,6 +256,10 @@ pub(crate) struct Rows8 {
     /// against a weight row's [`Unpacked::min_pairs`] gives each lane its
     /// two terms (i16: a group of at most 32 codes of at most 127).
     gs: Vec<i16>,
+    /// The eight rows' codes interleaved, `[k / 32][lane][32]`: each 32
+    /// codes of the eight rows are 256 bytes in a row, so the kernel reads
+    /// them at constant offsets from one pointer, in memory order.
+    codes: Vec<i8>,
 }
 
 impl Rows8 {
@@ -274,7 +278,21 @@ impl Rows8 {
                 &mut gs,
             );
         }
-        Rows8 { r0, rows, dx, gs }
+        let k = xq.k;
+        let mut codes = vec![0i8; 8 * k];
+        for lane in 0..8 {
+            let x = xq.codes(r0 + lane.min(rows - 1));
+            for (i, c) in x.chunks_exact(32).enumerate() {
+                codes[256 * i + 32 * lane..256 * i + 32 * lane + 32].copy_from_slice(c);
+            }
+        }
+        Rows8 {
+            r0,
+            rows,
+            dx,
+            gs,
+            codes,
+        }
     }
 }
 
@@ -503,7 +521,7 @@ struct Unpacked {
     dmin: Vec<f32>,
     /// Per 32 codes, the 16 i16 multipliers of their 16 `maddubs` pair
     /// sums: 8 times the first group's scale, 8 times the second's (empty
-    /// until [`Self::with_sv`]).
+    /// until [`Self::fill_sv`]).
     sv: Vec<i16>,
     /// Per block, the [`Rows8`] group multipliers of the integer
     /// correction (see [`KFormat::groups`]): Q4_K / Q5_K the eight
@@ -618,9 +636,9 @@ impl Unpacked {
         }
     }
 
-    /// With the eight-row kernels' `sv` laid out.
-    fn with_sv(mut self) -> Self {
-        self.sv = vec![0; self.codes.len() / 2];
+    /// Lays out the eight-row kernels' `sv` (in the buffer already here).
+    fn fill_sv(&mut self) {
+        self.sv.resize(self.codes.len() / 2, 0);
         for (o, s) in self
             .sv
             .chunks_exact_mut(16)
@@ -629,7 +647,6 @@ impl Unpacked {
             o[..8].fill(s[0]);
             o[8..].fill(s[1]);
         }
-        self
     }
 
     /// The row against activation row `r`.
@@ -860,24 +877,57 @@ pub(crate) fn matmul_isa(
     let run = |j0: usize, out: &mut [f32]| {
         #[cfg(target_arch = "x86_64")]
         if !groups.is_empty() {
-            // Weight rows one or two at a time (`rows8_width`), each
-            // unpacked once, against every group of eight activation rows.
+            // Weight rows in tiles of TILE, each unpacked once into
+            // buffers reused from tile to tile (no allocation per weight
+            // row); the tile runs against every group of eight activation
+            // rows a few blocks at a time (`chunk`), so one group's codes
+            // of those blocks and the tile's unpacked codes and scales
+            // (about 24 KB) are reused from L1 rather than each weight row
+            // sweeping every group's codes over the whole row. Each
+            // output's blocks are still added in order from zero: the same
+            // bits.
+            const TILE: usize = 8;
             let width = avx2::rows8_width(vnni);
-            for (t, yo) in out.chunks_mut(width * m).enumerate() {
+            let nb = k / fmt.block();
+            let chunk = (16 << 10) / (TILE * 2 * fmt.block());
+            let chunk = chunk.max(1);
+            let mut us: Vec<Unpacked> = (0..TILE).map(|_| Unpacked::default()).collect();
+            // `[group][tile row]` lanes.
+            let mut acc = vec![[0f32; 8]; groups.len() * TILE];
+            for (t, yo) in out.chunks_mut(TILE * m).enumerate() {
                 let rows = yo.len() / m;
-                let j = j0 + t * width;
-                let us: Vec<Unpacked> = (j..j + rows)
-                    .map(|j| Unpacked::new(fmt, &w[j * rb..(j + 1) * rb], k, true).with_sv())
-                    .collect();
-                let mut lanes = [[0f32; 8]; 2];
-                let lanes = &mut lanes[..rows];
-                for g in &groups {
-                    // SAFETY: AVX2 was detected (`avx2` is only true
-                    // then), VNNI with `vnni`; each `us` is a row of k
-                    // values, `xq` holds m rows of k codes and `g` eight
-                    // rows' block data.
-                    unsafe { avx2::rows8_for(fmt, vnni, &us, &xq, g, lanes) };
-                    for (r, l) in lanes.iter().enumerate() {
+                let j = j0 + t * TILE;
+                for (i, u) in us.iter_mut().take(rows).enumerate() {
+                    u.refill(fmt, &w[(j + i) * rb..(j + i + 1) * rb], k, true);
+                    u.fill_sv();
+                }
+                acc.fill([0.0; 8]);
+                for b0 in (0..nb).step_by(chunk) {
+                    let blocks = b0..(b0 + chunk).min(nb);
+                    for (g, acc) in groups.iter().zip(acc.chunks_exact_mut(TILE)) {
+                        for w0 in (0..rows).step_by(width) {
+                            let w1 = (w0 + width).min(rows);
+                            // SAFETY: AVX2 was detected (`avx2` is only
+                            // true then), VNNI with `vnni`; each `us` is a
+                            // row of k values, `xq` holds m rows of k codes
+                            // and `g` eight rows' block data; `blocks` lie
+                            // in 0..nb.
+                            unsafe {
+                                avx2::rows8_for(
+                                    fmt,
+                                    vnni,
+                                    &us[w0..w1],
+                                    &xq,
+                                    g,
+                                    blocks.clone(),
+                                    &mut acc[w0..w1],
+                                )
+                            };
+                        }
+                    }
+                }
+                for (g, acc) in groups.iter().zip(acc.chunks_exact(TILE)) {
+                    for (r, l) in acc.iter().enumerate().take(rows) {
                         yo[r * m + g.r0..r * m + g.r0 + g.rows].copy_from_slice(&l[..g.rows]);
                     }
                 }

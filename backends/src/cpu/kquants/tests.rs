@@ -71,11 +71,11 @@ fn matmul_matches_the_dequantized_weights() {
 /// Every path (portable, AVX2 with its eight-row prefill kernel, AMX with
 /// its sixteen-by-sixteen tiles where the CPU has them) and every row count
 /// (whole groups of eight or sixteen, a tail, both; weight rows in whole
-/// tile groups and a tail) gives each output the bits of the one-row
-/// (decode) result.
+/// tile groups and a tail; rows longer than the prefill's chunk of
+/// blocks) gives each output the bits of the one-row (decode) result.
 #[test]
 fn every_path_and_row_count_gives_the_same_bits() {
-    let (n, k) = (37, 768);
+    let (n, k) = (37, 1280);
     let dev = candle_core::Device::Cpu;
     let wc = candle_core::Tensor::from_vec(values(n * k, 3), (n, k), &dev).expect("w");
     // 48 rows: 36,864 values, enough for `Acts::new` to quantize on the pool.
