@@ -105,11 +105,14 @@ fn eval_policy_runs_every_mode_and_delay_and_writes_its_figures() {
 
 /// The shipped head drives the pusher from the camera and the instruction
 /// (DINOv2 and MiniLM from the model cache) and solves held-out episodes:
-/// 10 of seeds 100000..100009 when it was trained (Intel Xeon; 37 of 50 on
-/// 100000..100049), the expert 10. The bound leaves room for float
-/// differences between CPUs flipping a few episodes; a head that has
-/// stopped reading the scene (the transformer heads before it: 0-2 of 10)
-/// fails it.
+/// 37 of seeds 100000..100049 on the Intel Xeon it was trained on, 31 on
+/// an AVX2-only AMD EPYC (Zen 3), the expert all. A single episode's
+/// outcome flips with float noise: on that EPYC, scaling the head's
+/// condition tokens by 1 ± 1e-6 moved seeds 100000..100009 from 3 solved
+/// to 6-7 (three noise seeds), and the encoders there match their
+/// references to 2e-5. So the test reads a rate over 50 episodes, not 10:
+/// at least half. A head that has stopped reading the scene (the
+/// transformer heads before it: 0-2 of 10) fails it.
 #[test]
 fn the_shipped_head_solves_held_out_episodes_from_the_camera() {
     let dir = tempfile::tempdir().unwrap();
@@ -118,7 +121,7 @@ fn the_shipped_head_solves_held_out_episodes_from_the_camera() {
         "eval",
         "policy",
         "--episodes",
-        "10",
+        "50",
         "--modes",
         "sync",
         "--delays",
@@ -129,7 +132,7 @@ fn the_shipped_head_solves_held_out_episodes_from_the_camera() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let solved = v["runs"][0]["successes"].as_u64().unwrap();
-    assert!(solved >= 6, "the shipped head solved {solved} of 10: {v}");
+    assert!(solved >= 25, "the shipped head solved {solved} of 50: {v}");
 }
 
 /// DAgger's round trip through the CLI: the shipped head drives an episode
