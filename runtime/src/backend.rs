@@ -90,8 +90,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// (file reads, stacked and repacked matrices) are free. The CPU
     /// backend hands the free memory back to the OS (glibc `malloc_trim`):
     /// the edgeflow binary keeps freed memory for reuse, which after a load
-    /// would keep hundreds of MB of dead copies resident. The default does
-    /// nothing.
+    /// would keep hundreds of MB of dead copies resident; and it starts
+    /// moving the placed weights onto huge pages, which it holds back while
+    /// a load runs. The default does nothing.
     fn release_load_memory(&self) {}
     /// Run `f`, which issues many ops in a row (a model's forward pass),
     /// where this backend issues them cheapest. The CPU backend runs it on

@@ -17,6 +17,12 @@
 //! usable: loading returns without it, and decode speeds up as regions
 //! land on 2 MB pages. The collapse changes how pages are backed, never
 //! their contents, so a region freed or reused meanwhile is no hazard.
+//!
+//! The thread starts collapsing only once loading is over ([`loading_done`],
+//! or no weight placed for [`QUIET`]): a collapse takes the process's
+//! memory-map lock for writing, so run beside a load it stalls every page
+//! fault of the loader's copies, and on two cores it takes the loader's
+//! second core as well.
 
 use edgeflow_runtime::{Storage, Tensor};
 
@@ -74,6 +80,48 @@ pub(crate) fn advise_later(t: &Tensor) {
 /// Ranges queued for the background thread and not yet collapsed.
 static PENDING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// How long after the last weight was placed the background thread takes
+/// loading to be over, where nobody said so ([`loading_done`]).
+const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// When the last range was queued, in milliseconds since [`epoch`] (0:
+/// loading is over).
+static LAST_QUEUED_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn epoch() -> std::time::Instant {
+    static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *T0.get_or_init(std::time::Instant::now)
+}
+
+/// Milliseconds since [`epoch`], at least 1 (0 marks "loading is over").
+fn now_ms() -> u64 {
+    u64::try_from(epoch().elapsed().as_millis()).map_or(u64::MAX, |m| m.max(1))
+}
+
+/// Loading is over (the backend's `release_load_memory`): queued ranges
+/// are collapsed from now on, without waiting for [`QUIET`].
+pub(crate) fn loading_done() {
+    LAST_QUEUED_MS.store(0, std::sync::atomic::Ordering::Release);
+}
+
+/// Blocks the background thread while a load is placing weights: until
+/// [`loading_done`] or [`QUIET`] without a new range.
+fn wait_for_quiet() {
+    while let Some(left) = quiet_left(
+        LAST_QUEUED_MS.load(std::sync::atomic::Ordering::Acquire),
+        now_ms(),
+    ) {
+        std::thread::sleep(left);
+    }
+}
+
+/// How much longer to wait when the last range was queued at `last` ms
+/// (0: loading is over) and it is now `now` ms; None: go.
+fn quiet_left(last: u64, now: u64) -> Option<std::time::Duration> {
+    let since = std::time::Duration::from_millis(now.saturating_sub(last));
+    (last != 0 && since < QUIET).then(|| QUIET - since)
+}
+
 /// Waits until the background thread has collapsed every range queued so
 /// far, or `timeout` has passed; whether it finished. What a benchmark
 /// calls before timing decode, so the one-off copy (a second or more for
@@ -107,7 +155,7 @@ pub(crate) fn advise_range_later(start: usize, len: usize) {
             .name("edgeflow-huge-pages".into())
             .spawn(move || {
                 for (start, len) in rx {
-                    advise_range(start, len);
+                    collapse(start, len, wait_for_quiet);
                     PENDING.fetch_sub(1, Ordering::AcqRel);
                 }
             })
@@ -115,6 +163,7 @@ pub(crate) fn advise_range_later(start: usize, len: usize) {
             .map(|_| Mutex::new(tx))
     });
     PENDING.fetch_add(1, Ordering::AcqRel);
+    LAST_QUEUED_MS.store(now_ms(), Ordering::Release);
     let sent = queue
         .as_ref()
         .and_then(|q| q.lock().ok())
@@ -128,6 +177,12 @@ pub(crate) fn advise_range_later(start: usize, len: usize) {
 
 /// [`advise`] for the bytes `start..start + len` of a live allocation.
 pub(crate) fn advise_range(start: usize, len: usize) {
+    collapse(start, len, || {});
+}
+
+/// [`advise_range`], calling `before` ahead of each 2 MB region (the
+/// background thread waits there while a load runs).
+fn collapse(start: usize, len: usize, before: impl Fn()) {
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;
@@ -146,6 +201,7 @@ pub(crate) fn advise_range(start: usize, len: usize) {
         // region is collapsed when the next tensor's (outward-rounded)
         // range covers it.
         for region in (lo..hi).step_by(HUGE) {
+            before();
             // SAFETY: madvise with these advices changes how the pages
             // of our own mapping are backed, never their contents; a
             // region with unmapped parts only makes the call fail.
@@ -158,12 +214,26 @@ pub(crate) fn advise_range(start: usize, len: usize) {
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = start;
+    let _ = (start, len, before);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The background thread waits while ranges keep coming and goes once
+    /// loading is said to be over or has been quiet for [`QUIET`].
+    #[test]
+    fn collapse_waits_for_the_load_to_end() {
+        let q = QUIET.as_millis() as u64;
+        assert_eq!(
+            quiet_left(1000, 1200),
+            Some(std::time::Duration::from_millis(q - 200))
+        );
+        assert_eq!(quiet_left(1000, 1000 + q), None);
+        assert_eq!(quiet_left(0, 1200), None, "loading_done");
+        assert_eq!(quiet_left(1000, 900), Some(QUIET), "a clock read early");
+    }
 
     /// Queued collapses leave the bytes as they were (whether this kernel
     /// collapses them or not), also beside a buffer freed before the

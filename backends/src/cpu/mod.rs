@@ -513,6 +513,7 @@ impl Backend for CpuBackend {
 
     fn release_load_memory(&self) {
         crate::release_freed_memory();
+        huge_pages::loading_done();
     }
 }
 
