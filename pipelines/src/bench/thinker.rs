@@ -10,7 +10,7 @@
 
 use super::{median, pool_threads, Bench, BenchReport, Peer, Row};
 use anyhow::Context as _;
-use edgeflow_llm::{sampling, ChatMessage, Llama, TextTokenizer};
+use edgeflow_llm::{sampling, ChatMessage};
 use edgeflow_runtime::DeviceSpec;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -81,8 +81,7 @@ fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Our
         dequantize: o.dequantize,
         ..edgeflow_llm::Config::from_gguf(&gguf)?
     };
-    let tok = TextTokenizer::from_gguf(&gguf)?;
-    let mut model = Llama::load(&edgeflow_llm::VarBuilder::from_reader(gguf, &dev), &cfg)?;
+    let (mut model, tok) = edgeflow_llm::load_gguf(gguf, &cfg, &dev)?;
     let load_s = t.elapsed().as_secs_f64();
     let rss_loaded = super::resident_mb();
     // The CPU backend moves the weights onto 2 MB pages on a background

@@ -4,7 +4,7 @@
 //! the speed / quality trade-off between the thinker models a measurement.
 
 use anyhow::Context;
-use edgeflow_llm::{eval, Config, Llama, TextTokenizer, VarBuilder};
+use edgeflow_llm::{eval, Config};
 use edgeflow_runtime::weights::GgufFile;
 use std::path::PathBuf;
 
@@ -65,8 +65,7 @@ pub(super) fn eval_thinker(a: &ThinkerEvalArgs) -> anyhow::Result<()> {
             .with_context(|| format!("`{name}`: fetch it with `edgeflow models fetch {name}`"))?;
         let g = GgufFile::open(&path)?;
         let cfg = Config::from_gguf(&g)?;
-        let tok = TextTokenizer::from_gguf(&g)?;
-        let mut m = Llama::load(&VarBuilder::from_reader(g, &dev), &cfg)?;
+        let (mut m, tok) = edgeflow_llm::load_gguf(g, &cfg, &dev)?;
         let r = eval::evaluate(&mut m, &tok, a.max_tokens)?;
         if a.verbose {
             for q in &r.answers {

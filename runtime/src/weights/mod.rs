@@ -60,6 +60,27 @@ pub trait WeightReader: Send + Sync + fmt::Debug {
     }
 }
 
+/// A shared reader reads as the reader itself: what lets one open file
+/// serve a [`WeightStore`] and, at the same time, a reader of its metadata
+/// on another thread (a GGUF's tokenizer).
+impl<R: WeightReader + ?Sized> WeightReader for std::sync::Arc<R> {
+    fn path(&self) -> &Path {
+        (**self).path()
+    }
+    fn names(&self) -> Vec<String> {
+        (**self).names()
+    }
+    fn info(&self, name: &str) -> Option<TensorInfo> {
+        (**self).info(name)
+    }
+    fn load(&self, name: &str) -> Result<Tensor> {
+        (**self).load(name)
+    }
+    fn contains(&self, name: &str) -> bool {
+        (**self).contains(name)
+    }
+}
+
 /// Open a weight file, choosing the reader from its content (GGUF magic,
 /// safetensors header) or extension (`.onnx`, CTranslate2 `model.bin`).
 pub fn open(path: impl AsRef<Path>) -> Result<Box<dyn WeightReader>> {

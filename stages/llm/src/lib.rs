@@ -50,6 +50,26 @@ pub fn register(r: &mut Registry) {
     r.register(ThinkerKind);
 }
 
+/// Load a GGUF language model's weights onto `dev` under `cfg` (see
+/// [`Llama::load`]) and, on a second thread meanwhile, its tokenizer
+/// ([`TextTokenizer::from_gguf`]): a large vocabulary's tables take a
+/// fifth of a second that the weights' copy would otherwise wait for.
+pub fn load_gguf(
+    gguf: edgeflow_runtime::weights::GgufFile,
+    cfg: &Config,
+    dev: &edgeflow_runtime::Device,
+) -> Result<(Llama, TextTokenizer)> {
+    let gguf = std::sync::Arc::new(gguf);
+    std::thread::scope(|s| {
+        let tok = s.spawn(|| TextTokenizer::from_gguf(&gguf));
+        let model = Llama::load(&VarBuilder::from_reader(gguf.clone(), dev), cfg);
+        let tok = tok
+            .join()
+            .map_err(|_| Error::Tokenizer("the tokenizer's loading thread panicked".into()))?;
+        Ok((model?, tok?))
+    })
+}
+
 /// Greedy continuation: feed `prompt` (after whatever is cached) and return
 /// the next `n` argmax tokens, without stopping at end-of-turn tokens. With
 /// `gaps`, also the gap between the two largest logits at each step.

@@ -40,7 +40,7 @@ use crate::cards::{GGUF_FILE, SMOLLM2};
 use crate::model::{Config, Llama};
 use crate::sampling::{Sampler, SamplingParams};
 use crate::tokenizer::{ChatMessage, TextTokenizer, Utf8Stream};
-use crate::{Error, VarBuilder};
+use crate::Error;
 use edgeflow_graph::{
     BuildEnv, Epoch, Event, Input, ParamInfo, ParamType, Params, Payload, PortSpec, PortType,
     Ports, Stage, StageCtx, StageError, StageFactory, StageInfo, StageResult,
@@ -267,7 +267,6 @@ impl Thinker {
             dequantize: cfg.dequantize,
             ..Config::from_gguf(&gguf)?
         };
-        let tok = TextTokenizer::from_gguf(&gguf)?;
         if cfg.emit_states {
             for (&id, name) in cfg.tts_text.iter().zip(TTS_TEXT_PARAMS) {
                 if id as usize >= model_cfg.vocab {
@@ -281,7 +280,7 @@ impl Thinker {
                 }
             }
         }
-        let model = Llama::load(&VarBuilder::from_reader(gguf, dev), &model_cfg)?;
+        let (model, tok) = crate::load_gguf(gguf, &model_cfg, dev)?;
         let sampler = Sampler::new(cfg.sampling)?;
         Ok(Thinker {
             cfg,
