@@ -552,32 +552,23 @@ macro_rules! rows8_kernel {
     };
 }
 
-rows8_kernel!(rows8, "avx2");
-// The same code where AVX-512 VNNI is: the compiler fuses each `madd` and
-// its add into `vpdpwssd` (the same exact i32 sums), and 32 registers hold
-// two weight rows' accumulators. (A 512-bit version, 64 codes an
-// instruction, measured no faster on Sapphire Rapids: the multiplies'
-// ports are the limit either way.)
+// Where AVX-512 VNNI is, the compiler fuses each `madd` and its add into
+// `vpdpwssd` (the same exact i32 sums), and 32 registers hold two weight
+// rows' accumulators. (A 512-bit version, 64 codes an instruction,
+// measured no faster on Sapphire Rapids: the multiplies' ports are the
+// limit either way.) Plain AVX2 runs `super::lanes` instead.
 rows8_kernel!(rows8_vnni, "avx2,avx512vnni,avx512vl");
 
-/// Weight rows per `rows8` call: two where AVX-512's 32 registers hold
-/// their sixteen accumulators, else one.
-pub(super) fn rows8_width(vnni: bool) -> usize {
-    if vnni {
-        2
-    } else {
-        1
-    }
-}
+/// Weight rows per `rows8_vnni` call.
+pub(super) const ROWS8_WIDTH: usize = 2;
 
-/// `rows8` (or `rows8_vnni` with `vnni`) built for `fmt`'s constants, over
-/// one or two weight rows (`u.len()`, at most [`rows8_width`]).
+/// `rows8_vnni` built for `fmt`'s constants, over one or two weight rows
+/// (`u.len()`).
 ///
 /// # Safety
-/// As `rows8`, and AVX-512 VNNI + VL with `vnni`.
+/// As `rows8_vnni`: AVX-512 VNNI + VL must be available.
 pub(super) unsafe fn rows8_for(
     fmt: super::KFormat,
-    vnni: bool,
     u: &[super::Unpacked],
     xq: &super::Acts,
     g: &super::Rows8,
@@ -585,7 +576,7 @@ pub(super) unsafe fn rows8_for(
     out: &mut [[f32; 8]],
 ) {
     use super::KFormat::*;
-    assert!(u.len() == out.len() && u.len() <= rows8_width(vnni));
+    assert!(u.len() == out.len() && u.len() <= ROWS8_WIDTH);
     // SAFETY: the caller's guarantees; the constants are `fmt`'s.
     unsafe {
         match (u, out) {
@@ -601,11 +592,9 @@ pub(super) unsafe fn rows8_for(
             ([u0], [o0]) => {
                 let mut o = [*o0];
                 let b = blocks;
-                match (fmt, vnni) {
-                    (Q4K | Q5K, true) => rows8_vnni::<8, 8, true, 1>(fmt, [u0], xq, g, b, &mut o),
-                    (Q4K | Q5K, false) => rows8::<8, 8, true, 1>(fmt, [u0], xq, g, b, &mut o),
-                    (Q6K, true) => rows8_vnni::<16, 8, false, 1>(fmt, [u0], xq, g, b, &mut o),
-                    (Q6K, false) => rows8::<16, 8, false, 1>(fmt, [u0], xq, g, b, &mut o),
+                match fmt {
+                    Q4K | Q5K => rows8_vnni::<8, 8, true, 1>(fmt, [u0], xq, g, b, &mut o),
+                    Q6K => rows8_vnni::<16, 8, false, 1>(fmt, [u0], xq, g, b, &mut o),
                 }
                 *o0 = o[0];
             }

@@ -31,15 +31,17 @@
 //! format.
 //!
 //! Prefill (several rows) unpacks each weight row once to one byte per code
-//! and an i16 scale per group of 16, then on AVX2 runs it against eight
-//! activation rows at a time ([`Rows8`], `avx2::rows8`): each 32 weight
-//! codes are loaded once for the eight rows, the eight block sums are
-//! reduced together, and the f32 steps above run with one lane per row
+//! and an i16 scale per group of 16, then runs it against eight activation
+//! rows at a time ([`Rows8`]), the f32 steps above with one lane per row
 //! (the same operations in the same order as the scalar code: the same
-//! bits). Where AVX-512 gives 32 registers, two weight rows share each
-//! activation load (`rows8_width`). Each 32 codes' group scales are one
-//! load (laid out once per weight row), the minima's or offset's
-//! correction one `madd` per pair of groups.
+//! bits). On plain AVX2 ([`lanes`]) each 4 weight codes are broadcast to
+//! the eight lanes, the products of codes that share a scale are summed in
+//! i16 before one `madd` with it, and four weight rows share each
+//! activation load. Where AVX-512 VNNI is (`avx2::rows8_vnni`), each 32
+//! weight codes are loaded once for the eight rows, `madd` and add fuse
+//! into `vpdpwssd`, the eight block sums are reduced together, and two
+//! weight rows share each activation load. The minima's or offset's
+//! correction is one `madd` per pair of groups.
 //!
 //! Where the CPU has AMX-INT8 and Linux grants the tile state ([`amx`]),
 //! prefill runs sixteen weight rows against sixteen activation rows per
@@ -55,6 +57,8 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod decode;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 #[cfg(test)]
 mod tests;
 
@@ -256,14 +260,25 @@ pub(crate) struct Rows8 {
     /// against a weight row's [`Unpacked::min_pairs`] gives each lane its
     /// two terms (i16: a group of at most 32 codes of at most 127).
     gs: Vec<i16>,
-    /// The eight rows' codes interleaved, `[k / 32][lane][32]`: each 32
-    /// codes of the eight rows are 256 bytes in a row, so the kernel reads
-    /// them at constant offsets from one pointer, in memory order.
+    /// The eight rows' codes interleaved as [`Self::layout`] says.
     codes: Vec<i8>,
+    layout: Layout,
+}
+
+/// How [`Rows8`] interleaves its eight rows' codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// `[k / 32][lane][32]` (`avx2::rows8_vnni`): each 32 codes of the eight
+    /// rows are 256 bytes in a row, so the kernel reads them at constant
+    /// offsets from one pointer, in memory order.
+    Rows,
+    /// `[k / 4][lane][4]` ([`lanes`]): each 4 codes of the eight rows are
+    /// one register, a lane per row.
+    Lanes,
 }
 
 impl Rows8 {
-    fn new(fmt: KFormat, xq: &Acts, m: usize, r0: usize) -> Self {
+    fn new(fmt: KFormat, xq: &Acts, m: usize, r0: usize, layout: Layout) -> Self {
         let nb = xq.k / xq.block;
         let rows = (m - r0).min(8);
         let mut dx = vec![0f32; nb * 8];
@@ -280,10 +295,15 @@ impl Rows8 {
         }
         let k = xq.k;
         let mut codes = vec![0i8; 8 * k];
+        let span = match layout {
+            Layout::Rows => 32,
+            Layout::Lanes => 4,
+        };
         for lane in 0..8 {
             let x = xq.codes(r0 + lane.min(rows - 1));
-            for (i, c) in x.chunks_exact(32).enumerate() {
-                codes[256 * i + 32 * lane..256 * i + 32 * lane + 32].copy_from_slice(c);
+            for (i, c) in x.chunks_exact(span).enumerate() {
+                let at = span * (8 * i + lane);
+                codes[at..at + span].copy_from_slice(c);
             }
         }
         Rows8 {
@@ -292,6 +312,7 @@ impl Rows8 {
             dx,
             gs,
             codes,
+            layout,
         }
     }
 }
@@ -797,10 +818,13 @@ pub(crate) fn matmul_isa(
     let xq = Acts::new(fmt, x, k);
     // Prefill on AVX2: activation rows in groups of eight lanes (with AMX
     // only for the weight rows past the last whole tile group).
+    // AVX-512 VNNI fuses `rows8_vnni`'s `madd`s into `vpdpwssd`; plain
+    // AVX2 runs the lane-per-row kernel ([`lanes`]), with fewer multiplies.
+    let layout = if vnni { Layout::Rows } else { Layout::Lanes };
     let groups: Vec<Rows8> = if m > 1 && avx2 && !(amx && n.is_multiple_of(16)) {
         (0..m)
             .step_by(8)
-            .map(|r0| Rows8::new(fmt, &xq, m, r0))
+            .map(|r0| Rows8::new(fmt, &xq, m, r0, layout))
             .collect()
     } else {
         Vec::new()
@@ -887,7 +911,10 @@ pub(crate) fn matmul_isa(
             // output's blocks are still added in order from zero: the same
             // bits.
             const TILE: usize = 8;
-            let width = avx2::rows8_width(vnni);
+            let width = match layout {
+                Layout::Rows => avx2::ROWS8_WIDTH,
+                Layout::Lanes => lanes::WIDTH,
+            };
             let nb = k / fmt.block();
             let chunk = (16 << 10) / (TILE * 2 * fmt.block());
             let chunk = chunk.max(1);
@@ -899,7 +926,9 @@ pub(crate) fn matmul_isa(
                 let j = j0 + t * TILE;
                 for (i, u) in us.iter_mut().take(rows).enumerate() {
                     u.refill(fmt, &w[(j + i) * rb..(j + i + 1) * rb], k, true);
-                    u.fill_sv();
+                    if layout == Layout::Rows {
+                        u.fill_sv();
+                    }
                 }
                 acc.fill([0.0; 8]);
                 for b0 in (0..nb).step_by(chunk) {
@@ -913,15 +942,11 @@ pub(crate) fn matmul_isa(
                             // and `g` eight rows' block data; `blocks` lie
                             // in 0..nb.
                             unsafe {
-                                avx2::rows8_for(
-                                    fmt,
-                                    vnni,
-                                    &us[w0..w1],
-                                    &xq,
-                                    g,
-                                    blocks.clone(),
-                                    &mut acc[w0..w1],
-                                )
+                                let (u, o, b) = (&us[w0..w1], &mut acc[w0..w1], blocks.clone());
+                                match layout {
+                                    Layout::Rows => avx2::rows8_for(fmt, u, &xq, g, b, o),
+                                    Layout::Lanes => lanes::rows8_for(fmt, u, &xq, g, b, o),
+                                }
                             };
                         }
                     }

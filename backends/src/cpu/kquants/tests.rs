@@ -68,21 +68,26 @@ fn matmul_matches_the_dequantized_weights() {
     }
 }
 
-/// Every path (portable, AVX2 with its eight-row prefill kernel, AMX with
+/// Every path (portable, AVX2 with its eight-row prefill kernels, AMX with
 /// its sixteen-by-sixteen tiles where the CPU has them) and every row count
 /// (whole groups of eight or sixteen, a tail, both; weight rows in whole
 /// tile groups and a tail; rows longer than the prefill's chunk of
 /// blocks) gives each output the bits of the one-row (decode) result.
 #[test]
 fn every_path_and_row_count_gives_the_same_bits() {
-    let (n, k) = (37, 1280);
+    let k = 1280;
     let dev = candle_core::Device::Cpu;
-    let wc = candle_core::Tensor::from_vec(values(n * k, 3), (n, k), &dev).expect("w");
     // 48 rows: 36,864 values, enough for `Acts::new` to quantize on the pool.
     let x = values(48 * k, 5);
     assert!(48 * k >= PAR_ACTS);
     let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    for (fmt, g) in FORMATS {
+    // 37 / 38 / 39 weight rows: a last tile of 5 / 6 / 7 rows, which the
+    // AVX2 kernel takes four and one / two / three at a time.
+    for ((fmt, g), n) in FORMATS
+        .into_iter()
+        .flat_map(|f| [37usize, 38, 39].map(|n| (f, n)))
+    {
+        let wc = candle_core::Tensor::from_vec(values(n * k, 3), (n, k), &dev).expect("w");
         let q = QTensor::quantize(&wc, g).expect("quantize");
         let data = q.data().expect("data");
         let ones: Vec<Vec<f32>> = (0..48)

@@ -1,0 +1,161 @@
+//! The AVX2 prefill kernel with one lane per activation row: each 4 weight
+//! codes are broadcast to the eight lanes and multiplied with 4 codes of
+//! each of the eight activation rows ([`super::Rows8`] in its
+//! [`Layout::Lanes`] layout), so a lane accumulates its own row's dot
+//! product and no horizontal sum is left to do at the end of a block.
+//!
+//! Why: the kernel it replaces on AVX2 (`avx2::rows8_vnni`'s code: 32
+//! codes of one activation row per register) pays one `maddubs` and one
+//! `madd` per 32 codes and row, then reduces eight registers per block;
+//! Zen 3 issues two of those multiplies a cycle, and they bounded it. Here
+//! the `maddubs` pair sums of a span of codes that share a weight scale are
+//! added in i16 first and meet the scale in one `madd`: per 32 codes, row
+//! and weight row, 9 multiplies for Q4_K (spans of 32), 10 for Q5_K (16),
+//! 12 for Q6_K (8) instead of 16. The i16 sums cannot overflow: a
+//! `maddubs` lane is at most 2 x 15 x 127 = 3810 for Q4_K's 4-bit codes,
+//! and a span adds at most 8 of them (30,480); Q5_K's 5-bit codes give
+//! 7874, 4 per span (31,496); Q6_K's 6-bit codes 16,002, 2 per span
+//! (32,004). The block's i32 sums are the same integers as every other
+//! path's, and the f32 steps are [`avx2::block_value`]'s: the same bits.
+//!
+//! Measured on Zen 3 (one thread, 128 activation rows, min of 12 calls):
+//! Q4_K 1536 x 2240 from 52 to 64 GMAC/s with two weight rows per call,
+//! about 70 with four ([`WIDTH`]); Q6_K 8960 x 768 from 50 to 53. Weight
+//! codes laid out pre-broadcast (32 bytes per 4 codes, one plain load)
+//! measured slower (48 and 37): writing them costs more than the
+//! broadcasts save.
+//!
+//! [`Layout::Lanes`]: super::Layout::Lanes
+
+use super::avx2;
+use std::arch::x86_64::*;
+
+/// Weight rows per call: each activation load serves this many.
+pub(super) const WIDTH: usize = 4;
+
+/// `W` unpacked weight rows against the eight activation rows of `g` over
+/// `blocks`, each block's value added to `out[w][lane]`, as
+/// `avx2::rows8_vnni` does (the same bits). `SPAN`: codes summed in i16
+/// before their scale's `madd` (32 for Q4_K, 16 for Q5_K, 8 for Q6_K; see
+/// the module docs).
+///
+/// # Safety
+/// AVX2 must be available; each `u[w]` holds one row of `xq.k` values in
+/// `fmt`; `g` was made from `xq` for `fmt` in the lanes layout.
+#[target_feature(enable = "avx2")]
+unsafe fn rows8<const NG: usize, const MINMAX: bool, const SPAN: usize, const W: usize>(
+    fmt: super::KFormat,
+    u: [&super::Unpacked; W],
+    xq: &super::Acts,
+    g: &super::Rows8,
+    blocks: std::ops::Range<usize>,
+    out: &mut [[f32; 8]; W],
+) {
+    let k = xq.k;
+    debug_assert!(fmt.block() == 256 && NG == fmt.groups() && blocks.end <= k / 256);
+    debug_assert!(g.layout == super::Layout::Lanes && g.codes.len() == 8 * k);
+    for u in u {
+        debug_assert!(u.codes.len() == k && u.scales.len() == k / 16);
+    }
+    let xs = g.codes.as_ptr() as *const u8;
+    let c: [*const u8; W] = std::array::from_fn(|w| u[w].codes.as_ptr());
+    let sc: [*const i16; W] = std::array::from_fn(|w| u[w].scales.as_ptr());
+    let mut acc: [__m256; W] = std::array::from_fn(|w| {
+        // SAFETY: each `out[w]` holds 8 floats.
+        unsafe { _mm256_loadu_ps(out[w].as_ptr()) }
+    });
+    for b in blocks {
+        let mut isum = [_mm256_setzero_si256(); W];
+        // The block's codes: 256 of each weight row, 8 x 256 of the rows.
+        let q0 = b * 256;
+        // SAFETY: q0 + 256 <= k (b < nb); the lanes layout keeps the
+        // eight rows' codes q..q + 4 as the 32 bytes at 8 q.
+        let (xb, cb) = unsafe { (xs.add(8 * q0), c.map(|c| c.add(q0))) };
+        // SAFETY: q0 / 16 + 16 <= k / 16, the length of `scales`.
+        let sb = unsafe { sc.map(|s| s.add(q0 / 16)) };
+        for span in 0..256 / SPAN {
+            let mut s16 = [_mm256_setzero_si256(); W];
+            for j in 0..SPAN / 4 {
+                let q = span * SPAN + 4 * j;
+                // SAFETY: q + 4 <= 256: in the block (see above).
+                let xv = unsafe { _mm256_loadu_si256(xb.add(8 * q) as *const __m256i) };
+                for w in 0..W {
+                    // SAFETY: as above.
+                    let wv =
+                        unsafe { _mm256_set1_epi32((cb[w].add(q) as *const i32).read_unaligned()) };
+                    s16[w] = _mm256_add_epi16(s16[w], _mm256_maddubs_epi16(wv, xv));
+                }
+            }
+            for w in 0..W {
+                // SAFETY: span * SPAN / 16 < 16: in the block's scales.
+                let s = unsafe { *sb[w].add(span * SPAN / 16) };
+                isum[w] =
+                    _mm256_add_epi32(isum[w], _mm256_madd_epi16(s16[w], _mm256_set1_epi16(s)));
+            }
+        }
+        // SAFETY: b * 8 + 8 <= g.dx.len() (eight lanes per block).
+        let dx = unsafe { _mm256_loadu_ps(g.dx.as_ptr().add(b * 8)) };
+        for w in 0..W {
+            // SAFETY: `u[w]` and `g` are made for `fmt` and k (the caller's
+            // promise), b < nb.
+            let v = unsafe { avx2::block_value::<NG, MINMAX>(u[w], g, b, dx, isum[w]) };
+            acc[w] = _mm256_add_ps(acc[w], v);
+        }
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        // SAFETY: `o` has 8 floats.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
+    }
+}
+
+/// [`rows8`] built for `fmt`'s constants over `u.len()` weight rows
+/// (1 to [`WIDTH`]).
+///
+/// # Safety
+/// As [`rows8`].
+pub(super) unsafe fn rows8_for(
+    fmt: super::KFormat,
+    u: &[super::Unpacked],
+    xq: &super::Acts,
+    g: &super::Rows8,
+    blocks: std::ops::Range<usize>,
+    out: &mut [[f32; 8]],
+) {
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        match u.len() {
+            4 => with::<4>(fmt, u, xq, g, blocks, out),
+            3 => with::<3>(fmt, u, xq, g, blocks, out),
+            2 => with::<2>(fmt, u, xq, g, blocks, out),
+            1 => with::<1>(fmt, u, xq, g, blocks, out),
+            n => unreachable!("lanes::rows8_for takes 1 to {WIDTH} rows, not {n}"),
+        }
+    }
+}
+
+/// [`rows8_for`] for `W` rows.
+///
+/// # Safety
+/// As [`rows8`]; `u` and `out` hold `W` rows.
+unsafe fn with<const W: usize>(
+    fmt: super::KFormat,
+    u: &[super::Unpacked],
+    xq: &super::Acts,
+    g: &super::Rows8,
+    blocks: std::ops::Range<usize>,
+    out: &mut [[f32; 8]],
+) {
+    use super::KFormat::*;
+    assert!(u.len() == W && out.len() == W);
+    let us: [&super::Unpacked; W] = std::array::from_fn(|w| &u[w]);
+    let mut o: [[f32; 8]; W] = std::array::from_fn(|w| out[w]);
+    // SAFETY: the caller's guarantees; the constants are `fmt`'s.
+    unsafe {
+        match fmt {
+            Q4K => rows8::<8, true, 32, W>(fmt, us, xq, g, blocks, &mut o),
+            Q5K => rows8::<8, true, 16, W>(fmt, us, xq, g, blocks, &mut o),
+            Q6K => rows8::<16, false, 8, W>(fmt, us, xq, g, blocks, &mut o),
+        }
+    }
+    out.copy_from_slice(&o);
+}
