@@ -59,11 +59,13 @@ mod avx512;
 mod decode;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
+mod rows8;
 #[cfg(test)]
 mod tests;
 
 use candle_core::quantized::GgmlDType;
 use rayon::prelude::*;
+use rows8::{fill_lane, Layout, Rows8};
 
 /// The block formats of this module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,106 +244,6 @@ fn round_code(t: f32) -> i8 {
     let i = t as i32;
     let f = t - i as f32;
     (i + i32::from(f >= 0.5) - i32::from(f <= -0.5)) as i8
-}
-
-/// Eight activation rows of [`Acts`] laid out for the AVX2 prefill kernel,
-/// one lane per row: each block's scale, and its code sums per group of
-/// [`KFormat::groups`] (rows past the end repeat the last row; their lanes
-/// are dropped).
-pub(crate) struct Rows8 {
-    /// First row.
-    r0: usize,
-    /// Rows that are real (1 to 8).
-    rows: usize,
-    /// `[block][lane]` scales.
-    dx: Vec<f32>,
-    /// Code sums per group, `[block][group pair][lane][2]`: lane `l` of a
-    /// pair holds groups `2p` and `2p + 1` side by side, so one `madd`
-    /// against a weight row's [`Unpacked::min_pairs`] gives each lane its
-    /// two terms (i16: a group of at most 32 codes of at most 127).
-    gs: Vec<i16>,
-    /// The eight rows' codes interleaved as [`Self::layout`] says.
-    codes: Vec<i8>,
-    layout: Layout,
-}
-
-/// How [`Rows8`] interleaves its eight rows' codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Layout {
-    /// `[k / 32][lane][32]` (`avx2::rows8_vnni`): each 32 codes of the eight
-    /// rows are 256 bytes in a row, so the kernel reads them at constant
-    /// offsets from one pointer, in memory order.
-    Rows,
-    /// `[k / 4][lane][4]` ([`lanes`]): each 4 codes of the eight rows are
-    /// one register, a lane per row.
-    Lanes,
-}
-
-impl Rows8 {
-    fn new(fmt: KFormat, xq: &Acts, m: usize, r0: usize, layout: Layout) -> Self {
-        let nb = xq.k / xq.block;
-        let rows = (m - r0).min(8);
-        let mut dx = vec![0f32; nb * 8];
-        let mut gs = vec![0i16; nb * fmt.groups() * 8];
-        for lane in 0..8 {
-            fill_lane(
-                fmt,
-                xq,
-                r0 + lane.min(rows - 1),
-                (8, lane),
-                &mut dx,
-                &mut gs,
-            );
-        }
-        let k = xq.k;
-        let mut codes = vec![0i8; 8 * k];
-        let span = match layout {
-            Layout::Rows => 32,
-            Layout::Lanes => 4,
-        };
-        for lane in 0..8 {
-            let x = xq.codes(r0 + lane.min(rows - 1));
-            for (i, c) in x.chunks_exact(span).enumerate() {
-                let at = span * (8 * i + lane);
-                codes[at..at + span].copy_from_slice(c);
-            }
-        }
-        Rows8 {
-            r0,
-            rows,
-            dx,
-            gs,
-            codes,
-            layout,
-        }
-    }
-}
-
-/// Row `r`'s block scales and group code sums (of
-/// [`KFormat::groups`]) into lane `lane` of `lanes`: `dx` is `[block][lane]`,
-/// `gs` `[block][group pair][lane][2]` (the layout of [`Rows8`] and the
-/// AMX kernel's row groups).
-fn fill_lane(
-    fmt: KFormat,
-    xq: &Acts,
-    r: usize,
-    (lanes, lane): (usize, usize),
-    dx: &mut [f32],
-    gs: &mut [i16],
-) {
-    let g = fmt.groups();
-    // Code sums (of 16) per group.
-    let per = xq.block / g / xq.group;
-    let (sc, sums) = (xq.scales(r), xq.sums(r));
-    for (b, &d) in sc.iter().enumerate() {
-        dx[b * lanes + lane] = d;
-        for j in 0..g {
-            let at = (b * g + j) * per;
-            let s: i32 = sums[at..at + per].iter().sum();
-            // |s| <= 32 * 127: exact in i16.
-            gs[(b * g + (j & !1)) * lanes + 2 * lane + (j & 1)] = s as i16;
-        }
-    }
 }
 
 #[inline(always)]
