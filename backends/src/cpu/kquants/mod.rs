@@ -877,14 +877,21 @@ pub(crate) fn matmul_isa(
     if m == 1 {
         // Decode: each thread of the batch's hot team walks one contiguous
         // run of weight rows, claims of at least ~16 KB.
-        // Eight rows at a time ([`decode`]).
+        // Eight rows at a time ([`decode`]), so claims are in units of
+        // eight rows: claims shrink towards the end of a run, and rows
+        // short of a pass go through the one-row kernel (with long rows,
+        // Q6_K 8960 wide, the smallest claims were two rows).
         #[cfg(target_arch = "x86_64")]
         let wide = avx2.then(|| decode::Decode::new(fmt, &xq, vnni));
+        const UNIT: usize = 8;
         let mut yt = vec![0f32; n];
         let out = SharedOut(yt.as_mut_ptr());
-        crate::cpu::team::for_ranges(n, ((16 << 10) / rb).max(1), |r| {
-            // SAFETY: for_ranges hands out disjoint ranges of 0..n, so these
-            // slices of `yt` (alive until for_ranges returns) are disjoint.
+        let min_claim = ((16 << 10) / (UNIT * rb)).max(1);
+        crate::cpu::team::for_ranges(n.div_ceil(UNIT), min_claim, |u| {
+            let r = u.start * UNIT..(u.end * UNIT).min(n);
+            // SAFETY: for_ranges hands out disjoint ranges of units, so
+            // these slices of `yt` (alive until for_ranges returns) are
+            // disjoint.
             let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(r.start), r.len()) };
             #[cfg(target_arch = "x86_64")]
             let done = match &wide {
