@@ -8,7 +8,7 @@ use candle_core::{DType as CDType, Tensor as CTensor};
 use edgeflow_runtime::{Error, Result, Storage, Tensor};
 use std::sync::Arc;
 
-/// Q8_0 / Q4_0 / Q4_1 weights in the tile layout of the 256-bit int8 kernels
+/// Q8_0 / Q4_0 / Q4_1 / Q5_0 weights in the tile layout of the 256-bit int8 kernels
 /// ([`gemv::pack`]), made by [`Backend::make_resident`] when a stage
 /// places a matrix on the CPU. [`Op::Linear`] streams it (the same bits as
 /// GGML's layout, faster); [`Op::IndexSelect`] reads its rows in place;

@@ -19,7 +19,7 @@ fn bits(t: &Tensor) -> Vec<u32> {
 fn placed_quantized_weights_give_the_ggml_layout_results() {
     let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
     let dev = Device::new(cpu.clone(), cpu);
-    for dt in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+    for dt in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0] {
         // 13 rows: three whole tiles and a tail row; 96 values: an odd
         // block count.
         let w = dev

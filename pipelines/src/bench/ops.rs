@@ -342,6 +342,14 @@ fn quantized(w: &Tensor) -> Result<QMatMul> {
     Ok(QMatMul::from_arc(Arc::clone(q))?)
 }
 
+/// Waits (a minute at most) for the CPU backend's background move of
+/// placed weights onto 2 MB pages, so that one-off copy does not share the
+/// cores with the timed calls (packed weights are a fresh allocation the
+/// backend moves after a second without new loads).
+fn settle_huge_pages() {
+    edgeflow_backends::wait_for_huge_pages(std::time::Duration::from_secs(60));
+}
+
 /// Decode GEMV `x[1, k] @ w[n, k]^T` over enough weight copies to stream
 /// `working_set_mb` per pass.
 fn gemv(
@@ -377,6 +385,7 @@ fn gemv(
         edgeflow_backends::advise_huge_pages(&w);
         unplaced.push(w);
     }
+    settle_huge_pages();
     // The raw candle calls: what candle_nn::Linear / QMatMul do.
     enum Raw {
         F(Vec<CTensor>),
@@ -427,6 +436,7 @@ fn qmatmul(dev: &Device, m: usize, k: usize, n: usize, dt: DType, o: &OpsArgs) -
     // tiles where they read them packed); candle's QMatMul reads GGML's
     // layout.
     let placed = dev.place(&w)?;
+    settle_huge_pages();
     let mm = quantized(&w)?;
     let (r, kk) = ab(
         dev,
@@ -576,11 +586,16 @@ fn measure(o: &OpsArgs, mut progress: impl FnMut(&str)) -> Result<OpsRun> {
             rows.push(gemv(&dev, k, n, dt, o, &mut probes)?);
         }
     }
-    // Qwen2.5-1.5B's (Q4_K_M) decode: Q4_K gate / up projections, Q6_K
-    // down projections in half its layers.
-    for (dt, k, n) in [(DType::Q4K, 1536, 8960), (DType::Q6K, 8960, 1536)]
-        .into_iter()
-        .filter(|_| want("gemv"))
+    // Qwen2.5-0.5B's decode: its gate and up projections (one Q5_0 matrix
+    // of 2 x 4864 rows); Qwen2.5-1.5B's (Q4_K_M): Q4_K gate / up
+    // projections, Q6_K down projections in half its layers.
+    for (dt, k, n) in [
+        (DType::Q5_0, 896, 9728),
+        (DType::Q4K, 1536, 8960),
+        (DType::Q6K, 8960, 1536),
+    ]
+    .into_iter()
+    .filter(|_| want("gemv"))
     {
         progress(&format!("gemv {dt} 1x{k}x{n}"));
         rows.push(gemv(&dev, k, n, dt, o, &mut probes)?);

@@ -606,16 +606,33 @@ macro_rules! int8_kernels {
             ) -> [f32; 4] {
                 let bb = block_bytes(F);
                 // Bytes of one pair of blocks over the tile's rows, of one
-                // row's quants of a pair, and where the scales (then
-                // minimums) start.
+                // row's quants of a pair, of the tile's fifth bits of a
+                // pair (Q5_0: 8 a row, after the quants), and where the
+                // scales (then minimums) start.
                 let pair = 8 * bb;
                 let row = if F == Q8_0 { 64 } else { 32 };
-                let ds = 4 * row;
+                let qh = if F == Q5_0 { 32 } else { 0 };
+                let ds = 4 * row + qh;
                 let mut acc = [_mm256_setzero_ps(); 2];
                 let m4 = _mm256_set1_epi8(0x0f);
+                // Q5_0: a row's 8 bytes of fifth bits broadcast to every
+                // 64-bit lane; per half (block 2p, then 2p + 1) the bytes
+                // for its low (codes 0-15) and high (16-31) nibbles.
+                let rep_l = _mm256_set_epi64x(
+                    0x0505_0505_0505_0505,
+                    0x0404_0404_0404_0404,
+                    0x0101_0101_0101_0101,
+                    0,
+                );
+                let rep_h = _mm256_set_epi64x(
+                    0x0707_0707_0707_0707,
+                    0x0606_0606_0606_0606,
+                    0x0303_0303_0303_0303,
+                    0x0202_0202_0202_0202,
+                );
                 // SAFETY: pair p reads bytes p * pair.. + pair of the tile
                 // and, as in `tile`, codes 64p.. + 64, scales 4p.. + 4 and
-                // (Q4_0) offsets 8p.. + 8; the odd last block reads the
+                // (Q4_0, Q5_0) offsets 8p.. + 8; the odd last block reads the
                 // tile's last 4 * bb bytes. Prefetches never fault.
                 unsafe {
                     // Two tiles ahead, every line of the pair's span.
@@ -639,19 +656,33 @@ macro_rules! int8_kernels {
                             ),
                         );
                         let init = start::<F>(xo, p);
-                        let s: [__m256i; 4] = std::array::from_fn(|r| {
+                        let mut s = [_mm256_setzero_si256(); 4];
+                        // A loop, not `from_fn`: the closure would not inline.
+                        for r in 0..4 {
                             let q = tp.wrapping_add(row * r);
                             let (l, h) = if F == Q8_0 {
                                 (load32(q), load32(q.wrapping_add(32)))
                             } else {
                                 let v = load32(q);
-                                (
+                                let (l, h) = (
                                     _mm256_and_si256(v, m4),
                                     _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-                                )
+                                );
+                                if F == Q5_0 {
+                                    let bits = _mm256_set1_epi64x(
+                                        (tp.wrapping_add(4 * row + 8 * r) as *const i64)
+                                            .read_unaligned(),
+                                    );
+                                    (
+                                        _mm256_or_si256(l, fifth_bits(bits, rep_l)),
+                                        _mm256_or_si256(h, fifth_bits(bits, rep_h)),
+                                    )
+                                } else {
+                                    (l, h)
+                                }
                             };
-                            dot_pair::<F>(init, l, h, xl, xh)
-                        });
+                            s[r] = dot_pair::<F>(init, l, h, xl, xh);
+                        }
                         let mut v =
                             _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce4(s)), dsc, acc[p % 2]);
                         if F == Q4_1 {
@@ -670,9 +701,10 @@ macro_rules! int8_kernels {
                         let (b, p) = (nb - 1, nb / 2);
                         let tp = t.wrapping_add(p * pair);
                         let xsc = _mm_castsi128_ps(load16(xs.wrapping_add(4 * p)));
-                        // Four f16 scales (then minimums) of rows 0-3.
+                        // Four f16 scales (then minimums) of rows 0-3,
+                        // after their quants and (Q5_0) fifth bits.
                         let d4 = _mm_cvtph_ps(_mm_loadl_epi64(
-                            tp.wrapping_add(2 * row) as *const __m128i
+                            tp.wrapping_add(2 * row + qh / 2) as *const __m128i
                         ));
                         let dsc = _mm_mul_ps(d4, _mm_permute_ps::<0>(xsc));
                         let min = (F == Q4_1).then(|| {
@@ -683,20 +715,36 @@ macro_rules! int8_kernels {
                         });
                         let init = start::<F>(xo, p);
                         let xv = load32(x.wrapping_add(32 * b));
-                        let s: [__m256i; 4] = std::array::from_fn(|r| {
+                        let mut s = [_mm256_setzero_si256(); 4];
+                        for r in 0..4 {
                             // The block in plain order, as `unpack_one` gives it.
                             let wv = if F == Q8_0 {
                                 load32(tp.wrapping_add(32 * r))
                             } else {
                                 let raw = load16(tp.wrapping_add(16 * r));
                                 let low = _mm256_castsi256_si128(m4);
-                                _mm256_set_m128i(
+                                let v = _mm256_set_m128i(
                                     _mm_and_si128(_mm_srli_epi16::<4>(raw), low),
                                     _mm_and_si128(raw, low),
-                                )
+                                );
+                                if F == Q5_0 {
+                                    let bits = _mm256_set1_epi32(
+                                        (tp.wrapping_add(64 + 4 * r) as *const i32)
+                                            .read_unaligned(),
+                                    );
+                                    let rep = _mm256_set_epi64x(
+                                        0x0303_0303_0303_0303,
+                                        0x0202_0202_0202_0202,
+                                        0x0101_0101_0101_0101,
+                                        0,
+                                    );
+                                    _mm256_or_si256(v, fifth_bits(bits, rep))
+                                } else {
+                                    v
+                                }
                             };
-                            dot_i8::<F>(init, wv, xv)
-                        });
+                            s[r] = dot_i8::<F>(init, wv, xv);
+                        }
                         acc[p % 2] = add_low(acc[p % 2], fold(reduce4(s)), dsc, min);
                     }
                 }
@@ -863,6 +911,7 @@ macro_rules! int8_kernels {
                         (WeightFormat::Q4_0, true) => rows_packed_f::<Q4_0>(w, rb, xq, out),
                         (WeightFormat::Q4_1, true) => rows_packed_f::<Q4_1>(w, rb, xq, out),
                         (WeightFormat::Q8_0, true) => rows_packed_f::<Q8_0>(w, rb, xq, out),
+                        (WeightFormat::Q5_0, true) => rows_packed_f::<Q5_0>(w, rb, xq, out),
                         // matmul_with sends f32 weights to dot_f32 and
                         // packs block formats only, never here.
                         _ => {}

@@ -7,7 +7,9 @@
 //! no overflow) and widened by one `madd`; Q5_0's offset of 16 comes off
 //! as `16 * Σ q_x` per block and row, exactly. The f32 steps are the
 //! module's (chains `b % 4`, `fma(s, d_w * d_x, c)`, then `(c0 + c2) +
-//! (c1 + c3)`), one lane per row: the other paths' bits.
+//! (c1 + c3)`), one lane per row: the other paths' bits. Rows come in
+//! GGML's layout or in [`super::pack::pack`]'s tiles (the decode kernel's
+//! layout, where weights are placed on the CPU).
 //!
 //! Why: the 4 x 2 tile kernel reduces its lanes per block and output and
 //! expands every weight block's fifth bits once per four activation rows;
@@ -76,15 +78,68 @@ pub(super) struct Row {
 }
 
 impl Row {
-    /// Unpack `row` (whole Q5_0 blocks).
+    /// Unpack `row` (whole Q5_0 blocks in GGML's layout).
     ///
     /// # Safety
     /// AVX2 must be available.
     #[target_feature(enable = "avx2")]
     unsafe fn fill(&mut self, row: &[u8]) {
         let nb = row.len() / BLOCK_BYTES;
+        self.start(nb);
+        for (b, blk) in row.chunks_exact(BLOCK_BYTES).enumerate() {
+            // SAFETY: AVX2; b < nb; bytes 2..6 of a block are its fifth
+            // bits, 6..22 its nibbles.
+            unsafe { self.block(b, f16_at(blk), &blk[2..6], &blk[6..22]) };
+        }
+    }
+
+    /// Unpack row `r` of a whole packed tile `tile` of `nb` blocks a row
+    /// ([`super::pack::pack`]'s layout: per pair of blocks the 4 rows'
+    /// 32 nibble bytes, their 8 bytes of fifth bits, 8 scales; an odd last
+    /// block likewise with 16, 4 and 4).
+    ///
+    /// # Safety
+    /// AVX2 must be available.
+    #[target_feature(enable = "avx2")]
+    unsafe fn fill_packed(&mut self, tile: &[u8], r: usize, nb: usize) {
+        self.start(nb);
+        for b in 0..nb {
+            // Its group (a pair, or the odd last block), the group's
+            // blocks and which of them this is.
+            let (group, per, which) = if b < nb / 2 * 2 {
+                (b / 2 * 8 * BLOCK_BYTES, 2, b % 2)
+            } else {
+                (nb / 2 * 8 * BLOCK_BYTES, 1, 0)
+            };
+            let nib = group + 16 * (per * r + which);
+            let qh = group + 64 * per + 4 * (per * r + which);
+            let d = group + 80 * per + 2 * (4 * which + r);
+            // SAFETY: AVX2; b < nb.
+            unsafe {
+                self.block(
+                    b,
+                    f16_at(&tile[d..d + 2]),
+                    &tile[qh..qh + 4],
+                    &tile[nib..nib + 16],
+                )
+            };
+        }
+    }
+
+    /// Room for `nb` blocks.
+    fn start(&mut self, nb: usize) {
         self.codes.resize(32 * nb, 0);
         self.d.clear();
+        self.d.reserve(nb);
+    }
+
+    /// Block `b` (the next after those pushed) from its scale, 4 bytes of
+    /// fifth bits and 16 of nibbles.
+    ///
+    /// # Safety
+    /// AVX2 must be available; `32 b + 32 <= codes.len()`.
+    #[target_feature(enable = "avx2")]
+    unsafe fn block(&mut self, b: usize, d: f32, qh: &[u8], nib: &[u8]) {
         // Byte e of a register takes byte e / 8 of the fifth bits (both
         // 128-bit lanes hold all four), then tests bit e % 8.
         let spread = _mm256_setr_epi8(
@@ -93,22 +148,21 @@ impl Row {
         );
         let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         let low = _mm_set1_epi8(0x0f);
-        for (b, blk) in row.chunks_exact(BLOCK_BYTES).enumerate() {
-            self.d.push(f16_at(blk));
-            let qh = i32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-            // SAFETY: bytes 6..22 of the block are its 16 nibble bytes.
-            let v = unsafe { _mm_loadu_si128(blk.as_ptr().add(6) as *const __m128i) };
-            let lo = _mm_and_si128(v, low);
-            let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), low);
-            let fifth = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
-            let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(fifth, bit), bit);
-            let c = _mm256_or_si256(
-                _mm256_set_m128i(hi, lo),
-                _mm256_and_si256(fifth, _mm256_set1_epi8(16)),
-            );
-            // SAFETY: 32 b + 32 <= 32 nb, the length of `codes`.
-            unsafe { _mm256_storeu_si256(self.codes.as_mut_ptr().add(32 * b) as *mut __m256i, c) };
-        }
+        debug_assert!(self.d.len() == b && 32 * b + 32 <= self.codes.len());
+        self.d.push(d);
+        let qh = i32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+        // SAFETY: `nib` holds 16 bytes (sliced by the callers).
+        let v = unsafe { _mm_loadu_si128(nib[..16].as_ptr() as *const __m128i) };
+        let lo = _mm_and_si128(v, low);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), low);
+        let fifth = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
+        let fifth = _mm256_cmpeq_epi8(_mm256_and_si256(fifth, bit), bit);
+        let c = _mm256_or_si256(
+            _mm256_set_m128i(hi, lo),
+            _mm256_and_si256(fifth, _mm256_set1_epi8(16)),
+        );
+        // SAFETY: 32 b + 32 <= the length of `codes` (the contract).
+        unsafe { _mm256_storeu_si256(self.codes.as_mut_ptr().add(32 * b) as *mut __m256i, c) };
     }
 }
 
@@ -177,20 +231,43 @@ unsafe fn kernel(u: [&Row; W], g: &Lanes8) -> [[f32; 8]; W] {
     })
 }
 
-/// Q5_0 weight rows `w` (`rb` bytes each) against every activation row
-/// of the groups: `out[j * m + r]` (weight row j, activation row r), as
-/// the other kernels write it.
+/// Q5_0 weight rows `w` (`rb` bytes each; when `packed`, whole tiles
+/// of [`super::pack::pack`]'s layout first, any rows after them in GGML's)
+/// against every activation row of the groups: `out[j * m + r]` (weight
+/// row j, activation row r), as the other kernels write it.
 ///
 /// # Safety
 /// AVX2 + FMA + F16C must be available; `w` holds whole rows of the
 /// groups' k values and `out` `rows * m` floats.
-pub(super) unsafe fn rows(w: &[u8], rb: usize, groups: &[Lanes8], m: usize, out: &mut [f32]) {
+pub(super) unsafe fn rows(
+    w: &[u8],
+    rb: usize,
+    groups: &[Lanes8],
+    m: usize,
+    out: &mut [f32],
+    packed: bool,
+) {
+    const T: usize = super::PACK_ROWS;
+    let n_all = w.len() / rb;
+    let tiled = if packed { n_all / T * T } else { 0 };
     let mut us: [Row; W] = Default::default();
-    for (rws, o) in w.chunks(W * rb).zip(out.chunks_mut(W * m)) {
-        let n = rws.len() / rb;
-        for (u, row) in us.iter_mut().zip(rws.chunks_exact(rb)) {
+    for (c, o) in out.chunks_mut(W * m).enumerate() {
+        let j0 = c * W;
+        let n = (n_all - j0).min(W);
+        for (i, u) in us.iter_mut().enumerate().take(n) {
+            let j = j0 + i;
             // SAFETY: AVX2 (the caller's promise).
-            unsafe { u.fill(row) };
+            unsafe {
+                if j < tiled {
+                    u.fill_packed(
+                        &w[j / T * T * rb..(j / T + 1) * T * rb],
+                        j % T,
+                        rb / BLOCK_BYTES,
+                    )
+                } else {
+                    u.fill(&w[j * rb..(j + 1) * rb])
+                }
+            };
         }
         for g in groups {
             // With one row left it runs twice, the second result dropped.

@@ -40,7 +40,7 @@
 //!   [`QuantRows`]). Q5_0 is Q4_0 with a fifth bit per weight (4 bytes
 //!   per block, bit `j` for element `j`), expanded to 0x10 in the code
 //!   bytes by one byte shuffle and compare per register, and an offset
-//!   of 16. It runs from GGML's layout (no packed tiles).
+//!   of 16.
 //! - A tile of up to 4 activation rows x up to 4 weight rows shares each
 //!   unpacked weight block and each activation load; decode (one row) runs
 //!   4 weight rows at a time, prefill 4 x 2. Prefill's output rows are
@@ -56,9 +56,10 @@
 //! prefill row equals the one-row result bit for bit.
 //!
 //! - Weights placed on the CPU (`Device::place`) where the 256-bit kernels
-//!   run (AVX2, AVX-VNNI) are repacked once into tiles of 4 rows
-//!   ([`pack`]): a pair of blocks' nibbles of one row in one 32-byte run,
-//!   the tile's 8 scales of a pair side by side. One load then feeds a
+//!   run (AVX2, AVX-VNNI; Q5_0 on AVX2 only) are repacked once into tiles
+//!   of 4 rows ([`pack`]): a pair of blocks' nibbles of one row in one
+//!   32-byte run (Q5_0: their fifth bits in one 8-byte run), the tile's 8
+//!   scales of a pair side by side. One load then feeds a
 //!   row's pair, and one conversion and multiply the tile's scales, where
 //!   GGML's layout needs two loads and an insert per row and a gather of
 //!   scales from 8 places. [`matmul_packed`] runs the same lane operations
@@ -499,17 +500,16 @@ fn matmul_with(
     let per = if tiled { per.next_multiple_of(16) } else { per };
     // Q5_0 on plain AVX2: the lane-per-row kernel ([`lanes`]).
     #[cfg(target_arch = "x86_64")]
-    let lane_groups: Vec<lanes::Lanes8> =
-        if isa == Isa::Avx2 && fmt == WeightFormat::Q5_0 && !packed {
-            (0..m)
-                .step_by(8)
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .map(|r0| lanes::Lanes8::new(&xq, r0))
-                .collect()
-        } else {
-            Vec::new()
-        };
+    let lane_groups: Vec<lanes::Lanes8> = if isa == Isa::Avx2 && fmt == WeightFormat::Q5_0 {
+        (0..m)
+            .step_by(8)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|r0| lanes::Lanes8::new(&xq, r0))
+            .collect()
+    } else {
+        Vec::new()
+    };
     #[cfg(target_arch = "x86_64")]
     let groups: Vec<amx::Acts16> = if tiled {
         let q4_1 = fmt == WeightFormat::Q4_1;
@@ -548,9 +548,11 @@ fn matmul_with(
         let mut out = vec![0f32; rows * m];
         #[cfg(target_arch = "x86_64")]
         if !lane_groups.is_empty() {
+            let w = &w[j0 * rb..(j0 + rows) * rb];
             // SAFETY: AVX2 + FMA + F16C detected (Isa::Avx2); these are
-            // `rows` whole Q5_0 rows of the groups' k values.
-            unsafe { lanes::rows(&w[j0 * rb..(j0 + rows) * rb], rb, &lane_groups, m, &mut out) };
+            // `rows` whole Q5_0 rows of the groups' k values (whole packed
+            // tiles first when `packed`: j0 is a multiple of the tile).
+            unsafe { lanes::rows(w, rb, &lane_groups, m, &mut out, packed) };
         } else {
             run(j0, rows, &mut out);
         }

@@ -5,9 +5,13 @@ use super::{Isa, WeightFormat};
 /// Weight rows per tile of the packed layout ([`pack`]).
 pub(crate) const PACK_ROWS: usize = 4;
 
-/// Whether [`pack`] has a layout for `fmt` that this machine's kernels
-/// read: Q8_0 / Q4_0 / Q4_1 (not Q5_0), where the 256-bit int8 kernels run
-/// (AVX2, AVX-VNNI, AVX-512 VNNI on 256-bit registers).
+/// Whether this machine's kernels read `fmt` in [`pack`]'s layout:
+/// Q8_0 / Q4_0 / Q4_1 where the 256-bit int8 kernels run (AVX2, AVX-VNNI,
+/// AVX-512 VNNI on 256-bit registers); Q5_0 on plain AVX2, whose prefill
+/// lane kernel ([`super::lanes`]) unpacks each packed row once. (On the
+/// VNNI instances Q5_0's prefill runs the 4 x 2 tile kernel from GGML's
+/// layout, which expands each block's fifth bits once for four activation
+/// rows; read packed, it would expand them once per row.)
 /// The 512-bit kernels gather a step's blocks with their own permutes and
 /// read GGML's layout; portable code has no use for it.
 pub(crate) fn packs(fmt: WeightFormat) -> bool {
@@ -15,26 +19,36 @@ pub(crate) fn packs(fmt: WeightFormat) -> bool {
 }
 
 pub(super) fn packs_on(fmt: WeightFormat, isa: Isa) -> bool {
-    !matches!(fmt, WeightFormat::F32 | WeightFormat::Q5_0)
-        && matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
+    match fmt {
+        WeightFormat::F32 => false,
+        WeightFormat::Q5_0 => isa == Isa::Avx2,
+        _ => matches!(isa, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni),
+    }
 }
 
-/// Where a block keeps its quants (after `d`, and `m` for Q4_1).
+/// Where a block keeps its quants (after `d`, and `m` for Q4_1, or
+/// Q5_0's 4 bytes of fifth bits).
 fn quant_offset(fmt: WeightFormat) -> usize {
-    if fmt == WeightFormat::Q4_1 {
+    match fmt {
+        WeightFormat::Q4_1 => 4,
+        WeightFormat::Q5_0 => 6,
+        _ => 2,
+    }
+}
+
+/// Bytes of fifth bits per block (Q5_0's, at byte 2 of its block).
+fn high_bits(fmt: WeightFormat) -> usize {
+    if fmt == WeightFormat::Q5_0 {
         4
     } else {
-        2
+        0
     }
 }
 
 /// Whether `len` bytes are `n` rows of `k` values of a format with a
 /// packed layout ([`pack`]).
 fn fits(fmt: WeightFormat, len: usize, n: usize, k: usize) -> bool {
-    !matches!(fmt, WeightFormat::F32 | WeightFormat::Q5_0)
-        && k > 0
-        && k.is_multiple_of(32)
-        && len == n * fmt.row_bytes(k)
+    fmt != WeightFormat::F32 && k > 0 && k.is_multiple_of(32) && len == n * fmt.row_bytes(k)
 }
 
 /// The byte moves between GGML's row-major blocks and the packed tile
@@ -79,6 +93,7 @@ fn tile_moves(fmt: WeightFormat, k: usize, t: usize, f: &mut impl FnMut(usize, u
     } else {
         &[0]
     };
+    let qh = high_bits(fmt);
     let mut o = t * PACK_ROWS * rb;
     let at = |r: usize, b: usize| (t * PACK_ROWS + r) * rb + b * bb;
     let mut group = |blocks: &[usize]| {
@@ -87,6 +102,14 @@ fn tile_moves(fmt: WeightFormat, k: usize, t: usize, f: &mut impl FnMut(usize, u
                 for &b in blocks {
                     f(at(r, b) + off + h, o, 16);
                     o += 16;
+                }
+            }
+        }
+        if qh > 0 {
+            for r in 0..PACK_ROWS {
+                for &b in blocks {
+                    f(at(r, b) + 2, o, qh);
+                    o += qh;
                 }
             }
         }
@@ -107,16 +130,18 @@ fn tile_moves(fmt: WeightFormat, k: usize, t: usize, f: &mut impl FnMut(usize, u
     }
 }
 
-/// GGML Q4_0 / Q4_1 / Q8_0 weights (`n` rows of `k` values, as the file
-/// stores them) in the layout the 256-bit decode kernels stream fastest.
-/// Rows go in tiles of [`PACK_ROWS`]; a tile holds, for each pair of
-/// blocks `2p, 2p + 1`: each of its 4 rows' quants of the pair in the
-/// activation pair layout (Q4: the 16 nibble bytes of block `2p`, then of
-/// `2p + 1`: one 32-byte load; Q8_0: `A[0..16] B[0..16] A[16..32]
-/// B[16..32]`: two), then the 8 f16 scales `d` (block `2p` of rows 0-3,
-/// then block `2p + 1`), then for Q4_1 the 8 minimums `m` in the same
-/// order; an odd last block follows as each row's quants in element order,
-/// 4 `d` (and 4 `m`). A tile is exactly its 4 rows' bytes, so row `j` of a whole tile
+/// GGML Q4_0 / Q4_1 / Q5_0 / Q8_0 weights (`n` rows of `k` values, as the
+/// file stores them) in the layout the 256-bit decode kernels stream
+/// fastest. Rows go in tiles of [`PACK_ROWS`]; a tile holds, for each pair
+/// of blocks `2p, 2p + 1`: each of its 4 rows' quants of the pair in the
+/// activation pair layout (Q4 / Q5: the 16 nibble bytes of block `2p`,
+/// then of `2p + 1`: one 32-byte load; Q8_0: `A[0..16] B[0..16] A[16..32]
+/// B[16..32]`: two), then for Q5_0 each row's 4 + 4 bytes of fifth bits
+/// (blocks `2p`, `2p + 1`: one 8-byte load), then the 8 f16 scales `d`
+/// (block `2p` of rows 0-3, then block `2p + 1`), then for Q4_1 the 8
+/// minimums `m` in the same order; an odd last block follows as each
+/// row's quants in element order, each row's fifth bits (Q5_0), 4 `d`
+/// (and 4 `m`). A tile is exactly its 4 rows' bytes, so row `j` of a whole tile
 /// still starts its tile's span at `j * row_bytes`; rows after the last
 /// whole tile stay in GGML's layout.
 ///
@@ -183,6 +208,7 @@ pub(crate) fn packed_rows(
     let rb = nb * bb;
     let (off, pair) = (quant_offset(fmt), 8 * bb);
     let halves = if fmt == WeightFormat::Q8_0 { 2 } else { 1 };
+    let qh = high_bits(fmt);
     let tiled = n / PACK_ROWS * PACK_ROWS;
     let mut out = Vec::with_capacity(ids.len() * rb);
     for &j in ids {
@@ -201,13 +227,17 @@ pub(crate) fn packed_rows(
             } else {
                 (base + nb / 2 * pair, 0, 1)
             };
-            // Bytes of quants one row has in the group.
-            let row = 16 * per * halves;
-            let field = |f: usize| group + 4 * row + 8 * per * f + 2 * (4 * which + r);
+            // Bytes of quants, and of fifth bits, one row has in the group.
+            let (row, hb) = (16 * per * halves, qh * per);
+            let field = |f: usize| group + 4 * (row + hb) + 8 * per * f + 2 * (4 * which + r);
             let mut block = [0u8; 34];
             block[..2].copy_from_slice(&packed[field(0)..field(0) + 2]);
             if fmt == WeightFormat::Q4_1 {
                 block[2..4].copy_from_slice(&packed[field(1)..field(1) + 2]);
+            }
+            if qh > 0 {
+                let h = group + 4 * row + hb * r + qh * which;
+                block[2..2 + qh].copy_from_slice(&packed[h..h + qh]);
             }
             for h in 0..halves {
                 let q = group + row * r + 16 * (h * per + which);
