@@ -798,69 +798,90 @@ pub(crate) fn matmul_isa(
         }
         whole
     };
-    // Outputs transposed (weight row major): each weight row is read once
-    // and dotted with every activation row.
-    let run = |j0: usize, out: &mut [f32]| {
-        #[cfg(target_arch = "x86_64")]
-        if !groups.is_empty() {
-            // Weight rows in tiles of TILE, each unpacked once into
-            // buffers reused from tile to tile (no allocation per weight
-            // row); the tile runs against every group of eight activation
-            // rows a few blocks at a time (`chunk`), so one group's codes
-            // of those blocks and the tile's unpacked codes and scales
-            // (about 24 KB) are reused from L1 rather than each weight row
-            // sweeping every group's codes over the whole row. Each
-            // output's blocks are still added in order from zero: the same
-            // bits.
-            const TILE: usize = 8;
-            let width = match layout {
-                Layout::Rows => avx2::ROWS8_WIDTH,
-                Layout::Lanes => lanes::WIDTH,
-            };
-            let nb = k / fmt.block();
-            let chunk = (16 << 10) / (TILE * 2 * fmt.block());
-            let chunk = chunk.max(1);
-            let mut us: Vec<Unpacked> = (0..TILE).map(|_| Unpacked::default()).collect();
-            // `[group][tile row]` lanes.
-            let mut acc = vec![[0f32; 8]; groups.len() * TILE];
-            for (t, yo) in out.chunks_mut(TILE * m).enumerate() {
-                let rows = yo.len() / m;
-                let j = j0 + t * TILE;
-                for (i, u) in us.iter_mut().take(rows).enumerate() {
-                    u.refill(fmt, &w[(j + i) * rb..(j + i + 1) * rb], k, true);
-                    if layout == Layout::Rows {
-                        u.fill_sv();
-                    }
+    // Weight rows j0..j0 + rows against the groups of eight activation
+    // rows, written straight into their columns of `y` (row-major
+    // `[m, n]`).
+    #[cfg(target_arch = "x86_64")]
+    let grouped = |j0: usize, rows: usize, y: SharedOut| {
+        // Weight rows in tiles of TILE, each unpacked once into
+        // buffers reused from tile to tile (no allocation per weight
+        // row); the tile runs against every group of eight activation
+        // rows a few blocks at a time (`chunk`), so one group's codes
+        // of those blocks and the tile's unpacked codes and scales
+        // (about 24 KB) are reused from L1 rather than each weight row
+        // sweeping every group's codes over the whole row. Each
+        // output's blocks are still added in order from zero: the same
+        // bits.
+        const TILE: usize = 8;
+        let width = match layout {
+            Layout::Rows => avx2::ROWS8_WIDTH,
+            Layout::Lanes => lanes::WIDTH,
+        };
+        // Groups of activation rows per kernel call: the lane kernel
+        // shares each weight broadcast between two.
+        let per = match layout {
+            Layout::Rows => 1,
+            Layout::Lanes => lanes::GROUPS,
+        };
+        let nb = k / fmt.block();
+        let chunk = (16 << 10) / (TILE * 2 * fmt.block());
+        let chunk = chunk.max(1);
+        let mut us: Vec<Unpacked> = (0..TILE).map(|_| Unpacked::default()).collect();
+        // `[group][tile row]` lanes.
+        let mut acc = vec![[0f32; 8]; groups.len() * TILE];
+        let all = rows;
+        for t in 0..all.div_ceil(TILE) {
+            let j = j0 + t * TILE;
+            let rows = TILE.min(all - t * TILE);
+            for (i, u) in us.iter_mut().take(rows).enumerate() {
+                u.refill(fmt, &w[(j + i) * rb..(j + i + 1) * rb], k, true);
+                if layout == Layout::Rows {
+                    u.fill_sv();
                 }
-                acc.fill([0.0; 8]);
-                for b0 in (0..nb).step_by(chunk) {
-                    let blocks = b0..(b0 + chunk).min(nb);
-                    for (g, acc) in groups.iter().zip(acc.chunks_exact_mut(TILE)) {
-                        for w0 in (0..rows).step_by(width) {
-                            let w1 = (w0 + width).min(rows);
-                            // SAFETY: AVX2 was detected (`avx2` is only
-                            // true then), VNNI with `vnni`; each `us` is a
-                            // row of k values, `xq` holds m rows of k codes
-                            // and `g` eight rows' block data; `blocks` lie
-                            // in 0..nb.
-                            unsafe {
-                                let (u, o, b) = (&us[w0..w1], &mut acc[w0..w1], blocks.clone());
-                                match layout {
-                                    Layout::Rows => avx2::rows8_for(fmt, u, &xq, g, b, o),
-                                    Layout::Lanes => lanes::rows8_for(fmt, u, &xq, g, b, o),
+            }
+            acc.fill([0.0; 8]);
+            for b0 in (0..nb).step_by(chunk) {
+                let blocks = b0..(b0 + chunk).min(nb);
+                for (gs, acc) in groups.chunks(per).zip(acc.chunks_mut(per * TILE)) {
+                    for w0 in (0..rows).step_by(width) {
+                        let w1 = (w0 + width).min(rows);
+                        // SAFETY: AVX2 was detected (`avx2` is only
+                        // true then), VNNI with `vnni`; each `us` is a
+                        // row of k values, `xq` holds m rows of k codes
+                        // and each of `gs` eight rows' block data;
+                        // `blocks` lie in 0..nb; `acc` holds TILE rows
+                        // per group.
+                        unsafe {
+                            let (u, b) = (&us[w0..w1], blocks.clone());
+                            match layout {
+                                Layout::Rows => {
+                                    avx2::rows8_for(fmt, u, &xq, &gs[0], b, &mut acc[w0..w1])
                                 }
-                            };
-                        }
-                    }
-                }
-                for (g, acc) in groups.iter().zip(acc.chunks_exact(TILE)) {
-                    for (r, l) in acc.iter().enumerate().take(rows) {
-                        yo[r * m + g.r0..r * m + g.r0 + g.rows].copy_from_slice(&l[..g.rows]);
+                                Layout::Lanes => {
+                                    lanes::rows8_for(fmt, u, &xq, gs, b, &mut acc[w0..], TILE)
+                                }
+                            }
+                        };
                     }
                 }
             }
-            return;
+            for (g, acc) in groups.iter().zip(acc.chunks_exact(TILE)) {
+                for r in 0..g.rows {
+                    // SAFETY: g.r0 + r < m and j + rows <= n; this
+                    // task alone writes columns j..j + rows.
+                    let yr = unsafe {
+                        std::slice::from_raw_parts_mut(y.get().add((g.r0 + r) * n + j), rows)
+                    };
+                    for (v, l) in yr.iter_mut().zip(acc) {
+                        *v = l[r];
+                    }
+                }
+            }
         }
+    };
+    // Outputs transposed (weight row major): each weight row is read once
+    // and dotted with every activation row.
+    let run = |j0: usize, out: &mut [f32]| {
         for (i, yo) in out.chunks_mut(m).enumerate() {
             let row = &w[(j0 + i) * rb..(j0 + i + 1) * rb];
             if m == 1 {
@@ -928,6 +949,11 @@ pub(crate) fn matmul_isa(
         #[cfg(not(target_arch = "x86_64"))]
         let done = 0;
         if done == rows {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if !groups.is_empty() {
+            grouped(j0 + done, rows - done, yp);
             return;
         }
         let mut out = vec![0f32; (rows - done) * m];
