@@ -15,7 +15,7 @@
 //! `maddubs` lane is at most 2 x 15 x 127 = 3810 for Q4_K's 4-bit codes,
 //! and a span adds at most 8 of them (30,480); Q5_K's 5-bit codes give
 //! 7874, 4 per span (31,496); Q6_K's 6-bit codes 16,002, 2 per span
-//! (32,004). The block's i32 sums are the same integers as every other
+//! (32,004), or see below. The block's i32 sums are the same integers as every other
 //! path's, and the f32 steps are [`avx2::block_value`]'s: the same bits.
 //!
 //! Measured on Zen 3 (one thread, 128 activation rows, min of 12 calls):
@@ -25,14 +25,23 @@
 //! measured slower (48 and 37): writing them costs more than the
 //! broadcasts save.
 //!
-//! Each call takes two groups of eight activation rows ([`GROUPS`]): a
-//! weight broadcast and a span's scale then serve sixteen rows, and the
-//! eight running f32 sums stay in the caller's buffer (in registers they
-//! would crowd out the sixteen i16 sums). With the results written
-//! straight into the output's columns (no transposed copy), Q4_K 2240 x
-//! 1536 x 128 rows went from 70-73 to 79-81 GMAC/s on Zen 3 (one thread,
-//! min of 12 calls, alternating builds); Q6_K 768 x 8960, with a madd
-//! every two steps, stayed at 54-55.
+//! Q4_K and Q5_K calls take two groups of eight activation rows
+//! ([`groups`]): a weight broadcast and a span's scale then serve sixteen
+//! rows. With the results written straight into the output's columns (no
+//! transposed copy), Q4_K 2240 x 1536 x 128 rows went from 70-73 to 79-81
+//! GMAC/s on Zen 3 (one thread, min of 12 calls, alternating builds).
+//!
+//! Q6_K's codes carry a bias of 32, which the other paths take out per
+//! group and activation row (`block_value`'s eight `madd`s per block,
+//! weight row and row group: a third of this kernel's Q6_K time). Here the
+//! operands trade places: the activation codes plus 128 (0..=255, the
+//! unsigned operand) times the weight codes less 32 (-32..=31). A
+//! `maddubs` lane is then at most 2 x 255 x 32 = 16,320, 2 per span
+//! (32,640), and `Σ sc · Σ (x + 128)(q - 32)` differs from the other
+//! paths' `Σ sc · Σ x (q - 32)` by `128 · Σ sc · Σ (q - 32)`, a constant
+//! per block of the weight row (`Unpacked::offset_q6k`): the same integer
+//! after one subtraction. Q6_K 768 x 8960 x 128 rows: 53-54 to 58-60
+//! GMAC/s (one thread), the kernel alone 76 to 86.
 //!
 //! [`Layout::Lanes`]: super::Layout::Lanes
 
@@ -42,20 +51,29 @@ use std::arch::x86_64::*;
 /// Weight rows per call: each activation load serves this many.
 pub(super) const WIDTH: usize = 4;
 
-/// Groups of eight activation rows per call: each weight broadcast and
-/// scale serves this many.
-pub(super) const GROUPS: usize = 2;
+/// Groups of eight activation rows per call for `fmt`: each weight
+/// broadcast and scale serves this many. Q6_K takes one: with a `madd`
+/// every two steps, two groups' sums do not fit in the registers, and the
+/// compiler's spills (stored and at once reloaded) made it 20 % slower
+/// than one group.
+pub(super) fn groups(fmt: super::KFormat) -> usize {
+    match fmt {
+        super::KFormat::Q6K => 1,
+        _ => 2,
+    }
+}
 
 /// `W` unpacked weight rows against the eight activation rows of each of
 /// the `G` groups `g` over `blocks`, each block's value added to
-/// `out[group][w][lane]`, as `avx2::rows8_vnni` does (the same bits).
+/// `out[group].add(w)[lane]`, as `avx2::rows8_vnni` does (the same bits).
 /// `SPAN`: codes summed in i16 before their scale's `madd` (32 for Q4_K,
 /// 16 for Q5_K, 8 for Q6_K; see the module docs). With two groups, each
 /// weight broadcast and scale serves both groups' rows.
 ///
 /// # Safety
 /// AVX2 must be available; each `u[w]` holds one row of `xq.k` values in
-/// `fmt`; each `g` was made from `xq` for `fmt` in the lanes layout.
+/// `fmt`; each `g` was made from `xq` for `fmt` in the lanes layout; each
+/// `out[i]` points at `W` writable entries that nothing else touches.
 #[target_feature(enable = "avx2")]
 unsafe fn rows8<
     const NG: usize,
@@ -63,13 +81,14 @@ unsafe fn rows8<
     const SPAN: usize,
     const W: usize,
     const G: usize,
+    const OFFSET: bool,
 >(
     fmt: super::KFormat,
     u: [&super::Unpacked; W],
     xq: &super::Acts,
     g: [&super::Rows8; G],
     blocks: std::ops::Range<usize>,
-    out: &mut [[[f32; 8]; W]; G],
+    out: [*mut [f32; 8]; G],
 ) {
     let k = xq.k;
     debug_assert!(fmt.block() == 256 && NG == fmt.groups() && blocks.end <= k / 256);
@@ -88,6 +107,15 @@ unsafe fn rows8<
     for w in 0..W {
         c[w] = u[w].codes.as_ptr();
         sc[w] = u[w].scales.as_ptr();
+    }
+    // The running sums, in a local the compiler may keep on the stack (in
+    // registers with two groups they would crowd out the i16 sums below).
+    let mut sums = [[_mm256_setzero_ps(); W]; G];
+    for (s, o) in sums.iter_mut().zip(out) {
+        for (w, s) in s.iter_mut().enumerate() {
+            // SAFETY: `out[i]` points at W entries of 8 floats.
+            *s = unsafe { _mm256_loadu_ps(o.add(w) as *const f32) };
+        }
     }
     for b in blocks {
         let mut isum = [[_mm256_setzero_si256(); W]; G];
@@ -122,7 +150,12 @@ unsafe fn rows8<
                     let wv =
                         unsafe { _mm256_set1_epi32((cb[w].add(q) as *const i32).read_unaligned()) };
                     for i in 0..G {
-                        s16[i][w] = _mm256_add_epi16(s16[i][w], _mm256_maddubs_epi16(wv, xv[i]));
+                        let p = if OFFSET {
+                            _mm256_maddubs_epi16(xv[i], wv)
+                        } else {
+                            _mm256_maddubs_epi16(wv, xv[i])
+                        };
+                        s16[i][w] = _mm256_add_epi16(s16[i][w], p);
                     }
                 }
             }
@@ -138,19 +171,57 @@ unsafe fn rows8<
             // SAFETY: b * 8 + 8 <= g.dx.len() (eight lanes per block).
             let dx = unsafe { _mm256_loadu_ps(g[i].dx.as_ptr().add(b * 8)) };
             for w in 0..W {
-                // SAFETY: `u[w]` and `g[i]` are made for `fmt` and k (the
-                // caller's promise), b < nb.
-                let v = unsafe { avx2::block_value::<NG, MINMAX>(u[w], g[i], b, dx, isum[i][w]) };
-                // The running sums stay in `out` (L1): in registers they
-                // would crowd out the i16 sums above.
-                // SAFETY: `out[i][w]` holds 8 floats.
-                unsafe {
-                    let o = out[i][w].as_mut_ptr();
-                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), v));
-                }
+                let v = if OFFSET {
+                    // `block_value`'s steps for Q6_K, the per-row code sums'
+                    // term replaced by the weight row's constant (the same
+                    // integer).
+                    let off = _mm256_set1_epi32(u[w].offsets[b]);
+                    let ddx = _mm256_mul_ps(_mm256_set1_ps(u[w].d[b]), dx);
+                    _mm256_mul_ps(ddx, _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[i][w], off)))
+                } else {
+                    // SAFETY: `u[w]` and `g[i]` are made for `fmt` and k
+                    // (the caller's promise), b < nb.
+                    unsafe { avx2::block_value::<NG, MINMAX>(u[w], g[i], b, dx, isum[i][w]) }
+                };
+                sums[i][w] = _mm256_add_ps(sums[i][w], v);
             }
         }
     }
+    for (s, o) in sums.iter().zip(out) {
+        for (w, s) in s.iter().enumerate() {
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(o.add(w) as *mut f32, *s) };
+        }
+    }
+}
+
+/// One Q6_K block of `Unpacked::offset_q6k`: its 256 codes become
+/// `q - 32` in place; returns `Σ_g sc_g · Σ_{i in g} (q_i - 32)` over its
+/// sixteen groups (the same integer as the scalar loop).
+///
+/// # Safety
+/// AVX2 must be available; `c` holds 256 codes, `sc` 16 scales.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn offset_q6k_block(c: &mut [u8], sc: &[i16]) -> i32 {
+    assert!(c.len() == 256 && sc.len() == 16);
+    let ones = _mm256_set1_epi8(1);
+    let mut acc = _mm256_setzero_si256();
+    for j in 0..8 {
+        // SAFETY: 32 * j + 32 <= 256 = c.len().
+        let v = unsafe { _mm256_loadu_si256(c.as_ptr().add(32 * j) as *const __m256i) };
+        let v = _mm256_sub_epi8(v, _mm256_set1_epi8(32));
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_si256(c.as_mut_ptr().add(32 * j) as *mut __m256i, v) };
+        // Pair sums of the signed codes (-64..=62): lanes 0..8 group 2j,
+        // 8..16 group 2j + 1.
+        let p = _mm256_maddubs_epi16(ones, v);
+        let s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+    }
+    let mut l = [0i32; 8];
+    // SAFETY: `l` holds 8 i32.
+    unsafe { _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, acc) };
+    l.iter().sum()
 }
 
 /// [`rows8`] built for `fmt`'s constants over `u.len()` weight rows
@@ -201,22 +272,19 @@ unsafe fn with<const W: usize, const G: usize>(
     stride: usize,
 ) {
     use super::KFormat::*;
-    assert!(u.len() == W && g.len() == G && out.len() >= (G - 1) * stride + W);
+    assert!(u.len() == W && g.len() == G && stride >= W && out.len() >= (G - 1) * stride + W);
     let us: [&super::Unpacked; W] = std::array::from_fn(|w| &u[w]);
     let gs: [&super::Rows8; G] = std::array::from_fn(|i| &g[i]);
-    let mut o = [[[0f32; 8]; W]; G];
-    for (i, o) in o.iter_mut().enumerate() {
-        o.copy_from_slice(&out[i * stride..i * stride + W]);
-    }
-    // SAFETY: the caller's guarantees; the constants are `fmt`'s.
+    // Group `i`'s W running sums, in place (no copy per call).
+    let o: [*mut [f32; 8]; G] = std::array::from_fn(|i| out[i * stride..].as_mut_ptr());
+    // SAFETY: the caller's guarantees; the constants are `fmt`'s; each
+    // `o[i]` starts W entries of `out` (asserted above), disjoint for
+    // distinct groups (stride >= W).
     unsafe {
         match fmt {
-            Q4K => rows8::<8, true, 32, W, G>(fmt, us, xq, gs, blocks, &mut o),
-            Q5K => rows8::<8, true, 16, W, G>(fmt, us, xq, gs, blocks, &mut o),
-            Q6K => rows8::<16, false, 8, W, G>(fmt, us, xq, gs, blocks, &mut o),
+            Q4K => rows8::<8, true, 32, W, G, false>(fmt, us, xq, gs, blocks, o),
+            Q5K => rows8::<8, true, 16, W, G, false>(fmt, us, xq, gs, blocks, o),
+            Q6K => rows8::<16, false, 8, W, G, true>(fmt, us, xq, gs, blocks, o),
         }
-    }
-    for (i, o) in o.iter().enumerate() {
-        out[i * stride..i * stride + W].copy_from_slice(o);
     }
 }

@@ -454,6 +454,9 @@ struct Unpacked {
     min_pairs: Vec<i32>,
     /// Integer parts of each block against one activation row (scratch).
     isums: Vec<i32>,
+    /// Q6_K in the lane kernel ([`Self::offset_q6k`]): per block,
+    /// `128 · Σ_g sc_g · Σ_{i in g} (q_i - 32)` (empty until then).
+    offsets: Vec<i32>,
 }
 
 impl Unpacked {
@@ -556,6 +559,46 @@ impl Unpacked {
                         .extend((0..8).map(|p| pair(min(2 * p), min(2 * p + 1))));
                 }
             }
+        }
+    }
+
+    /// Q6_K for the lane kernel ([`lanes`]): each code becomes `q - 32`
+    /// (an i8 in -32..=31, stored as its byte), the other operand being
+    /// the activation codes plus 128 (0..=255, [`Rows8`]'s lanes layout for
+    /// Q6_K). Then `Σ sc_g · Σ (x + 128)(q - 32)` less this block's
+    /// [`Self::offsets`] is `Σ sc_g · Σ x (q - 32)`, the integer the other
+    /// paths reach through their per-row code sums: one constant per block
+    /// and weight row instead of a `madd` per group pair and row.
+    ///
+    /// `avx2`: on the AVX2 helper (only true where [`has_avx2`]; the same
+    /// bytes and sums).
+    fn offset_q6k(&mut self, avx2: bool) {
+        self.offsets.clear();
+        for (c, sc) in self
+            .codes
+            .chunks_exact_mut(256)
+            .zip(self.scales.chunks_exact(16))
+        {
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: AVX2 was detected; a block's 256 codes and 16
+                // scales.
+                let off = unsafe { lanes::offset_q6k_block(c, sc) };
+                self.offsets.push(128 * off);
+                continue;
+            }
+            let _ = avx2;
+            let mut off = 0i32;
+            for (g, &s) in c.chunks_exact_mut(16).zip(sc) {
+                let mut sum = 0i32;
+                for q in g {
+                    *q = q.wrapping_sub(32);
+                    sum += i32::from(*q as i8);
+                }
+                off += i32::from(s) * sum;
+            }
+            // |off| <= 16 groups · 128 · 16 · 32: 128 · off fits in i32.
+            self.offsets.push(128 * off);
         }
     }
 
@@ -725,6 +768,7 @@ pub(crate) fn matmul_isa(
     let layout = if vnni { Layout::Rows } else { Layout::Lanes };
     let groups: Vec<Rows8> = if m > 1 && avx2 && !(amx && n.is_multiple_of(16)) {
         (0..m)
+            .into_par_iter()
             .step_by(8)
             .map(|r0| Rows8::new(fmt, &xq, m, r0, layout))
             .collect()
@@ -821,7 +865,7 @@ pub(crate) fn matmul_isa(
         // shares each weight broadcast between two.
         let per = match layout {
             Layout::Rows => 1,
-            Layout::Lanes => lanes::GROUPS,
+            Layout::Lanes => lanes::groups(fmt),
         };
         let nb = k / fmt.block();
         let chunk = (16 << 10) / (TILE * 2 * fmt.block());
@@ -837,6 +881,8 @@ pub(crate) fn matmul_isa(
                 u.refill(fmt, &w[(j + i) * rb..(j + i + 1) * rb], k, true);
                 if layout == Layout::Rows {
                     u.fill_sv();
+                } else if fmt == KFormat::Q6K {
+                    u.offset_q6k(true);
                 }
             }
             acc.fill([0.0; 8]);

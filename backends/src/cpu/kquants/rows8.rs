@@ -66,6 +66,13 @@ impl Rows8 {
                 codes[at..at + span].copy_from_slice(c);
             }
         }
+        if layout == Layout::Lanes && fmt == KFormat::Q6K {
+            // The lane kernel's Q6_K operand: each code plus 128, as a
+            // byte (see `Unpacked::offset_q6k`).
+            for c in &mut codes {
+                *c = (*c as u8 ^ 0x80) as i8;
+            }
+        }
         Rows8 {
             r0,
             rows,

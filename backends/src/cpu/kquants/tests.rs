@@ -170,6 +170,29 @@ fn shapes_that_do_not_fit_are_refused() {
     assert!(matmul(KFormat::Q6K, &w, 1, &[0.0; 256], 1).is_some());
 }
 
+/// The lane kernel's Q6_K offsetting gives the same codes and block
+/// constants on AVX2 as the scalar loop.
+#[test]
+fn q6k_offsets_on_avx2_equal_the_scalar_ones() {
+    if !has_avx2() {
+        return;
+    }
+    let (n, k) = (3, 1024);
+    let dev = candle_core::Device::Cpu;
+    let wc = candle_core::Tensor::from_vec(values(n * k, 5), (n, k), &dev).expect("w");
+    let q = QTensor::quantize(&wc, GgmlDType::Q6K).expect("quantize");
+    let data = q.data().expect("data");
+    for row in data.chunks_exact(data.len() / n) {
+        let mut a = Unpacked::new(KFormat::Q6K, row, k, true);
+        let mut b = Unpacked::new(KFormat::Q6K, row, k, true);
+        a.offset_q6k(true);
+        b.offset_q6k(false);
+        assert_eq!(a.codes, b.codes);
+        assert_eq!(a.offsets, b.offsets);
+        assert_eq!(a.offsets.len(), k / 256);
+    }
+}
+
 /// The AVX2 unpacker writes the scalar code's bytes.
 #[test]
 fn avx2_unpacking_equals_the_scalar_one() {
