@@ -7,6 +7,11 @@
 //! The prompt is a chat turn asking to continue a long text, cut to
 //! `--prompt-tokens`; decode runs greedily for `--decode-tokens` without
 //! stopping at end-of-turn tokens, so every run does the same work.
+//!
+//! Our runs and llama-bench's alternate (one llama-bench repetition after
+//! each of our runs), and each ratio is the median of the per-round
+//! ratios: on a shared machine whose speed drifts over a minute, two
+//! blocks of runs one after the other would compare different machines.
 
 use super::{median, pool_threads, Bench, BenchReport, Peer, Row};
 use anyhow::Context as _;
@@ -32,7 +37,8 @@ pub(crate) struct ThinkerArgs {
     /// Tokens decoded for the decode measurement.
     #[arg(long, default_value_t = 64)]
     pub decode_tokens: usize,
-    /// Repetitions; the median is reported.
+    /// Rounds: each of our runs is followed by one llama-bench repetition;
+    /// medians are reported, the ratios as the median of the rounds'.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Expand quantized weights to f32 at load.
@@ -62,6 +68,10 @@ impl Default for ThinkerArgs {
 struct Ours {
     prefill_tps: f64,
     decode_tps: f64,
+    /// The peer's (prefill, decode) tokens/s of each round, where it ran.
+    peer: Vec<(f64, f64)>,
+    /// Each round's ratios ours / peer (prefill, decode).
+    ratios: Vec<(f64, f64)>,
     prompt_len: usize,
     weight_gbs: f64,
     mb_per_token: f64,
@@ -72,7 +82,14 @@ struct Ours {
     profile: String,
 }
 
-fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Ours> {
+/// Our figures; `peer` (given the prompt length) runs once after each of
+/// our runs and returns its (prefill, decode) tokens/s.
+fn measure(
+    o: &ThinkerArgs,
+    path: &Path,
+    spec: DeviceSpec,
+    mut peer: Option<&mut dyn FnMut(usize) -> anyhow::Result<(f64, f64)>>,
+) -> anyhow::Result<Ours> {
     let dev = edgeflow_backends::open(spec)?;
     let rss0 = super::resident_mb();
     let t = Instant::now();
@@ -106,7 +123,7 @@ fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Our
     let mut ids = tok.encode(&text)?;
     ids.truncate(o.prompt_tokens);
 
-    let (mut pre, mut dec) = (Vec::new(), Vec::new());
+    let (mut pre, mut dec, mut peer_runs) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..o.runs {
         model.reset();
         let t = Instant::now();
@@ -118,7 +135,28 @@ fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Our
             logits = model.forward(&[id])?;
         }
         dec.push(o.decode_tokens as f64 / t.elapsed().as_secs_f64());
+        let (p, d) = (pre[pre.len() - 1], dec[dec.len() - 1]);
+        if let Some(peer) = peer.as_mut() {
+            let (pp, pd) = peer(ids.len())?;
+            eprintln!(
+                "  round {}: prefill {p:.1} vs {pp:.1} tokens/s ({:.2}x), decode {d:.1} vs {pd:.1} ({:.2}x)",
+                pre.len(),
+                p / pp,
+                d / pd
+            );
+            peer_runs.push((pp, pd));
+        } else {
+            eprintln!(
+                "  run {}: prefill {p:.1} tokens/s, decode {d:.1}",
+                pre.len()
+            );
+        }
     }
+    let ratios = peer_runs
+        .iter()
+        .zip(pre.iter().zip(&dec))
+        .map(|(p, (pre, dec))| (pre / p.0, dec / p.1))
+        .collect();
     let profile = if o.profile_ops > 0 {
         // One more prefill and decode with every op timed (the timing
         // itself costs a little, so the timed runs above go without it).
@@ -154,6 +192,8 @@ fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Our
     Ok(Ours {
         prefill_tps: pre,
         decode_tps: dec,
+        peer: peer_runs,
+        ratios,
         prompt_len: ids.len(),
         weight_gbs: bytes * dec / 1e9,
         mb_per_token: bytes / 1e6,
@@ -173,63 +213,84 @@ fn measure(o: &ThinkerArgs, path: &Path, spec: DeviceSpec) -> anyhow::Result<Our
     })
 }
 
-/// llama.cpp's figures: (prefill tokens/s, decode tokens/s), means over
-/// its repetitions, and a note on how it ran.
-fn llama_cpp(
-    bin: &Path,
-    gguf: &Path,
+/// llama.cpp's `llama-bench` on one GGUF, one repetition per call.
+struct LlamaBench<'a> {
+    bin: &'a Path,
+    gguf: &'a Path,
     threads: usize,
-    o: &ThinkerArgs,
-    prompt_len: usize,
-) -> anyhow::Result<(f64, f64, String)> {
-    let run = |extra: &[&str]| {
-        Command::new(bin)
-            .arg("-m")
-            .arg(gguf)
-            .args(["-t", &threads.to_string()])
-            .args(["-p", &prompt_len.to_string()])
-            .args(["-n", &o.decode_tokens.to_string()])
-            .args(["-r", &o.runs.to_string()])
-            .args(["-o", "json"])
-            .args(extra)
-            .output()
-            .with_context(|| format!("running {}", bin.display()))
-    };
-    let mut note = format!("llama-bench, {threads} threads, mean of {} reps", o.runs);
-    let mut out = run(&[])?;
-    if !out.status.success() {
-        // On CPUs with AMX (Sapphire Rapids VMs) the repacked AMX matmul of
-        // this llama.cpp build crashes (SIGSEGV in ggml_backend_amx_mul_mat);
-        // the plain CPU kernels (still -march=native: AVX-512 / VNNI) run.
-        out = run(&["--repack", "0"])?;
-        note.push_str(", --repack 0 (the repacking run failed)");
+    decode_tokens: usize,
+    /// `--repack 0` (set once a repacking run has failed).
+    no_repack: bool,
+}
+
+impl LlamaBench<'_> {
+    /// One repetition with a prompt of `prompt_len` tokens: (prefill
+    /// tokens/s, decode tokens/s).
+    fn once(&mut self, prompt_len: usize) -> anyhow::Result<(f64, f64)> {
+        // Our pool's spinning threads go to sleep first.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let run = |no_repack: bool| {
+            let mut c = Command::new(self.bin);
+            c.arg("-m")
+                .arg(self.gguf)
+                .args(["-t", &self.threads.to_string()])
+                .args(["-p", &prompt_len.to_string()])
+                .args(["-n", &self.decode_tokens.to_string()])
+                .args(["-r", "1", "-o", "json"]);
+            if no_repack {
+                c.args(["--repack", "0"]);
+            }
+            c.output()
+                .with_context(|| format!("running {}", self.bin.display()))
+        };
+        let mut out = run(self.no_repack)?;
+        if !out.status.success() && !self.no_repack {
+            // On CPUs with AMX (Sapphire Rapids VMs) the repacked AMX matmul
+            // of this llama.cpp build crashes (SIGSEGV in
+            // ggml_backend_amx_mul_mat); the plain CPU kernels (still
+            // -march=native: AVX-512 / VNNI) run.
+            self.no_repack = true;
+            out = run(true)?;
+        }
+        if !out.status.success() {
+            anyhow::bail!(
+                "{} failed: {}",
+                self.bin.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("llama-bench printed no JSON")?;
+        let tests = v.as_array().context("llama-bench JSON is not a list")?;
+        let rate = |prompt: bool| {
+            tests
+                .iter()
+                .find(|t| {
+                    let p = t["n_prompt"].as_u64().unwrap_or(0);
+                    let g = t["n_gen"].as_u64().unwrap_or(0);
+                    if prompt {
+                        p > 0 && g == 0
+                    } else {
+                        g > 0 && p == 0
+                    }
+                })
+                .and_then(|t| t["avg_ts"].as_f64())
+                .context("no pp / tg result in llama-bench's JSON")
+        };
+        Ok((rate(true)?, rate(false)?))
     }
-    if !out.status.success() {
-        anyhow::bail!(
-            "{} failed: {}",
-            bin.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+
+    /// How it ran, for the report.
+    fn note(&self, runs: usize) -> String {
+        let mut note = format!(
+            "llama-bench, {} threads, median of {runs} reps, each after one of ours",
+            self.threads
         );
+        if self.no_repack {
+            note.push_str("; --repack 0 (the repacking run failed)");
+        }
+        note
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("llama-bench printed no JSON")?;
-    let tests = v.as_array().context("llama-bench JSON is not a list")?;
-    let rate = |prompt: bool| {
-        tests
-            .iter()
-            .find(|t| {
-                let p = t["n_prompt"].as_u64().unwrap_or(0);
-                let g = t["n_gen"].as_u64().unwrap_or(0);
-                if prompt {
-                    p > 0 && g == 0
-                } else {
-                    g > 0 && p == 0
-                }
-            })
-            .and_then(|t| t["avg_ts"].as_f64())
-            .context("no pp / tg result in llama-bench's JSON")
-    };
-    Ok((rate(true)?, rate(false)?, note))
 }
 
 impl Bench for ThinkerArgs {
@@ -276,12 +337,34 @@ impl Bench for ThinkerArgs {
             Some(p) => PathBuf::from(p),
             None => edgeflow_llm::SMOLLM2.path(edgeflow_llm::cards::GGUF_FILE)?,
         };
-        eprintln!(
-            "measuring {} prefill and decode...",
-            self.model.as_deref().unwrap_or("smollm2")
-        );
-        let ours = measure(self, &path, spec)?;
         let threads = pool_threads();
+        let bin = Peer::LlamaCpp.find();
+        let mut llama = bin.as_deref().map(|bin| LlamaBench {
+            bin,
+            gguf: &path,
+            threads,
+            decode_tokens: self.decode_tokens,
+            no_repack: false,
+        });
+        eprintln!(
+            "measuring {} prefill and decode{}...",
+            self.model.as_deref().unwrap_or("smollm2"),
+            if llama.is_some() {
+                ", alternating with llama.cpp's llama-bench on the same GGUF"
+            } else {
+                ""
+            }
+        );
+        let mut peer = llama
+            .as_mut()
+            .map(|l| move |prompt_len: usize| l.once(prompt_len));
+        let ours = measure(
+            self,
+            &path,
+            spec,
+            peer.as_mut()
+                .map(|p| p as &mut dyn FnMut(usize) -> anyhow::Result<(f64, f64)>),
+        )?;
         let mut r = BenchReport::new(
             format!(
                 "edgeflow bench thinker: {} on {spec}{}",
@@ -305,20 +388,34 @@ impl Bench for ThinkerArgs {
             .note(format!("{:.2} ms/token", 1e3 / ours.decode_tps));
         let bandwidth = Row::new("decode weight bandwidth", ours.weight_gbs, "GB/s")
             .note(format!("{:.1} MB read per token", ours.mb_per_token));
-        match Peer::LlamaCpp.find() {
-            Some(bin) => {
-                eprintln!("llama.cpp's llama-bench on the same GGUF...");
-                let (pp, tg, note) = llama_cpp(&bin, &path, threads, self, ours.prompt_len)?;
+        match &llama {
+            Some(l) if !ours.ratios.is_empty() => {
+                let pick = |v: &[(f64, f64)], prefill: bool| -> Vec<f64> {
+                    v.iter().map(|p| if prefill { p.0 } else { p.1 }).collect()
+                };
+                // The median of the rounds' ratios, and their spread.
+                let spread = |prefill: bool| {
+                    let v = pick(&ours.ratios, prefill);
+                    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = v.iter().copied().fold(0.0, f64::max);
+                    (median(v), format!("rounds {lo:.2}-{hi:.2}x"))
+                };
+                let ((rp, sp), (rd, sd)) = (spread(true), spread(false));
                 r.rows.push(
                     prefill
-                        .baseline(pp)
-                        .ratio(ours.prefill_tps / pp)
-                        .note(note.clone()),
+                        .baseline(median(pick(&ours.peer, true)))
+                        .ratio(rp)
+                        .note(format!("{}; {sp}", l.note(self.runs))),
                 );
-                r.rows.push(decode.baseline(tg).ratio(ours.decode_tps / tg));
+                r.rows.push(
+                    decode
+                        .baseline(median(pick(&ours.peer, false)))
+                        .ratio(rd)
+                        .note(format!("{:.2} ms/token; {sd}", 1e3 / ours.decode_tps)),
+                );
                 r.rows.push(bandwidth);
             }
-            None => {
+            _ => {
                 r.rows.extend([prefill, decode, bandwidth]);
                 r.peer_missing("prefill / decode vs llama.cpp", Peer::LlamaCpp.missing());
             }
@@ -335,8 +432,11 @@ impl Bench for ThinkerArgs {
                 )),
             );
         }
-        r.notes
-            .push("ratio = our tokens/s / llama.cpp's (above 1: ours faster)".into());
+        r.notes.push(
+            "ratio = our tokens/s / llama.cpp's (above 1: ours faster), the median of the \
+             per-round ratios"
+                .into(),
+        );
         if !ours.profile.is_empty() {
             r.notes.push(ours.profile);
         }
