@@ -19,8 +19,11 @@ use edgeflow_runtime::Result;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-/// Multiply-adds from which one product is split across threads.
-const PAR_MACS: usize = 1 << 24;
+/// Multiply-adds from which one product is split across threads (the TTS
+/// products above, 7 M, stay on one; DINOv2 ViT-S's 65 x 384 x 384
+/// attention output, 9.6 M, took 0.30 ms on one Zen 3 thread and 0.14 ms
+/// on two).
+const PAR_MACS: usize = 1 << 23;
 
 /// Rows (and output columns) from which a single product runs on
 /// [`sgemm`] rather than the `gemm` crate (prefill-shaped linear layers:
@@ -36,9 +39,25 @@ const SGEMM_MIN_COLS: usize = 16;
 const SGEMM_SHORT_K_ROWS: usize = 64;
 const SGEMM_SHORT_K: usize = 768;
 
+/// Without AVX-512, from [`SGEMM_SHORT_K_ROWS`] rows a product also stays
+/// on the `gemm` crate when either `n` or `k` is below this. On Zen 3 (AVX2
+/// only, 2 threads; `sgemm::tests::timing`, four runs) the crate took
+/// 0.72-0.86x [`sgemm`]'s time at 65 and 257 rows with `n` or `k` of 384
+/// or 768 (DINOv2 ViT-S's MLP output, 65 x 384 x 1536: 0.74-0.82x), and
+/// 0.87-1.14x at 257 x 3072 x 768; from 1024 the two were even (200-400
+/// rows x 1024-2048: 0.90-1.11x). A 16-lane packing for the AVX2 tile
+/// (contiguous 64-byte steps) did not change [`sgemm`]'s figures.
+const SGEMM_AVX2_MIN_NK: usize = 1024;
+
 /// Whether one `m x n x k` product runs on [`sgemm`].
 fn use_sgemm(m: usize, n: usize, k: usize) -> bool {
-    m >= SGEMM_MIN_ROWS && n >= SGEMM_MIN_COLS && (m < SGEMM_SHORT_K_ROWS || k >= SGEMM_SHORT_K)
+    if m < SGEMM_MIN_ROWS || n < SGEMM_MIN_COLS {
+        return false;
+    }
+    if m < SGEMM_SHORT_K_ROWS {
+        return true;
+    }
+    k >= SGEMM_SHORT_K && (sgemm::wide() || n.min(k) >= SGEMM_AVX2_MIN_NK)
 }
 
 /// A 4-d f32 view into a candle CPU tensor: its storage, start offset and

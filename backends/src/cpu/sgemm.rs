@@ -79,6 +79,11 @@ fn isa() -> Isa {
     Isa::Portable
 }
 
+/// Whether this CPU runs the AVX-512 tiles (`14 x 32`).
+pub(crate) fn wide() -> bool {
+    isa() == Isa::Avx512
+}
+
 /// Rows per panel for an instruction set.
 fn panel_rows(isa: Isa) -> usize {
     match isa {

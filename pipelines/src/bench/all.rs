@@ -99,6 +99,7 @@ pub(crate) fn benches(quick: bool) -> Vec<Box<dyn Bench>> {
         Box::new(VisionArgs {
             sizes: vec![112],
             runs: 3,
+            ..VisionArgs::default()
         }),
         Box::new(OmniArgs {
             codes: 24,
