@@ -170,6 +170,19 @@ impl Peer {
 }
 
 /// Median (NaN for none).
+/// Waits (a minute at most) for the CPU backend's background move of
+/// placed weights onto 2 MB pages, so that one-off copy does not share the
+/// cores with the timed runs, as a long-running pipeline would see them;
+/// says how long it took, for the report.
+pub(crate) fn settle_huge_pages() -> String {
+    let t = std::time::Instant::now();
+    if edgeflow_backends::wait_for_huge_pages(std::time::Duration::from_secs(60)) {
+        format!("on 2 MB pages {:.2} s later", t.elapsed().as_secs_f64())
+    } else {
+        "still moving to 2 MB pages after 60 s (timed anyway)".to_string()
+    }
+}
+
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)

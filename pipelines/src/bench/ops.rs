@@ -342,14 +342,6 @@ fn quantized(w: &Tensor) -> Result<QMatMul> {
     Ok(QMatMul::from_arc(Arc::clone(q))?)
 }
 
-/// Waits (a minute at most) for the CPU backend's background move of
-/// placed weights onto 2 MB pages, so that one-off copy does not share the
-/// cores with the timed calls (packed weights are a fresh allocation the
-/// backend moves after a second without new loads).
-fn settle_huge_pages() {
-    edgeflow_backends::wait_for_huge_pages(std::time::Duration::from_secs(60));
-}
-
 /// Decode GEMV `x[1, k] @ w[n, k]^T` over enough weight copies to stream
 /// `working_set_mb` per pass.
 fn gemv(
@@ -385,7 +377,9 @@ fn gemv(
         edgeflow_backends::advise_huge_pages(&w);
         unplaced.push(w);
     }
-    settle_huge_pages();
+    // Packed weights are a fresh allocation the backend moves after a
+    // second without new loads.
+    super::settle_huge_pages();
     // The raw candle calls: what candle_nn::Linear / QMatMul do.
     enum Raw {
         F(Vec<CTensor>),
@@ -436,7 +430,9 @@ fn qmatmul(dev: &Device, m: usize, k: usize, n: usize, dt: DType, o: &OpsArgs) -
     // tiles where they read them packed); candle's QMatMul reads GGML's
     // layout.
     let placed = dev.place(&w)?;
-    settle_huge_pages();
+    // Packed weights are a fresh allocation the backend moves after a
+    // second without new loads.
+    super::settle_huge_pages();
     let mm = quantized(&w)?;
     let (r, kk) = ab(
         dev,

@@ -102,15 +102,8 @@ fn measure(
     let load_s = t.elapsed().as_secs_f64();
     let rss_loaded = super::resident_mb();
     // The CPU backend moves the weights onto 2 MB pages on a background
-    // thread after loading (a one-off copy); the timed runs start once it
-    // is done, as a long-running pipeline sees them.
-    let t = Instant::now();
-    let settled = edgeflow_backends::wait_for_huge_pages(std::time::Duration::from_secs(60));
-    let pages = if settled {
-        format!("on 2 MB pages {:.2} s later", t.elapsed().as_secs_f64())
-    } else {
-        "still moving to 2 MB pages after 60 s (timed anyway)".to_string()
-    };
+    // thread after loading (a one-off copy).
+    let pages = super::settle_huge_pages();
     let filler = "The history of the printing press begins in the fifteenth century, when \
                   movable type changed how books were made, sold and read across Europe. ";
     let text = tok.render_chat(

@@ -75,16 +75,9 @@ impl Bench for VisionArgs {
         let load_s = t0.elapsed().as_secs_f64();
         // The CPU backend moves placed weights onto 2 MB pages on a
         // background thread after loading (a one-off copy of every
-        // weight); timing starts once it is done, as a long-running
-        // pipeline sees the encoder. Timed beside it, the first size's runs
-        // spread over 30-60 ms at 112 px where they are 30 ms alone.
-        let t1 = Instant::now();
-        let settled = edgeflow_backends::wait_for_huge_pages(std::time::Duration::from_secs(60));
-        let pages = if settled {
-            format!("on 2 MB pages {:.2} s later", t1.elapsed().as_secs_f64())
-        } else {
-            "still moving to 2 MB pages after 60 s (timed anyway)".to_string()
-        };
+        // weight). Timed beside it, the first size's runs spread over
+        // 30-60 ms at 112 px where they are 30 ms alone.
+        let pages = super::settle_huge_pages();
         let onnx = DINOV2_VITS14.path(ONNX_FILE)?;
         let python = Peer::Vision.find();
         let mut rep = BenchReport::new(
