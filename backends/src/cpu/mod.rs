@@ -38,6 +38,7 @@ pub(crate) mod huge_pages;
 mod kquants;
 mod linear;
 mod math;
+mod norm;
 mod ops;
 mod pack_cache;
 mod placed;
@@ -244,6 +245,9 @@ impl CpuBackend {
                     Some(b) => plain(b, name)?.to_dtype(x.dtype())?.contiguous()?,
                     None => g.zeros_like()?,
                 };
+                if let Some(y) = norm::layer_norm(&x, &g, &b, *eps as f32)? {
+                    return wrap(y);
+                }
                 wrap(candle_nn::ops::layer_norm(&x, &g, &b, *eps as f32)?)
             }
             Op::RmsNorm { eps } => {
