@@ -112,7 +112,8 @@ pub(crate) fn snake(
     })
 }
 
-fn has_avx2_fma() -> bool {
+/// Whether this CPU has AVX2 and FMA (the 8-lane kernels' features).
+pub(crate) fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")

@@ -15,6 +15,7 @@
 //! so both give the same bits. They differ from candle's (one pass of sums
 //! and sums of squares) by f32 rounding.
 
+use super::act::has_avx2_fma;
 use super::tensors::{cdev, with_f32_slice};
 use candle_core::Tensor as CTensor;
 use edgeflow_runtime::Result;
@@ -60,17 +61,6 @@ pub(crate) fn layer_norm(
         Some(y) => Some(CTensor::from_vec(y, x.shape(), &cdev())?),
         None => None,
     })
-}
-
-fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 /// One row (all slices of one length).
@@ -181,15 +171,11 @@ mod x86 {
 mod tests {
     use super::*;
 
+    /// Values in -1.5..2.5 (an offset mean, as activations have).
     fn values(len: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32) * 4.0 - 1.5
-            })
+        crate::cpu::tests::values(len, seed)
+            .into_iter()
+            .map(|v| 2.0 * v + 0.5)
             .collect()
     }
 

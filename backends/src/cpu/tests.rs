@@ -3,6 +3,20 @@ use super::tensors::ggml_dtype;
 use super::*;
 use edgeflow_runtime::{DType, Device};
 
+/// `len` pseudo-random values in -1..1 from `seed` (xorshift), for the
+/// kernels' tests across this module.
+pub(super) fn values(len: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
 fn bits(t: &Tensor) -> Vec<u32> {
     t.to_vec_f32()
         .expect("host f32")

@@ -24,17 +24,7 @@ fn reference(s: Conv1dShape, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64
     y
 }
 
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            (state as f32 / u32::MAX as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+use crate::cpu::tests::values as data;
 
 fn check(s: Conv1dShape, with_bias: bool) {
     let x = data(s.batch * s.c_in * s.t_in, 1);

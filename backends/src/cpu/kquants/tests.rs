@@ -4,17 +4,7 @@
 use super::*;
 use candle_core::quantized::QTensor;
 
-fn values(len: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+use crate::cpu::tests::values;
 
 const FORMATS: [(KFormat, GgmlDType); 3] = [
     (KFormat::Q4K, GgmlDType::Q4K),
