@@ -6,7 +6,8 @@
 //! and restarted mid-run; across the same kind of link with 5 % of the
 //! packets dropped, slowed to 128 kbit/s with a queue that delays and
 //! overflows, or 50 ms long each way and lossy, a `block` edge loses
-//! nothing and a `latest` edge still delivers the newest message.
+//! nothing and a `latest` edge still delivers the newest message, also to
+//! a part that comes after the last one was published.
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
 mod common;
@@ -105,6 +106,49 @@ fn a_finite_split_pipeline_ends_in_every_part_and_its_block_edge_loses_nothing()
             assert!(st["processed"].as_u64().unwrap() >= 400, "{st}");
         }
     }
+}
+
+#[test]
+fn a_part_that_comes_after_the_last_tick_still_gets_the_newest_on_a_latest_edge() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("late.yaml");
+    let port = free_port();
+    std::fs::write(
+        &file,
+        format!(
+            r#"name: late
+parts:
+  a: {{ listen: ["tcp/127.0.0.1:{port}"] }}
+  b: {{ connect: ["tcp/127.0.0.1:{port}"] }}
+stages:
+  - {{ id: ticks, kind: timer, part: a, params: {{ rate_hz: 100, count: 20 }} }}
+  - {{ id: fresh, kind: stdout, part: b }}
+edges:
+  - {{ from: ticks.out, to: fresh.in, policy: latest, capacity: 1 }}
+"#
+        ),
+    )
+    .unwrap();
+    // Part a's ticks (0.2 s) are over before part b starts: zenoh routes
+    // a publication only to a subscriber already declared, so the edge
+    // itself must keep its newest message for the part that comes.
+    let mut a = Proc::spawn(part(&file, "a", &[]));
+    assert!(
+        a.wait_line("part `a` of `late`", Duration::from_secs(20))
+            .is_some(),
+        "part a started"
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let b = Proc::spawn(part(&file, "b", &["--timeout", "30"]));
+    let (code_b, out_b) = b.finish(Duration::from_secs(30));
+    let (code_a, _) = a.finish(Duration::from_secs(30));
+    assert_eq!((code_a, code_b), (Some(0), Some(0)), "both parts end");
+    let ticks: Vec<&str> = out_b.lines().filter(|l| l.contains("index: ")).collect();
+    assert!(
+        ticks.last().is_some_and(|l| l.contains("index: 19")),
+        "part b got the newest tick, 19: {ticks:?}"
+    );
 }
 
 #[test]

@@ -318,6 +318,10 @@ fn new_instance() -> u64 {
     h.finish()
 }
 
+/// The attachment of a `latest` edge's newest message sent again when a
+/// subscriber appears: a receiver that took it already drops it.
+pub(crate) const AGAIN: &[u8; 4] = b"efla";
+
 /// The attachment bytes for sender instance `instance`.
 pub(crate) fn instance_attachment(instance: u64) -> Vec<u8> {
     let mut a = INSTANCE_TAG.to_vec();

@@ -9,7 +9,8 @@
 //! | edge policy | publisher | subscriber |
 //! |---|---|---|
 //! | `block` | reliable, congestion control block, express, credit window = the edge's capacity, waits while the consuming part is absent | FIFO, delivers from zenoh's callback while the edge has room (else its thread does, in order), acknowledges every `capacity / 2` delivered messages and the rest when the stream pauses |
-//! | `latest`, `drop_oldest`, `drop_newest` | reliable, congestion control drop, express | the same policy on its queue (drops counted) |
+//! | `latest` | reliable, congestion control drop, express; its newest message, if published while the consuming part was absent, is sent again when it comes (and before the end of stream) | the same policy on its queue (drops counted); a message sent again that it has already is dropped |
+//! | `drop_oldest`, `drop_newest` | reliable, congestion control drop, express | the same policy on its queue (drops counted) |
 //!
 //! The publisher runs inline on the producing stage's thread (no hand-off
 //! to a thread of its own; a full window stalls the producer itself).

@@ -295,7 +295,7 @@ impl StageFactory for ZenohSubKind {
                 });
                 let attachment = sample.attachment().map(|a| a.to_bytes());
                 match r {
-                    Ok(m) if !sh.admit(&stage_id, attachment.as_deref(), m.header.seq) => {}
+                    Ok(m) if !sh.admit(&stage_id, attachment.as_deref(), &m.header) => {}
                     Ok(m) => match sh.direct.get() {
                         Some(Direct::Drops(h)) => sh.emit_direct(h, m),
                         Some(Direct::Blocks(h)) => sh.emit_or_hold(h, m, capacity),
@@ -422,6 +422,10 @@ struct SubShared {
     /// With `ack`: the windowed sender's instance and the last link
     /// sequence number taken from it (what is at or below is a duplicate).
     link: Mutex<(Option<u64>, u64)>,
+    /// Without `ack`: the last message's header. A `latest` publisher
+    /// sends its newest message again when a subscriber appears, which
+    /// can reach a subscriber that took it already.
+    last: Mutex<Option<wire::Header>>,
     /// Duplicates dropped (messages sent again after a lost link).
     duplicates: AtomicU64,
     /// The end of stream was acknowledged: one sent again is acknowledged
@@ -475,8 +479,17 @@ impl SubShared {
     /// it sent again (after a lost link or a missing acknowledgement) that
     /// was already taken is dropped and acknowledged again. A new sender
     /// instance (a restarted process) numbers from 1 afresh.
-    fn admit(&self, id: &str, attachment: Option<&[u8]>, seq: u64) -> bool {
+    /// Without `ack`, a message sent again ([`crate::link::AGAIN`]) whose
+    /// header is the last one's is a duplicate.
+    fn admit(&self, id: &str, attachment: Option<&[u8]>, header: &wire::Header) -> bool {
+        let seq = header.seq;
         let Some(acker) = self.acker.as_ref().filter(|_| self.ack_data) else {
+            let mut last = self.last.lock();
+            if attachment == Some(&crate::link::AGAIN[..]) && last.as_ref() == Some(header) {
+                self.duplicates.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            *last = Some(*header);
             return true;
         };
         let Some(instance) = crate::link::instance_of(attachment) else {

@@ -9,7 +9,9 @@ use edgeflow_graph::{
     BuildEnv, Input, Message, ParamInfo, ParamType, Params, PortSpec, PortType, Ports, Stage,
     StageCtx, StageError, StageFactory, StageInfo, StageResult,
 };
-use std::time::Duration;
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use zenoh::bytes::ZBytes;
 use zenoh::qos::{CongestionControl, Priority, Reliability};
 use zenoh::Wait;
@@ -111,7 +113,7 @@ impl StageFactory for ZenohPubKind {
             ParamInfo::required("key", ParamType::String, "zenoh key expression to publish on"),
             ParamInfo::optional("type", ParamType::String, "wire kind; only needed to send tensors as robot_state (default: from the payload)"),
             ParamInfo::new("reliability", ParamType::String, "reliable", "reliable or best_effort"),
-            ParamInfo::new("policy", ParamType::String, "block", "edge-policy vocabulary mapped to congestion control: block -> block, latest / drop_oldest / drop_newest -> drop"),
+            ParamInfo::new("policy", ParamType::String, "block", "edge-policy vocabulary mapped to congestion control: block -> block, latest / drop_oldest / drop_newest -> drop; with latest, the newest message published while no subscriber matched is sent again when one appears"),
             ParamInfo::optional("congestion_control", ParamType::String, "block or drop (overrides `policy`)"),
             ParamInfo::new("priority", ParamType::String, "data", "real_time, interactive_high, interactive_low, data_high, data, data_low, background"),
             ParamInfo::new("express", ParamType::Bool, false, "send each message at once instead of batching"),
@@ -192,6 +194,18 @@ impl StageFactory for ZenohPubKind {
         } else {
             None
         };
+        let publisher = Arc::new(publisher);
+        let (newest, matching) = if p.get_or::<String>("policy", "block".to_string())? == "latest" {
+            let (newest, listener) = Newest::watch(&publisher).map_err(|e| {
+                StageError::msg(format!(
+                    "zenoh_pub `{}`: cannot watch the subscribers of `{key}`: {e}",
+                    env.stage_id
+                ))
+            })?;
+            (Some(newest), Some(listener))
+        } else {
+            (None, None)
+        };
         let token = declare_token(&session, "zenoh_pub", &env.stage_id, token)?;
         Ok(Box::new(ZenohPub {
             kind,
@@ -201,6 +215,8 @@ impl StageFactory for ZenohPubKind {
             data_window,
             sent: 0,
             publisher,
+            newest,
+            _matching: matching,
             _token: token,
             _session: session,
         }))
@@ -217,9 +233,90 @@ pub struct ZenohPub {
     /// end of stream.
     data_window: bool,
     sent: u64,
-    publisher: zenoh::pubsub::Publisher<'static>,
+    publisher: Arc<zenoh::pubsub::Publisher<'static>>,
+    /// `policy: latest`: the newest message, for a subscriber that comes
+    /// after it was published.
+    newest: Option<Arc<Mutex<Newest>>>,
+    _matching: Option<zenoh::matching::MatchingListener<()>>,
     _token: Option<zenoh::liveliness::LivelinessToken>,
     _session: SharedSession,
+}
+
+/// A `latest` edge's newest message. zenoh sends a publication only where
+/// a subscriber is declared, so a message published before the consumer's
+/// subscription reached this part (a part that starts or reconnects late,
+/// a slow link) would be lost, and with it the edge's promise that the
+/// consumer sees the newest value. The newest message published while no
+/// subscriber matched is sent again when one appears.
+struct Newest {
+    bytes: Option<ZBytes>,
+    /// `bytes` was published while no subscriber matched.
+    unrouted: bool,
+    /// A subscriber matches, as the matching listener last said.
+    matched: bool,
+}
+
+impl Newest {
+    /// Track `publisher`'s subscribers: the listener sends the newest
+    /// message again when the first one appears.
+    fn watch(
+        publisher: &Arc<zenoh::pubsub::Publisher<'static>>,
+    ) -> Result<(Arc<Mutex<Newest>>, zenoh::matching::MatchingListener<()>), zenoh::Error> {
+        let newest = Arc::new(Mutex::new(Newest {
+            bytes: None,
+            unrouted: false,
+            matched: false,
+        }));
+        let (n, p) = (newest.clone(), publisher.clone());
+        let listener = publisher
+            .matching_listener()
+            .callback(move |status| {
+                let mut n = n.lock();
+                n.matched = status.matching();
+                if n.matched && n.unrouted {
+                    if let Some(b) = &n.bytes {
+                        let again = p.put(b.clone()).attachment(&crate::link::AGAIN[..]);
+                        if let Err(e) = again.wait() {
+                            eprintln!(
+                                "zenoh_pub: sending the newest message on `{}` again: {e}",
+                                p.key_expr()
+                            );
+                        }
+                    }
+                    n.unrouted = false;
+                }
+            })
+            .wait()?;
+        Ok((newest, listener))
+    }
+
+    /// Publish `bytes` with `put` and keep them as the newest message.
+    fn put(
+        newest: &Mutex<Newest>,
+        bytes: ZBytes,
+        put: impl FnOnce(ZBytes) -> Result<(), zenoh::Error>,
+    ) -> Result<(), zenoh::Error> {
+        let mut n = newest.lock();
+        put(bytes.clone())?;
+        n.unrouted = !n.matched;
+        n.bytes = Some(bytes);
+        Ok(())
+    }
+
+    /// Wait up to `grace` (or until `give_up`) for the newest message to
+    /// be sent to a subscriber; whether it was.
+    fn settle(newest: &Mutex<Newest>, grace: Duration, give_up: impl Fn() -> bool) -> bool {
+        let t0 = Instant::now();
+        loop {
+            if !newest.lock().unrouted {
+                return true;
+            }
+            if give_up() || t0.elapsed() >= grace {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
 
 impl std::fmt::Debug for ZenohPub {
@@ -304,7 +401,11 @@ impl Stage for ZenohPub {
         if let Some(w) = self.window.as_ref().filter(|_| self.data_window) {
             w.keep(seq, Route::Data, bytes.clone());
         }
-        self.put(bytes).map_err(|e| {
+        let sent = match &self.newest {
+            Some(n) => Newest::put(n, bytes, |b| self.put(b)),
+            None => self.put(bytes),
+        };
+        sent.map_err(|e| {
             StageError::msg(format!(
                 "zenoh_pub `{}`: put on `{}` failed: {e}",
                 ctx.id(),
@@ -316,6 +417,19 @@ impl Stage for ZenohPub {
 
     fn finish(&mut self, ctx: &mut StageCtx) -> StageResult {
         let id = ctx.id().to_string();
+        // A receiving part on its way gets the newest message before the
+        // end of stream (within the end's grace, which this wait spends).
+        let t_end = Instant::now();
+        if let (Some(n), true) = (&self.newest, self.eos && self.window.is_some()) {
+            if !Newest::settle(n, EOS_GRACE, || ctx.should_stop()) && !ctx.should_stop() {
+                eprintln!(
+                    "zenoh_pub `{id}`: no subscriber on `{}` came for the newest message within {} s",
+                    self.key,
+                    EOS_GRACE.as_secs()
+                );
+                ctx.record("newest_unsent", 1.0);
+            }
+        }
         let Some(w) = &self.window else {
             if self.eos {
                 crate::link::send_eos(&self._session, &self.key, self.sent)
@@ -328,7 +442,12 @@ impl Stage for ZenohPub {
         // process may exit as soon as this returns.
         let grace = if self.data_window { DRAIN } else { EOS_GRACE };
         let mut done = w.drain(grace, || ctx.should_stop(), |r, b| self.resend(&id, r, b));
-        let t0 = std::time::Instant::now();
+        // A block edge's grace starts after its drain.
+        let t0 = if self.data_window {
+            Instant::now()
+        } else {
+            t_end
+        };
         let give_up = || ctx.should_stop() || t0.elapsed() >= grace;
         if self.eos {
             let bytes = ZBytes::from(
