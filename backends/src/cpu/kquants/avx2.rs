@@ -428,6 +428,7 @@ pub(super) unsafe fn block_value<const NG: usize, const MINMAX: bool>(
     dx: __m256,
     isum: __m256i,
 ) -> __m256 {
+    debug_assert!(g.gs.len() >= (b + 1) * NG * 8);
     let mut gsum = _mm256_setzero_si256();
     for p in 0..NG / 2 {
         // SAFETY: (b * NG / 2 + p) * 16 + 16 <= g.gs.len() (NG * 8 per

@@ -19,6 +19,7 @@ pub(crate) struct Rows8 {
     /// pair holds groups `2p` and `2p + 1` side by side, so one `madd`
     /// against a weight row's [`super::Unpacked::min_pairs`] gives each lane its
     /// two terms (i16: a group of at most 32 codes of at most 127).
+    /// Empty for Q6_K in the lanes layout, whose kernel does not read it.
     pub(super) gs: Vec<i16>,
     /// The eight rows' codes interleaved as [`Self::layout`] says.
     pub(super) codes: Vec<i8>,
@@ -42,7 +43,10 @@ impl Rows8 {
         let nb = xq.k / xq.block;
         let rows = (m - r0).min(8);
         let mut dx = vec![0f32; nb * 8];
-        let mut gs = vec![0i16; nb * fmt.groups() * 8];
+        // The lane kernel's Q6_K path folds the code sums' term into a
+        // constant of the weight row (`Unpacked::offset_q6k`): no sums.
+        let sums = !(layout == Layout::Lanes && fmt == KFormat::Q6K);
+        let mut gs = vec![0i16; if sums { nb * fmt.groups() * 8 } else { 0 }];
         for lane in 0..8 {
             fill_lane(
                 fmt,
@@ -87,7 +91,7 @@ impl Rows8 {
 /// Row `r`'s block scales and group code sums (of
 /// [`KFormat::groups`]) into lane `lane` of `lanes`: `dx` is `[block][lane]`,
 /// `gs` `[block][group pair][lane][2]` (the layout of [`Rows8`] and the
-/// AMX kernel's row groups).
+/// AMX kernel's row groups); an empty `gs` takes no sums.
 pub(super) fn fill_lane(
     fmt: KFormat,
     xq: &Acts,
@@ -102,6 +106,9 @@ pub(super) fn fill_lane(
     let (sc, sums) = (xq.scales(r), xq.sums(r));
     for (b, &d) in sc.iter().enumerate() {
         dx[b * lanes + lane] = d;
+        if gs.is_empty() {
+            continue;
+        }
         for j in 0..g {
             let at = (b * g + j) * per;
             let s: i32 = sums[at..at + per].iter().sum();
