@@ -4,8 +4,12 @@
 //! `scripts/dinov2_reference.py bench`, from the venv of
 //! `scripts/peer_envs.sh vision`), same input sizes, same thread count
 //! (ours: the CPU backend's pool, `RAYON_NUM_THREADS`; onnxruntime:
-//! `intra_op_num_threads`), in the same run. Times are medians of `--runs`
-//! forward passes of one image after warm-up.
+//! `intra_op_num_threads`), in the same run. Each of `--rounds` rounds
+//! times `--runs` forward passes of one image on ours, then as many on
+//! onnxruntime; the times are the medians of the rounds' medians and the
+//! ratio the median of the rounds' ratios, with their spread. On a shared
+//! machine whose speed moves within a minute, alternating keeps the two
+//! sides on the same machine state.
 
 use super::{median, pool_threads, repo_root, Bench, BenchReport, Peer, Row};
 use anyhow::Context as _;
@@ -24,6 +28,10 @@ pub(crate) struct VisionArgs {
     /// Timed runs per size (after warm-up).
     #[arg(long, default_value_t = 10)]
     pub runs: usize,
+    /// Rounds, each ours then onnxruntime (the ratio is the median of the
+    /// rounds').
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// After the timed runs, time every op of one more forward pass per
     /// size and print the N costliest (op, input shapes) rows (0: off).
     #[arg(long, default_value_t = 0)]
@@ -35,6 +43,7 @@ impl Default for VisionArgs {
         VisionArgs {
             sizes: vec![224, 112],
             runs: 10,
+            rounds: 3,
             profile_ops: 0,
         }
     }
@@ -59,6 +68,9 @@ impl Bench for VisionArgs {
         if self.runs != d.runs {
             a.extend(["--runs".into(), self.runs.to_string()]);
         }
+        if self.rounds != d.rounds {
+            a.extend(["--rounds".into(), self.rounds.to_string()]);
+        }
         if self.profile_ops != d.profile_ops {
             a.extend(["--profile-ops".into(), self.profile_ops.to_string()]);
         }
@@ -69,6 +81,7 @@ impl Bench for VisionArgs {
         eprintln!("measuring the DINOv2 encoder (and onnxruntime)...");
         let n = pool_threads();
         let runs = self.runs.max(1);
+        let rounds = self.rounds.max(1);
         let dev = edgeflow_backends::open(DeviceSpec::Cpu)?;
         let t0 = Instant::now();
         let model = edgeflow_dinov2::load(&edgeflow_dinov2::default_weights()?, &dev)?;
@@ -86,7 +99,7 @@ impl Bench for VisionArgs {
             "ours / onnxruntime",
         );
         rep.context.push(format!(
-            "one image per forward pass (batch 1), median of {runs} runs after warm-up; weights load {:.0} ms, {pages}",
+            "one image per forward pass (batch 1); {rounds} rounds of {runs} runs after warm-up, ours then onnxruntime; weights load {:.0} ms, {pages}",
             load_s * 1e3
         ));
         for &size in &self.sizes {
@@ -98,16 +111,46 @@ impl Bench for VisionArgs {
                 .map(|i| ((i * 7919) % 255) as f32 / 127.0 - 1.0)
                 .collect();
             let x = dev.place(&Tensor::from_vec(v, &[1, 3, size, size])?)?;
-            let mut times = Vec::new();
-            for run in 0..runs + 2 {
-                let t0 = Instant::now();
-                let y = model.forward(&dev, &x)?;
-                let _ = dev.to_host(&y)?;
-                if run >= 2 {
-                    times.push(t0.elapsed().as_secs_f64() * 1e3);
+            let peer = |py: &std::path::Path| -> anyhow::Result<Option<f64>> {
+                let r = Command::new(py)
+                    .arg(repo_root().join("scripts/dinov2_reference.py"))
+                    .arg("bench")
+                    .arg("--onnx")
+                    .arg(&onnx)
+                    .args(["--size", &size.to_string()])
+                    .args(["--threads", &n.to_string()])
+                    .args(["--runs", &runs.to_string()])
+                    .output()
+                    .with_context(|| format!("running {}", py.display()))?;
+                if !r.status.success() {
+                    anyhow::bail!(
+                        "the onnxruntime bench failed: {}",
+                        String::from_utf8_lossy(&r.stderr)
+                    );
+                }
+                let j: serde_json::Value = serde_json::from_slice(&r.stdout)
+                    .context("the onnxruntime bench printed no JSON")?;
+                Ok(j["median_ms"].as_f64())
+            };
+            let (mut ours_r, mut peer_r, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                let mut times = Vec::new();
+                for run in 0..runs + 2 {
+                    let t0 = Instant::now();
+                    let y = model.forward(&dev, &x)?;
+                    let _ = dev.to_host(&y)?;
+                    if run >= 2 {
+                        times.push(t0.elapsed().as_secs_f64() * 1e3);
+                    }
+                }
+                let ours = median(times);
+                ours_r.push(ours);
+                if let Some(p) = python.as_deref().map(peer).transpose()?.flatten() {
+                    peer_r.push(p);
+                    ratios.push(ours / p);
                 }
             }
-            let ours = median(times);
+            let ours = median(ours_r);
             if self.profile_ops > 0 {
                 // One more pass with every op timed (the timing costs a
                 // little, so the timed runs above go without it).
@@ -123,35 +166,18 @@ impl Bench for VisionArgs {
             }
             let (gh, gw) = model.grid(size, size);
             let label = format!("{size}x{size} ({} tokens)", 1 + gh * gw);
-            let peer = match &python {
-                Some(py) => {
-                    let r = Command::new(py)
-                        .arg(repo_root().join("scripts/dinov2_reference.py"))
-                        .arg("bench")
-                        .arg("--onnx")
-                        .arg(&onnx)
-                        .args(["--size", &size.to_string()])
-                        .args(["--threads", &n.to_string()])
-                        .args(["--runs", &runs.to_string()])
-                        .output()
-                        .with_context(|| format!("running {}", py.display()))?;
-                    if !r.status.success() {
-                        anyhow::bail!(
-                            "the onnxruntime bench failed: {}",
-                            String::from_utf8_lossy(&r.stderr)
-                        );
-                    }
-                    let j: serde_json::Value = serde_json::from_slice(&r.stdout)
-                        .context("the onnxruntime bench printed no JSON")?;
-                    j["median_ms"].as_f64()
-                }
-                None => None,
+            let spread = |v: &[f64]| {
+                let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = v.iter().copied().fold(0.0, f64::max);
+                format!("rounds {lo:.2}-{hi:.2}x")
             };
+            let peer = (!ratios.is_empty())
+                .then(|| (median(peer_r), spread(&ratios), median(ratios.clone())));
             rep.rows.push(match peer {
-                Some(p) => Row::new(label, ours, "ms")
+                Some((p, spread, ratio)) => Row::new(label, ours, "ms")
                     .baseline(p)
-                    .ratio(ours / p)
-                    .note(format!("onnxruntime, {n} threads")),
+                    .ratio(ratio)
+                    .note(format!("onnxruntime, {n} threads; {spread}")),
                 None => Row::new(label, ours, "ms"),
             });
         }
