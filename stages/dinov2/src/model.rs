@@ -321,7 +321,16 @@ impl Dinov2 {
     /// Pixels `[b, 3, h, w]` (normalised, e.g. by
     /// [`edgeflow_vision::Preprocess`]) to the last hidden state
     /// `[b, 1 + (h / 14) * (w / 14), hidden]`.
+    ///
+    /// The pass runs as one batch of ops ([`Device::batch`]): on the CPU,
+    /// on a worker of the thread pool with the others kept awake, so the
+    /// linear layers' splits do not wait for sleeping threads to wake.
     pub fn forward(&self, dev: &Device, pixels: &Tensor) -> Result<Tensor> {
+        dev.batch(|| self.forward_ops(dev, pixels))
+    }
+
+    /// [`Self::forward`]'s ops.
+    fn forward_ops(&self, dev: &Device, pixels: &Tensor) -> Result<Tensor> {
         let mut x = self.embed(dev, pixels)?;
         for layer in &self.layers {
             x = layer.forward(dev, &x)?;
