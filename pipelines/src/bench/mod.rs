@@ -188,6 +188,14 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// The median of rounds' ratios, and their spread as a note
+/// (`rounds 0.91-1.04x`).
+pub(crate) fn rounds_ratio(ratios: &[f64]) -> (f64, String) {
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(0.0, f64::max);
+    (median(ratios.to_vec()), format!("rounds {lo:.2}-{hi:.2}x"))
+}
+
 /// This process's resident memory now and at its peak, MB (`VmRSS`,
 /// `VmHWM` of `/proc/self/status`); `None` where there is no such file.
 pub(crate) fn resident_mb() -> Option<(f64, f64)> {

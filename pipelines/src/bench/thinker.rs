@@ -387,12 +387,7 @@ impl Bench for ThinkerArgs {
                     v.iter().map(|p| if prefill { p.0 } else { p.1 }).collect()
                 };
                 // The median of the rounds' ratios, and their spread.
-                let spread = |prefill: bool| {
-                    let v = pick(&ours.ratios, prefill);
-                    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-                    let hi = v.iter().copied().fold(0.0, f64::max);
-                    (median(v), format!("rounds {lo:.2}-{hi:.2}x"))
-                };
+                let spread = |prefill: bool| super::rounds_ratio(&pick(&ours.ratios, prefill));
                 let ((rp, sp), (rd, sd)) = (spread(true), spread(false));
                 r.rows.push(
                     prefill

@@ -166,13 +166,10 @@ impl Bench for VisionArgs {
             }
             let (gh, gw) = model.grid(size, size);
             let label = format!("{size}x{size} ({} tokens)", 1 + gh * gw);
-            let spread = |v: &[f64]| {
-                let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = v.iter().copied().fold(0.0, f64::max);
-                format!("rounds {lo:.2}-{hi:.2}x")
-            };
-            let peer = (!ratios.is_empty())
-                .then(|| (median(peer_r), spread(&ratios), median(ratios.clone())));
+            let peer = (!ratios.is_empty()).then(|| {
+                let (ratio, spread) = super::rounds_ratio(&ratios);
+                (median(peer_r), spread, ratio)
+            });
             rep.rows.push(match peer {
                 Some((p, spread, ratio)) => Row::new(label, ours, "ms")
                     .baseline(p)
