@@ -6,6 +6,10 @@ use std::process::ExitCode;
 mod bench;
 mod cli;
 
+/// Large allocations (weights, big activations) fault in on 2 MB pages.
+#[global_allocator]
+static ALLOC: edgeflow_backends::HugePageAlloc = edgeflow_backends::HugePageAlloc;
+
 /// Run multimodal agent pipelines (speech, voice loops, robot control) from YAML.
 #[derive(Debug, Parser)]
 #[command(name = "edgeflow", version, about, long_about = None)]
