@@ -11,6 +11,11 @@ use edgeflow::graph::{
 use edgeflow::{Payload, Pipeline, PipelineBuilder};
 use std::time::Duration;
 
+/// Large allocations (a model's weights) fault in on 2 MB pages, as in the
+/// `edgeflow` CLI.
+#[global_allocator]
+static ALLOC: edgeflow::HugePageAlloc = edgeflow::HugePageAlloc;
+
 /// A stage kind of our own: upper-cases text, optionally slowly, word by word
 /// (like a talker streaming a reply), and stops mid-reply when cancelled.
 struct Shout;

@@ -5,7 +5,10 @@
 //! in one [`model_cards()`], plus re-exports of the engine, runtime and
 //! model registry, so a host program can build a pipeline from YAML or in
 //! code, push into and pull from named ports, cancel an epoch and join.
+//! A program that loads large models may install [`HugePageAlloc`] as its
+//! global allocator, as the `edgeflow` CLI does.
 
+pub use edgeflow_backends::HugePageAlloc;
 pub use edgeflow_graph as graph;
 pub use edgeflow_graph::{
     Message, MetricsSnapshot, Payload, Pipeline, PipelineBuilder, Registry, Running,
