@@ -56,6 +56,10 @@ pub(crate) struct OmniArgs {
     /// Skip the token2wav rows (they take minutes on a small CPU).
     #[arg(long)]
     pub no_token2wav: bool,
+    /// After each model's timed runs, one more run with every op timed:
+    /// the top K ops by time go into the notes (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub profile_ops: usize,
 }
 
 impl Default for OmniArgs {
@@ -68,6 +72,7 @@ impl Default for OmniArgs {
             hifigan_frames: 172,
             runs: 3,
             no_token2wav: false,
+            profile_ops: 0,
         }
     }
 }
@@ -87,6 +92,32 @@ fn times_ms(runs: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::R
 /// Median milliseconds of `runs` calls of `f` after one warm-up call.
 fn time_ms(runs: usize, f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
     Ok(median(times_ms(runs, f)?))
+}
+
+impl OmniArgs {
+    /// With `--profile-ops K`, one more call of `f` with every op timed;
+    /// its top K ops go into the report's notes under `what`.
+    fn profile(
+        &self,
+        dev: &Device,
+        rep: &mut BenchReport,
+        what: &str,
+        mut f: impl FnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        if self.profile_ops == 0 {
+            return Ok(());
+        }
+        dev.stats().profile_ops(true);
+        let r = f();
+        let rows = dev.stats().op_profile();
+        dev.stats().profile_ops(false);
+        r?;
+        rep.notes.push(format!(
+            "{what}: {}",
+            edgeflow_runtime::render_op_profile(&rows, self.profile_ops)
+        ));
+        Ok(())
+    }
 }
 
 /// Run the torch peer; its JSON (last stdout line), or None without a venv.
@@ -200,6 +231,11 @@ impl OmniArgs {
             Ok(())
         })?);
         voc_t.extend(times_ms(self.runs, vocode)?);
+        self.profile(dev, rep, "BigVGAN", vocode)?;
+        self.profile(dev, rep, "DiT", || {
+            model.sample_seeded(&spk, &codes, 5, &opts, || false)?;
+            Ok(())
+        })?;
         let (dit_ms, voc_ms) = (median(dit_t), median(voc_t));
         let pd = p.as_ref().and_then(|j| j["dit_ms"].as_f64());
         let pv = p.as_ref().and_then(|j| j["bigvgan_ms"].as_f64());
@@ -261,6 +297,7 @@ impl OmniArgs {
             dir.display().to_string(),
         ])?;
         t.extend(times_ms(self.runs, run)?);
+        self.profile(dev, rep, "HiFi-GAN", run)?;
         let ms = median(t);
         let base = p.as_ref().and_then(|j| j["median_ms"].as_f64());
         let audio_s = (frames * cfg.hop_length()) as f64 / f64::from(cfg.sampling_rate);
@@ -297,6 +334,7 @@ impl Bench for OmniArgs {
         push("--right", self.right, d.right);
         push("--hifigan-frames", self.hifigan_frames, d.hifigan_frames);
         push("--runs", self.runs, d.runs);
+        push("--profile-ops", self.profile_ops, d.profile_ops);
         if self.no_token2wav {
             a.push("--no-token2wav".into());
         }
