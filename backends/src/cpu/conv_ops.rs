@@ -2,7 +2,7 @@
 //! candle tensors in and out, the transposed convolution in polyphase form.
 
 use super::conv;
-use super::pack_cache::{packed_weights, PackKind};
+use super::pack_cache::{packed_weights, PackKind, PlacedConv};
 use super::plain::f32_values;
 use super::tensors::{cdev, dense, with_f32_slice};
 use candle_core::{DType as CDType, Tensor as CTensor};
@@ -12,11 +12,12 @@ use edgeflow_runtime::{Result, Tensor};
 /// ([`conv`]), optionally with a leaky ReLU on `x`, a residual added
 /// and the output written as `phases` interleaved phases
 /// ([`Op::Conv1dFused`]); None for shapes it does not take (candle runs
-/// those).
+/// those). `placed`: where `w` came from placed weights, which keep its pack.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv1d_direct(
     x: &CTensor,
     w: &CTensor,
+    placed: Option<&PlacedConv>,
     bias: Option<&Tensor>,
     padding: usize,
     dilation: usize,
@@ -51,7 +52,7 @@ pub(crate) fn conv1d_direct(
         Some(_) => return Ok(None),
         None => None,
     };
-    let Some(pw) = packed_weights(w, PackKind::Conv { phases }, |ws| {
+    let Some(pw) = packed_weights(placed, w, PackKind::Conv { phases }, |ws| {
         conv::PackedWeights::new(c_out, c_in, k, ws, phases)
     })?
     else {
@@ -87,10 +88,12 @@ pub(crate) fn conv1d_direct(
 /// interleaved in time by the kernel. candle scatters every input through
 /// all `k` taps instead (31 GFLOP/s on the bench shape, against ~140 for
 /// the direct kernel on the same machine). None for shapes it does not take.
+/// `placed`: where `w` came from placed weights, which keep its pack.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_transpose1d_direct(
     x: &CTensor,
     w: &CTensor,
+    placed: Option<&PlacedConv>,
     bias: Option<&Tensor>,
     stride: usize,
     padding: usize,
@@ -125,7 +128,7 @@ pub(crate) fn conv_transpose1d_direct(
         padding,
         output_padding,
     };
-    let Some(pw) = packed_weights(w, kind, |ws| {
+    let Some(pw) = packed_weights(placed, w, kind, |ws| {
         let wp = poly.rearrange(ws)?;
         conv::PackedWeights::new(stride * c_out, c_in, poly.taps, &wp, stride)
     })?

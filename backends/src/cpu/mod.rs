@@ -23,6 +23,10 @@
 //! Placing a Q8_0 / Q4_0 / Q4_1 matrix ([`Backend::make_resident`]) packs it into
 //! the int8 kernels' tile layout where they read one ([`PackedWeights`]):
 //! a buffer of this backend, of the same size, that every op still takes.
+//! Placing a f32 tensor of rank 3 (a convolution's weights) keeps it as a
+//! [`PlacedConv`], which holds the direct kernel's packs of it from their
+//! first use for as long as the weights live; every other op reads its
+//! plain values.
 
 mod act;
 #[cfg(target_arch = "x86_64")]
@@ -56,6 +60,7 @@ use conv_ops::{conv1d_depthwise, conv1d_direct, conv_transpose1d_direct};
 use edgeflow_runtime::{rng, Backend, DeviceKind, Error, Op, Result, Storage, Tensor};
 use linear::linear;
 use ops::{attention, binary, binary_own, pad, quantized_rows, reduce, unary, unary_own};
+use pack_cache::PlacedConv;
 use placed::PackedWeights;
 use plain::{add_channel_bias, cast, plain};
 use std::sync::{Arc, OnceLock};
@@ -113,6 +118,7 @@ impl CpuBackend {
                     let direct = conv1d_direct(
                         &x,
                         &w,
+                        PlacedConv::of(inputs[1]),
                         inputs.get(2).copied(),
                         *padding,
                         *dilation,
@@ -158,6 +164,7 @@ impl CpuBackend {
                     let direct = conv1d_direct(
                         &x,
                         &w,
+                        PlacedConv::of(inputs[1]),
                         Some(inputs[2]),
                         *padding,
                         *dilation,
@@ -224,6 +231,7 @@ impl CpuBackend {
                 if let Some(y) = conv_transpose1d_direct(
                     &x,
                     &w,
+                    PlacedConv::of(inputs[1]),
                     inputs.get(2).copied(),
                     *stride,
                     *padding,
@@ -478,7 +486,7 @@ impl Backend for CpuBackend {
     }
 
     fn holds(&self, t: &Tensor) -> bool {
-        t.is_host() || PackedWeights::of(t).is_some()
+        t.is_host() || PackedWeights::of(t).is_some() || PlacedConv::of(t).is_some()
     }
 
     fn upload(&self, t: &Tensor) -> Result<Tensor> {
@@ -493,10 +501,13 @@ impl Backend for CpuBackend {
     }
 
     fn download(&self, t: &Tensor) -> Result<Tensor> {
-        match PackedWeights::of(t) {
-            Some(p) => Tensor::from_quantized(Arc::new(p.to_qtensor()?)),
-            None => self.upload(t),
+        if let Some(p) = PackedWeights::of(t) {
+            return Tensor::from_quantized(Arc::new(p.to_qtensor()?));
         }
+        if let Some(p) = PlacedConv::of(t) {
+            return wrap(p.plain.clone());
+        }
+        self.upload(t)
     }
 
     fn execute(&self, op: &Op, inputs: &[&Tensor]) -> Result<Tensor> {
@@ -508,7 +519,7 @@ impl Backend for CpuBackend {
             return Ok(p);
         }
         huge_pages::advise_later(t);
-        Ok(t.clone())
+        Ok(PlacedConv::place(t).unwrap_or_else(|| t.clone()))
     }
 
     fn run_batch(&self, f: &mut (dyn FnMut() + Send)) {

@@ -1,10 +1,76 @@
-//! Packed convolution weights, cached per weight tensor.
+//! Packed convolution weights: kept with the weights they were made from
+//! where those were placed on the CPU ([`PlacedConv`]), else cached per
+//! weight tensor.
 
 use super::conv;
 use super::tensors::with_f32_slice;
-use candle_core::Tensor as CTensor;
-use edgeflow_runtime::Result;
-use std::sync::Arc;
+use candle_core::{DType as CDType, Tensor as CTensor};
+use edgeflow_runtime::{Result, Storage, Tensor};
+use std::sync::{Arc, Mutex};
+
+/// f32 weights of rank 3 placed on the CPU (by the backend's
+/// `make_resident`), with their packs for the direct convolution kernel:
+/// each made on its first use and dropped with the weights. A model
+/// convolves with the same weights on every call; a pack per use kept
+/// here costs nothing to find and needs no budget, where the shared
+/// cache below thrashes once a model's packs outgrow it (Qwen2.5-Omni's
+/// BigVGAN packs about 400 MB, and repacked all of it on every call).
+/// Every other op reads [`PlacedConv::plain`].
+#[derive(Debug)]
+pub(crate) struct PlacedConv {
+    /// The values as placed.
+    pub(crate) plain: CTensor,
+    /// The packs made so far, by what they were made for.
+    packs: Mutex<Vec<(PackKind, Arc<conv::PackedWeights>)>>,
+}
+
+/// Smallest weight kept as a [`PlacedConv`] (elements): smaller ones pack
+/// in no time and stay plain host tensors.
+const PLACED_MIN_ELEMENTS: usize = 4096;
+
+impl edgeflow_runtime::DeviceBuffer for PlacedConv {
+    fn backend(&self) -> &str {
+        "cpu"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn size_bytes(&self) -> usize {
+        let packs: usize = (self.packs.lock().unwrap_or_else(|e| e.into_inner()))
+            .iter()
+            .map(|(_, w)| w.size_bytes())
+            .sum();
+        self.plain.elem_count() * self.plain.dtype().size_in_bytes() + packs
+    }
+}
+
+impl PlacedConv {
+    /// `t`'s placed convolution weights, if it holds some.
+    pub(crate) fn of(t: &Tensor) -> Option<&PlacedConv> {
+        match t.storage() {
+            Storage::Device(b) => b.as_any().downcast_ref(),
+            _ => None,
+        }
+    }
+
+    /// `t` as placed convolution weights, when it is a f32 host tensor of
+    /// rank 3 and at least [`PLACED_MIN_ELEMENTS`] elements.
+    pub(crate) fn place(t: &Tensor) -> Option<Tensor> {
+        let Storage::Host(c) = t.storage() else {
+            return None;
+        };
+        if c.rank() != 3 || c.dtype() != CDType::F32 || c.elem_count() < PLACED_MIN_ELEMENTS {
+            return None;
+        }
+        let p = PlacedConv {
+            plain: c.clone(),
+            packs: Mutex::new(Vec::new()),
+        };
+        Some(Tensor::from_device(Arc::new(p), t.dims(), t.dtype()))
+    }
+}
 
 /// Convolution weights packed for [`conv`], by candle tensor id: a
 /// model convolves with the same weight tensors on every call, and
@@ -40,14 +106,31 @@ pub(crate) enum PackKind {
     },
 }
 
-/// `w` packed for the direct kernel by `pack` (given its values), from the
-/// cache when it was packed for `kind` before; None when it is not a f32
-/// host tensor or `pack` refuses it.
+/// `w` packed for the direct kernel by `pack` (given its values): kept by
+/// `placed` when the weights were placed ([`PlacedConv`], whose `plain`
+/// `w` then is), else from the shared cache when packed for `kind` before;
+/// None when `w` is not a f32 host tensor or `pack` refuses it.
 pub(crate) fn packed_weights(
+    placed: Option<&PlacedConv>,
     w: &CTensor,
     kind: PackKind,
     pack: impl FnOnce(&[f32]) -> Option<conv::PackedWeights>,
 ) -> Result<Option<Arc<conv::PackedWeights>>> {
+    if let Some(p) = placed {
+        // Packed under the lock: a second caller waits for the one pack.
+        // A panic elsewhere leaves the list whole (entries go in complete).
+        let mut packs = p.packs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, pw)) = packs.iter().find(|(k, _)| *k == kind) {
+            return Ok(Some(Arc::clone(pw)));
+        }
+        let w = w.contiguous()?;
+        let Some(pw) = with_f32_slice(&w, pack)?.flatten() else {
+            return Ok(None);
+        };
+        let pw = Arc::new(pw);
+        packs.push((kind, Arc::clone(&pw)));
+        return Ok(Some(pw));
+    }
     let id = (w.id(), kind);
     if let Some(pw) = PACK_CACHE
         .lock()

@@ -2,6 +2,7 @@
 //! tensor, GGML blocks, weights packed on placement), and the conversions
 //! built on that.
 
+use super::pack_cache::PlacedConv;
 use super::placed::PackedWeights;
 use super::tensors::{cdev, ggml_dtype, to_candle_dtype, wrap};
 use candle_core::quantized::QTensor;
@@ -14,9 +15,10 @@ pub(crate) fn plain(t: &Tensor, op: &'static str) -> Result<CTensor> {
     match t.storage() {
         Storage::Host(c) => Ok(c.clone()),
         Storage::Quantized(q) => Ok(q.dequantize(&cdev())?),
-        Storage::Device(_) => match PackedWeights::of(t) {
-            Some(p) => Ok(p.to_qtensor()?.dequantize(&cdev())?),
-            None => Err(Error::bad_input(
+        Storage::Device(_) => match (PackedWeights::of(t), PlacedConv::of(t)) {
+            (Some(p), _) => Ok(p.to_qtensor()?.dequantize(&cdev())?),
+            (_, Some(p)) => Ok(p.plain.clone()),
+            (None, None) => Err(Error::bad_input(
                 op,
                 "CPU backend got a device tensor; Device::run moves it to the host first",
             )),

@@ -96,6 +96,77 @@ fn placed_quantized_weights_give_the_ggml_layout_results() {
 /// the tasks), one output channel, batch 2. Dilation and groups fall
 /// back to candle. Tolerance: 1e-4 of the output's largest value (f32
 /// sums in a different order over up to 256 x 3 products).
+/// f32 convolution weights placed on the CPU keep the direct kernel's
+/// packs from their first use (one per way they are used), and every op
+/// gives on them the bits it gives on the plain tensor: convolution,
+/// fused convolution with phases, transposed convolution, an element-wise
+/// op, and the values they download to. Small tensors stay plain.
+#[test]
+fn placed_convolution_weights_keep_their_packs_and_give_the_plain_results() {
+    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+    let dev = Device::new(cpu.clone(), cpu);
+    let w = rng::rand_normal_host(&[64, 32, 3], 0.0, 0.2, 11).expect("w");
+    let placed = dev.place(&w).expect("place");
+    assert!(
+        pack_cache::PlacedConv::of(&placed).is_some(),
+        "kept as placed conv weights"
+    );
+    assert_eq!(placed.dims(), w.dims());
+    assert_eq!(placed.size_bytes(), w.size_bytes(), "no pack before a use");
+    let again = dev.place(&placed).expect("place again");
+    assert!(pack_cache::PlacedConv::of(&again).is_some());
+    let b = rng::rand_normal_host(&[64], 0.0, 1.0, 12).expect("b");
+    let x = rng::rand_normal_host(&[2, 32, 70], 0.0, 1.0, 13).expect("x");
+    let cfg = edgeflow_runtime::ConvCfg {
+        padding: 1,
+        ..Default::default()
+    };
+    for _ in 0..2 {
+        let want = dev.conv1d(&x, &w, Some(&b), cfg).expect("plain");
+        let got = dev.conv1d(&x, &placed, Some(&b), cfg).expect("placed");
+        assert_eq!(bits(&got), bits(&want), "conv1d");
+    }
+    let one_pack = placed.size_bytes();
+    assert!(
+        one_pack > w.size_bytes(),
+        "the pack is kept with the weights"
+    );
+    let want = dev
+        .conv1d_fused_phases(&x, &w, &b, cfg, Some(0.1), None, 2)
+        .expect("plain");
+    let got = dev
+        .conv1d_fused_phases(&x, &placed, &b, cfg, Some(0.1), None, 2)
+        .expect("placed");
+    assert_eq!(bits(&got), bits(&want), "conv1d with phases");
+    assert!(
+        placed.size_bytes() > one_pack,
+        "a second pack for the phases"
+    );
+    // As a transposed convolution's [c_in, c_out, k]: 64 in, 32 out.
+    let xt = rng::rand_normal_host(&[1, 64, 20], 0.0, 1.0, 14).expect("x");
+    let bt = rng::rand_normal_host(&[32], 0.0, 1.0, 15).expect("b");
+    let tcfg = edgeflow_runtime::ConvTransposeCfg {
+        stride: 3,
+        ..Default::default()
+    };
+    let want = dev
+        .conv_transpose1d(&xt, &w, Some(&bt), tcfg)
+        .expect("plain");
+    let got = dev
+        .conv_transpose1d(&xt, &placed, Some(&bt), tcfg)
+        .expect("placed");
+    assert_eq!(bits(&got), bits(&want), "conv_transpose1d");
+    let want = dev.mul(&w, &w).expect("plain");
+    let got = dev.mul(&placed, &placed).expect("placed");
+    assert_eq!(bits(&got), bits(&want), "element-wise");
+    assert_eq!(bits(&dev.to_host(&placed).expect("down")), bits(&w));
+    // A small weight or one of another rank stays a plain host tensor.
+    for dims in [&[4usize, 4, 3][..], &[64, 96][..]] {
+        let t = rng::rand_normal_host(dims, 0.0, 1.0, 16).expect("t");
+        assert!(dev.place(&t).expect("place").is_host(), "{dims:?}");
+    }
+}
+
 #[test]
 fn transposed_convolution_in_polyphase_form_matches_candle() {
     let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
@@ -137,8 +208,9 @@ fn transposed_convolution_in_polyphase_form_matches_candle() {
             .expect("candle");
         let name = format!("case {i}: {:?}", cases[i]);
         assert_eq!(got.dims(), want.dims(), "{name}");
-        let took = conv_transpose1d_direct(cx, cw, Some(&b), stride, padding, op, dil, groups)
-            .expect("direct");
+        let took =
+            conv_transpose1d_direct(cx, cw, None, Some(&b), stride, padding, op, dil, groups)
+                .expect("direct");
         assert_eq!(took.is_some(), direct, "{name}: direct kernel taken");
         let got = got.to_vec_f32().expect("f32");
         let want = want
