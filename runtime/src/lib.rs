@@ -41,7 +41,7 @@ pub use device::{
 };
 pub use dtype::DType;
 pub use error::{Error, Result};
-pub use op::{BinaryOp, Op, PadMode, ReduceOp, UnaryOp};
+pub use op::{BinaryOp, Op, PadMode, ReduceOp, SnakeResampling, UnaryOp};
 pub use ops_api::{ConvCfg, ConvTransposeCfg, KvCache, Polyphase};
 pub use tensor::{DeviceBuffer, Storage, Tensor};
 

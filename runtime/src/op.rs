@@ -65,6 +65,17 @@ pub enum PadMode {
     Replicate,
 }
 
+/// The resampling around [`Op::ResampledSnake`]'s activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SnakeResampling {
+    /// Up- and downsampling factor (BigVGAN: 2).
+    pub ratio: usize,
+    /// Replicate padding of the input before the upsampler (left, right).
+    pub up_pad: (usize, usize),
+    /// Replicate padding of the activated signal before the downsampler.
+    pub down_pad: (usize, usize),
+}
+
 /// One tensor operation with its attributes. Inputs are passed separately,
 /// in the order documented on each variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,6 +196,17 @@ pub enum Op {
     /// + 1e-9)`); backends without the three-input form get it composed
     /// ([`crate::Device::snake_beta`]).
     Snake,
+    /// SnakeBeta between anti-aliasing resamplers (BigVGAN's
+    /// `Activation1d`), in one pass per channel. Inputs: `x[b, c, t]`,
+    /// `freq[c]`, `gain[c]` (as [`Op::Snake`]'s three-input form), the
+    /// upsampler's phase filters `up[ratio, 1, taps]` and their bias
+    /// `up_bias[ratio]`, the downsampler's filter `down[1, 1, k]`. `x` is
+    /// replicate-padded by `up_pad` and convolved with each phase filter,
+    /// the phases interleaved (`ratio` times the samples); SnakeBeta; the
+    /// result replicate-padded by `down_pad`, low-passed by `down` and
+    /// decimated by `ratio`. Backends without it get exactly those ops
+    /// ([`crate::Device::resampled_snake_beta`]).
+    ResampledSnake(SnakeResampling),
     /// `silu(gate) * up`, the gated activation of Llama / Qwen2 MLPs, in
     /// one pass. Inputs: `gu[..., 2f]` (gate then up stacked on the last
     /// dim, as a fused gate / up projection gives them) -> `[..., f]`; or
@@ -313,6 +335,7 @@ impl Op {
             },
             Op::LeakyRelu { .. } => "leaky_relu",
             Op::Snake => "snake",
+            Op::ResampledSnake(_) => "resampled_snake",
             Op::SwiGlu => "swiglu",
             Op::Binary(b) => match b {
                 BinaryOp::Add => "add",

@@ -453,6 +453,56 @@ impl Device {
         self.add(x, &self.mul(&s, &g)?)
     }
 
+    /// SnakeBeta between anti-aliasing resamplers ([`Op::ResampledSnake`]):
+    /// `x[b, c, t]`, per-channel `freq` / `gain` as [`Device::snake_beta`]
+    /// takes them, `filters` = (`up[ratio, 1, taps]`, `up_bias[ratio]`,
+    /// `down[1, 1, k]`). One op where the placed backend has it, else
+    /// composed: replicate pad, [`Device::conv1d_fused_phases`], snake,
+    /// replicate pad, strided [`Device::conv1d`] (the same result up to
+    /// rounding).
+    pub fn resampled_snake_beta(
+        &self,
+        x: &Tensor,
+        freq: &Tensor,
+        gain: &Tensor,
+        filters: (&Tensor, &Tensor, &Tensor),
+        rs: crate::SnakeResampling,
+    ) -> Result<Tensor> {
+        let (up, up_bias, down) = filters;
+        let op = Op::ResampledSnake(rs);
+        let inputs = [x, freq, gain, up, up_bias, down];
+        if self.runs_natively(&op, &inputs) {
+            return self.run(op, &inputs);
+        }
+        let &[b, c, t] = x.dims() else {
+            return Err(crate::Error::bad_input(
+                "resampled_snake",
+                format!("x must be [batch, channels, time], got {:?}", x.dims()),
+            ));
+        };
+        let r = rs.ratio;
+        // Every channel through the same filters: channels as batch.
+        let h = self.reshape(x, &[b * c, 1, t])?;
+        let h = self.pad(&h, 2, rs.up_pad.0, rs.up_pad.1, PadMode::Replicate)?;
+        let h = self.conv1d_fused_phases(&h, up, up_bias, ConvCfg::default(), None, None, r)?;
+        let len = h.dims().get(2).copied().unwrap_or(0);
+        let h = self.reshape(&h, &[b, c, len])?;
+        let h = self.snake_beta(&h, freq, gain)?;
+        let h = self.reshape(&h, &[b * c, 1, len])?;
+        let h = self.pad(&h, 2, rs.down_pad.0, rs.down_pad.1, PadMode::Replicate)?;
+        let h = self.conv1d(
+            &h,
+            down,
+            None,
+            ConvCfg {
+                stride: r,
+                ..ConvCfg::default()
+            },
+        )?;
+        let len = h.dims().get(2).copied().unwrap_or(0);
+        self.reshape(&h, &[b, c, len])
+    }
+
     /// `silu(gate) * up` ([`Op::SwiGlu`]): `up` None takes both from `x`,
     /// gate then up stacked on its last dim (`[..., 2f]` -> `[..., f]`);
     /// else `x` is the gate, of `up`'s shape. One op where the placed

@@ -48,6 +48,7 @@ mod pack_cache;
 mod placed;
 mod plain;
 mod pool;
+mod resampled_snake;
 mod sgemm;
 mod spinners;
 mod team;
@@ -62,9 +63,9 @@ use linear::linear;
 use ops::{attention, binary, binary_own, pad, quantized_rows, reduce, unary, unary_own};
 use pack_cache::PlacedConv;
 use placed::PackedWeights;
-use plain::{add_channel_bias, cast, plain};
+use plain::{add_channel_bias, cast, f32_values, plain};
 use std::sync::{Arc, OnceLock};
-use tensors::{arity, check_dim, dense, index_tensor, wrap};
+use tensors::{arity, check_dim, dense, index_tensor, with_f32_slice, wrap};
 
 /// The process-wide CPU backend (stateless; shared by every device as the fallback).
 pub fn cpu_backend() -> Arc<dyn Backend> {
@@ -351,6 +352,33 @@ impl CpuBackend {
                     Some(g) => (&x + s.broadcast_mul(&g.reshape((1, c, 1))?)?)?,
                     None => (&x + s.broadcast_div(&a)?)?,
                 })
+            }
+            Op::ResampledSnake(rs) => {
+                arity(op, inputs, 6, 6)?;
+                let x = p(0)?;
+                let (b, c, t) = x.dims3()?;
+                let vals = |i: usize| -> Result<Vec<f32>> {
+                    Ok(f32_values(Some(inputs[i]), name)?.unwrap_or_default())
+                };
+                let (freq, gain) = (vals(1)?, vals(2)?);
+                for (what, v) in [("freq", &freq), ("gain", &gain)] {
+                    if v.len() != c {
+                        return Err(Error::bad_input(
+                            name,
+                            format!("{what} has {} values for {c} channels", v.len()),
+                        ));
+                    }
+                }
+                let (up, up_bias, down) = (vals(3)?, vals(4)?, vals(5)?);
+                let plan = resampled_snake::Plan::new(*rs, (&up, &up_bias, &down), t)
+                    .map_err(|e| Error::bad_input(name, e))?;
+                let xf = dense(&x.to_dtype(candle_core::DType::F32)?)?;
+                let y = with_f32_slice(&xf, |xs| {
+                    resampled_snake::resampled_snake(xs, c, &freq, &gain, &plan)
+                })?
+                .ok_or_else(|| Error::bad_input(name, "x is not f32 after conversion"))?;
+                let y = CTensor::from_vec(y, (b, c, plan.t_out()), &tensors::cdev())?;
+                wrap(y.to_dtype(x.dtype())?)
             }
             Op::Binary(b) => {
                 arity(op, inputs, 2, 2)?;

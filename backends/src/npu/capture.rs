@@ -164,9 +164,10 @@ impl Backend for Recorder {
     }
 
     fn supports(&self, op: &Op, _inputs: &[&Tensor]) -> bool {
-        // A fused SwiGLU is recorded as the ops it is made of (narrow,
-        // silu, multiply), which the NPU delegates lower.
-        !matches!(op, Op::SwiGlu)
+        // A fused SwiGLU or resampled snake is recorded as the ops it is
+        // made of (narrow, silu, multiply; pads, convolutions, snake),
+        // which the NPU delegates lower.
+        !matches!(op, Op::SwiGlu | Op::ResampledSnake(_))
     }
 
     fn holds(&self, t: &Tensor) -> bool {

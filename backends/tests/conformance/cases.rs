@@ -521,6 +521,55 @@ pub(crate) fn cases() -> Vec<Case> {
     };
     cs.push(case("snake with gain", Op::Snake, vec![x, al, g], want));
 
+    // SnakeBeta between resamplers: BigVGAN's 2x with a 7-tap polyphase
+    // upsampler and a 12-tap downsampler, and a 3x one with other pads.
+    for (ratio, taps, k, up_pad, down_pad) in
+        [(2, 7, 12, (3, 3), (5, 6)), (3, 4, 6, (1, 2), (2, 3))]
+    {
+        let (b, c, t) = (2, 5, 37);
+        let x = scaled(&[b, c, t], next(), 2.0);
+        let (fr, g) = (positive(&[c], next()), positive(&[c], next()));
+        let up = scaled(&[ratio, 1, taps], next(), 0.5);
+        let ub = scaled(&[ratio], next(), 0.1);
+        let down = scaled(&[1, 1, k], next(), 0.3);
+        let (xa, fa, ga, upa, uba, da) = (a(&x), a(&fr), a(&g), a(&up), a(&ub), a(&down));
+        let per_phase = t + up_pad.0 + up_pad.1 + 1 - taps;
+        let len = per_phase * ratio;
+        let t_out = (len + down_pad.0 + down_pad.1 - k) / ratio + 1;
+        let clamp = |i: i64, n: usize| i.clamp(0, n as i64 - 1) as usize;
+        let mut o = A::zeros(&[b, c, t_out]);
+        for row in 0..b * c {
+            let ch = row % c;
+            let xr = &xa.v[row * t..][..t];
+            let xp = |i: usize| xr[clamp(i as i64 - up_pad.0 as i64, t)];
+            let mut act = vec![0f64; len];
+            for (i, v) in act.iter_mut().enumerate() {
+                let (m, q) = (i / ratio, i % ratio);
+                let u = uba.v[q]
+                    + (0..taps)
+                        .map(|j| upa.v[q * taps + j] * xp(m + j))
+                        .sum::<f64>();
+                *v = u + ga.v[ch] * (fa.v[ch] * u).sin().powi(2);
+            }
+            for n in 0..t_out {
+                o.v[row * t_out + n] = (0..k)
+                    .map(|j| da.v[j] * act[clamp((n * ratio + j) as i64 - down_pad.0 as i64, len)])
+                    .sum();
+            }
+        }
+        let rs = edgeflow_runtime::SnakeResampling {
+            ratio,
+            up_pad,
+            down_pad,
+        };
+        cs.push(case(
+            format!("resampled snake {ratio}x"),
+            Op::ResampledSnake(rs),
+            vec![x, fr, g, up, ub, down],
+            o,
+        ));
+    }
+
     // SwiGLU: gate then up stacked on the last dim (f = 13: vector tails),
     // and gate and up as two tensors.
     let silu = |v: f64| v / (1.0 + (-v).exp());

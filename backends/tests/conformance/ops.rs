@@ -176,6 +176,7 @@ op_tests!(
     softplus,
     leaky_relu,
     snake,
+    resampled_snake,
     swiglu,
     add,
     sub,

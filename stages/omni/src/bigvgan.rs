@@ -14,10 +14,10 @@
 //! `x + 1 / (e^beta + 1e-9) * sin^2(e^alpha x)` (log-scale parameters), wrapped in upstream's `TorchActivation1d`:
 //! 2x upsampling through a 12-tap kaiser-windowed sinc low-pass, the
 //! activation, 2x downsampling through the same filter, both with
-//! replicate padding. Upsampling runs in its polyphase form (one 7-tap
-//! convolution writing both output phases); the runtime's `snake` op
-//! (`x + sin^2(alpha x) / alpha`, one parameter) does not fit SnakeBeta, so
-//! the activation is composed from element-wise ops.
+//! replicate padding. Upsampling runs in its polyphase form (two 7-tap
+//! phase filters); the whole of it is one runtime op
+//! (`Device::resampled_snake_beta`), which backends without it run as
+//! pads, convolutions and the snake op.
 //!
 //! Tensor names read (upstream's, at the root of `vb`; in the released
 //! checkpoint they sit under `token2wav.code2wav_bigvgan_model.`):
@@ -43,7 +43,7 @@
 use crate::{Error, Result};
 use edgeflow_nn::{Conv1d, Conv1dConfig, ConvTranspose1d, VarBuilder};
 pub use edgeflow_nn::{MelStream, MelVocoder};
-use edgeflow_runtime::{BinaryOp, ConvCfg, ConvTransposeCfg, DType, Device, PadMode, Tensor};
+use edgeflow_runtime::{BinaryOp, ConvTransposeCfg, DType, Device, SnakeResampling, Tensor};
 use serde::Deserialize;
 
 /// The vocoder's shape: upstream `Qwen2_5OmniBigVGANConfig` (the
@@ -405,38 +405,15 @@ impl AntiAliasedSnake {
         })
     }
 
-    /// `x[b, c, t] -> [b, c, t]`.
+    /// `x[b, c, t] -> [b, c, t]`: one [`Device::resampled_snake_beta`].
     fn forward(&self, dev: &Device, x: &Tensor) -> Result<Tensor> {
-        let (b, c, t) = (x.dims()[0], x.dims()[1], x.dims()[2]);
-        let r = ACT_RATIO;
-        // Every channel through the same filters: channels as batch.
-        let h = dev.reshape(x, &[b * c, 1, t])?;
-        let h = dev.pad(&h, 2, self.up_pad.0, self.up_pad.1, PadMode::Replicate)?;
-        let h = dev.conv1d_fused_phases(
-            &h,
-            &self.up_w,
-            &self.up_b,
-            ConvCfg::default(),
-            None,
-            None,
-            r,
-        )?;
-        // SnakeBeta: h + gain * sin^2(freq * h).
-        let h = dev.reshape(&h, &[b, c, t * r])?;
-        let h = dev.snake_beta(&h, &self.freq, &self.gain)?;
-        let h = dev.reshape(&h, &[b * c, 1, t * r])?;
-        let (dl, dr) = Resampling::ACT.down_pads();
-        let h = dev.pad(&h, 2, dl, dr, PadMode::Replicate)?;
-        let h = dev.conv1d(
-            &h,
-            &self.down_w,
-            None,
-            ConvCfg {
-                stride: r,
-                ..ConvCfg::default()
-            },
-        )?;
-        Ok(dev.reshape(&h, &[b, c, t])?)
+        let rs = SnakeResampling {
+            ratio: ACT_RATIO,
+            up_pad: self.up_pad,
+            down_pad: Resampling::ACT.down_pads(),
+        };
+        let filters = (&self.up_w, &self.up_b, &self.down_w);
+        Ok(dev.resampled_snake_beta(x, &self.freq, &self.gain, filters, rs)?)
     }
 }
 
