@@ -91,3 +91,39 @@ pub(crate) fn zip(
         None => None,
     })
 }
+
+/// `f(a, b)` per element of `a`, with `b` repeating along `a` every
+/// `b.len()` elements (a row broadcast over leading dims: a per-channel
+/// scale on `[.., t, c]`); None unless both are contiguous f32 host
+/// tensors and `b`'s length divides `a`'s. The output has `a`'s shape.
+pub(crate) fn zip_rows(
+    a: &CTensor,
+    b: &CTensor,
+    f: impl Fn(f32, f32) -> f32 + Sync,
+) -> Result<Option<CTensor>> {
+    let n = b.elem_count();
+    if n == 0 || !a.elem_count().is_multiple_of(n) {
+        return Ok(None);
+    }
+    let y = with_f32_slice(a, |xa| {
+        with_f32_slice(b, |xb| {
+            run(xa.len(), (xa, xb), |(xa, xb), at, d| {
+                // Whole stretches of `b` at a time, so each loop vectorizes.
+                let (mut at, mut j, mut d) = (at, at % n, d);
+                while !d.is_empty() {
+                    let len = (n - j).min(d.len());
+                    let (head, rest) = d.split_at_mut(len);
+                    for ((d, &u), &v) in head.iter_mut().zip(&xa[at..at + len]).zip(&xb[j..j + len])
+                    {
+                        d.write(f(u, v));
+                    }
+                    (at, j, d) = (at + len, 0, rest);
+                }
+            })
+        })
+    })?;
+    Ok(match y.transpose()?.flatten() {
+        Some(y) => Some(CTensor::from_vec(y, a.shape(), &cdev())?),
+        None => None,
+    })
+}

@@ -43,7 +43,7 @@ pub(crate) fn unary_own(u: UnaryOp, x: &CTensor) -> Result<Option<CTensor>> {
 /// [`binary`] on [`ew`] for same-shape operands.
 pub(crate) fn binary_own(b: BinaryOp, x: &CTensor, y: &CTensor) -> Result<Option<CTensor>> {
     if x.dims() != y.dims() {
-        return Ok(None);
+        return binary_rows(b, x, y);
     }
     let (x, y) = (&dense(x)?, &dense(y)?);
     match b {
@@ -52,6 +52,41 @@ pub(crate) fn binary_own(b: BinaryOp, x: &CTensor, y: &CTensor) -> Result<Option
         BinaryOp::Mul => ew::zip(x, y, |a, b| a * b),
         BinaryOp::Div => ew::zip(x, y, |a, b| a / b),
         _ => Ok(None),
+    }
+}
+
+/// Fewest elements of a row [`binary_rows`] takes.
+const ROW_MIN: usize = 16;
+
+/// Whether `row` broadcasts to `full` as one row repeated: its dims are
+/// `full`'s trailing dims, after any number of leading ones.
+fn is_row_of(row: &[usize], full: &[usize]) -> bool {
+    // Short rows (a scalar) would run the loop a few elements at a time.
+    if row.iter().product::<usize>() < ROW_MIN {
+        return false;
+    }
+    let lead = row.iter().take_while(|&&d| d == 1).count();
+    let tail = &row[lead..];
+    tail.len() <= full.len() && full.ends_with(tail) && row.len() <= full.len()
+}
+
+/// [`binary_own`] where one operand is a row the other repeats (a
+/// per-channel scale or shift): the same per-element arithmetic as
+/// candle's broadcast, on this crate's loops. None for other broadcasts.
+fn binary_rows(b: BinaryOp, x: &CTensor, y: &CTensor) -> Result<Option<CTensor>> {
+    let f: fn(f32, f32) -> f32 = match b {
+        BinaryOp::Add => |a, b| a + b,
+        BinaryOp::Sub => |a, b| a - b,
+        BinaryOp::Mul => |a, b| a * b,
+        BinaryOp::Div => |a, b| a / b,
+        _ => return Ok(None),
+    };
+    if is_row_of(y.dims(), x.dims()) {
+        ew::zip_rows(&dense(x)?, &dense(y)?, f)
+    } else if is_row_of(x.dims(), y.dims()) {
+        ew::zip_rows(&dense(y)?, &dense(x)?, |v, u| f(u, v))
+    } else {
+        Ok(None)
     }
 }
 

@@ -609,6 +609,7 @@ pub(crate) fn cases() -> Vec<Case> {
         for (da, db) in [
             (vec![7, 33], vec![7, 33]),
             (vec![2, 7, 33], vec![33]),
+            (vec![1, 1, 40], vec![3, 5, 40]),
             (vec![7, 1], vec![1, 33]),
             (vec![1], vec![129]),
         ] {
