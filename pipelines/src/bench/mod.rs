@@ -188,6 +188,23 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// One more call of `f` with every op of `dev` timed (the timing costs a
+/// little, so benches time their runs without it): its top `top` ops by
+/// time, rendered. Profiling is off again afterwards, even if `f` failed.
+pub(crate) fn op_profile(
+    dev: &edgeflow_runtime::Device,
+    top: usize,
+    f: impl FnOnce() -> anyhow::Result<()>,
+) -> anyhow::Result<String> {
+    let stats = dev.stats();
+    stats.profile_ops(true);
+    let r = f();
+    let rows = stats.op_profile();
+    stats.profile_ops(false);
+    r?;
+    Ok(edgeflow_runtime::render_op_profile(&rows, top))
+}
+
 /// The median of rounds' ratios, and their spread as a note
 /// (`rounds 0.91-1.04x`).
 pub(crate) fn rounds_ratio(ratios: &[f64]) -> (f64, String) {

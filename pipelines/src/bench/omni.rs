@@ -102,20 +102,12 @@ impl OmniArgs {
         dev: &Device,
         rep: &mut BenchReport,
         what: &str,
-        mut f: impl FnMut() -> anyhow::Result<()>,
+        f: impl FnOnce() -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        if self.profile_ops == 0 {
-            return Ok(());
+        if self.profile_ops > 0 {
+            let ops = super::op_profile(dev, self.profile_ops, f)?;
+            rep.notes.push(format!("{what}: {ops}"));
         }
-        dev.stats().profile_ops(true);
-        let r = f();
-        let rows = dev.stats().op_profile();
-        dev.stats().profile_ops(false);
-        r?;
-        rep.notes.push(format!(
-            "{what}: {}",
-            edgeflow_runtime::render_op_profile(&rows, self.profile_ops)
-        ));
         Ok(())
     }
 }

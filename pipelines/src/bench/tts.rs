@@ -253,16 +253,10 @@ impl Bench for TtsArgs {
             ours.push(ours_once(&fe, &vits, &text, rate, chunking)?);
         }
         if self.profile_ops > 0 {
-            // One more run with every op timed (the timing itself costs a
-            // little, so the timed runs above go without it).
-            let stats = vits.device().stats();
-            stats.profile_ops(true);
-            ours_once(&fe, &vits, &text, rate, chunking)?;
-            eprint!(
-                "{}",
-                edgeflow_runtime::render_op_profile(&stats.op_profile(), self.profile_ops)
-            );
-            stats.profile_ops(false);
+            let ops = super::op_profile(vits.device(), self.profile_ops, || {
+                ours_once(&fe, &vits, &text, rate, chunking).map(drop)
+            })?;
+            eprint!("{ops}");
         }
 
         let python = Peer::Piper.find();

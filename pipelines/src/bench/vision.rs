@@ -152,17 +152,12 @@ impl Bench for VisionArgs {
             }
             let ours = median(ours_r);
             if self.profile_ops > 0 {
-                // One more pass with every op timed (the timing costs a
-                // little, so the timed runs above go without it).
-                dev.stats().profile_ops(true);
-                let y = model.forward(&dev, &x)?;
-                let _ = dev.to_host(&y)?;
-                let rows = dev.stats().op_profile();
-                dev.stats().profile_ops(false);
-                rep.notes.push(format!(
-                    "{size}x{size}, {}",
-                    edgeflow_runtime::render_op_profile(&rows, self.profile_ops)
-                ));
+                let ops = super::op_profile(&dev, self.profile_ops, || {
+                    let y = model.forward(&dev, &x)?;
+                    dev.to_host(&y)?;
+                    Ok(())
+                })?;
+                rep.notes.push(format!("{size}x{size}, {ops}"));
             }
             let (gh, gw) = model.grid(size, size);
             let label = format!("{size}x{size} ({} tokens)", 1 + gh * gw);
