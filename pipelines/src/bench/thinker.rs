@@ -12,6 +12,9 @@
 //! each of our runs), and each ratio is the median of the per-round
 //! ratios: on a shared machine whose speed drifts over a minute, two
 //! blocks of runs one after the other would compare different machines.
+//! Both sides warm up first: llama-bench runs an untimed prompt and decode
+//! before it measures, and so do we (one untimed prefill and a few decoded
+//! tokens), so neither side's first-touch costs land in a round.
 
 use super::{median, pool_threads, Bench, BenchReport, Peer, Row};
 use anyhow::Context as _;
@@ -115,6 +118,15 @@ fn measure(
     )?;
     let mut ids = tok.encode(&text)?;
     ids.truncate(o.prompt_tokens);
+
+    // Untimed warm-up, as llama-bench does its own: the KV cache, scratch
+    // buffers and first touches of the weights happen here.
+    model.reset();
+    let mut logits = model.forward(&ids)?;
+    for _ in 0..o.decode_tokens.min(4) {
+        let id = sampling::argmax(&logits) as u32;
+        logits = model.forward(&[id])?;
+    }
 
     let (mut pre, mut dec, mut peer_runs) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..o.runs {
