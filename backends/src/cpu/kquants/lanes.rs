@@ -195,6 +195,51 @@ unsafe fn rows8<
     }
 }
 
+/// The eight lanes of eight accumulators `acc` (`acc[w][r]`: weight row
+/// `w`, activation row `r`) stored as eight rows of eight outputs:
+/// `y[r * stride + w] = acc[w][r]`, the 8 x 8 transpose done in registers.
+/// (Read lane by lane, each of the 64 loads waited on the kernel's
+/// just-stored accumulators: about 5 % of a prefill's matmul time.)
+///
+/// # Safety
+/// AVX2 must be available; `y + r * stride .. + 8` is writable for each r
+/// in 0..8 and overlaps nothing else in use.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn store_transposed(acc: &[[f32; 8]; 8], y: *mut f32, stride: usize) {
+    let r: [__m256; 8] = std::array::from_fn(|w| {
+        // SAFETY: `acc[w]` holds 8 floats.
+        unsafe { _mm256_loadu_ps(acc[w].as_ptr()) }
+    });
+    // t[2i], t[2i + 1]: rows 2i, 2i + 1 interleaved (per 128-bit half).
+    let t: [__m256; 8] = std::array::from_fn(|j| {
+        let i = j / 2;
+        if j % 2 == 0 {
+            _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1])
+        } else {
+            _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1])
+        }
+    });
+    // u[4i + c]: per half H, rows 4i..4i + 4 at column 4H + c.
+    let u: [__m256; 8] = std::array::from_fn(|k| {
+        let (i, jc) = (k / 4, k % 4);
+        let (a, b) = (t[4 * i + jc / 2], t[4 * i + 2 + jc / 2]);
+        if jc % 2 == 0 {
+            _mm256_shuffle_ps::<0b01_00_01_00>(a, b)
+        } else {
+            _mm256_shuffle_ps::<0b11_10_11_10>(a, b)
+        }
+    });
+    for c in 0..4 {
+        let lo = _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c]);
+        let hi = _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c]);
+        // SAFETY: rows c and 4 + c of `y` hold 8 writable floats.
+        unsafe {
+            _mm256_storeu_ps(y.add(c * stride), lo);
+            _mm256_storeu_ps(y.add((4 + c) * stride), hi);
+        }
+    }
+}
+
 /// One Q6_K block of `Unpacked::offset_q6k`: its 256 codes become
 /// `q - 32` in place; returns `Σ_g sc_g · Σ_{i in g} (q_i - 32)` over its
 /// sixteen groups (the same integer as the scalar loop).

@@ -912,6 +912,14 @@ pub(crate) fn matmul_isa(
                 }
             }
             for (g, acc) in groups.iter().zip(acc.chunks_exact(TILE)) {
+                if rows == 8 && g.rows == 8 && layout == Layout::Lanes {
+                    let acc: &[[f32; 8]; 8] = acc.try_into().expect("TILE is 8");
+                    // SAFETY: AVX2 (the lanes layout runs only there);
+                    // rows g.r0..g.r0 + 8 < m, columns j..j + 8 <= n, which
+                    // this task alone writes.
+                    unsafe { lanes::store_transposed(acc, y.get().add(g.r0 * n + j), n) };
+                    continue;
+                }
                 for r in 0..g.rows {
                     // SAFETY: g.r0 + r < m and j + rows <= n; this
                     // task alone writes columns j..j + rows.

@@ -295,3 +295,47 @@ fn abs_max_is_the_running_maximum() {
         assert_eq!(abs_max(&x[..len]).to_bits(), want.to_bits(), "len {len}");
     }
 }
+
+/// Prefill speed of each format on this CPU (one thread, 128 activation
+/// rows, the min of 12 calls): `cargo test -p edgeflow-backends --lib
+/// prefill_speed -- --ignored --nocapture`. Prints GMAC/s; asserts nothing
+/// about time (shared machines are noisy), only that it ran.
+#[test]
+#[ignore = "a speed probe: run it by hand"]
+fn prefill_speed() {
+    let dev = candle_core::Device::Cpu;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    let m = 128;
+    for ((fmt, g), (n, k)) in [
+        (FORMATS[0], (2240, 1536)),
+        (FORMATS[2], (768, 8960)),
+        (FORMATS[0], (768, 8960)),
+    ] {
+        let wc = candle_core::Tensor::from_vec(values(n * k, 3), (n, k), &dev).expect("w");
+        let data = QTensor::quantize(&wc, g)
+            .expect("quantize")
+            .data()
+            .expect("data")
+            .into_owned();
+        let x = values(m * k, 5);
+        let best = pool.install(|| {
+            (0..12)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    let y = matmul(fmt, &data, n, &x, m).expect("fits");
+                    std::hint::black_box(y);
+                    t.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min)
+        });
+        let macs = (m * n * k) as f64;
+        eprintln!(
+            "{fmt:?} {n} x {k} x {m} rows: {:.2} ms, {:.1} GMAC/s",
+            best * 1e3,
+            macs / best / 1e9
+        );
+    }
+}
