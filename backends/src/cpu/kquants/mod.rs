@@ -912,8 +912,8 @@ pub(crate) fn matmul_isa(
                 }
             }
             for (g, acc) in groups.iter().zip(acc.chunks_exact(TILE)) {
-                if rows == 8 && g.rows == 8 && layout == Layout::Lanes {
-                    let acc: &[[f32; 8]; 8] = acc.try_into().expect("TILE is 8");
+                let whole = <&[[f32; 8]; 8]>::try_from(acc);
+                if let (8, 8, Layout::Lanes, Ok(acc)) = (rows, g.rows, layout, whole) {
                     // SAFETY: AVX2 (the lanes layout runs only there);
                     // rows g.r0..g.r0 + 8 < m, columns j..j + 8 <= n, which
                     // this task alone writes.
