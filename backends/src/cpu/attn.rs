@@ -16,10 +16,16 @@
 //! and steps) and blocks of a few rows run direct loops instead, one query
 //! row at a time: a row's result then does not depend on how many rows
 //! came with it, so a prefill equals the same tokens fed one at a time bit
-//! for bit. Grouped-query heads, an end-aligned
+//! for bit. On AVX2 those loops take all the query heads that share a
+//! key / value head together ([`group`]): each key and value vector is
+//! loaded once for the group, with the same arithmetic per head (the same
+//! bits). Grouped-query heads, an end-aligned
 //! causal mask and an additive mask (broadcast over any of its leading
 //! dims) are supported; anything else (another dtype) returns `None` and
 //! the caller takes the unfused path.
+
+#[cfg(target_arch = "x86_64")]
+mod group;
 
 use crate::cpu::gemm::{with_view, View};
 use candle_core::Tensor as CTensor;
@@ -31,6 +37,11 @@ use std::cell::RefCell;
 /// Query rows per task: the score block is `ROWS x t` floats (384 KB for
 /// t = 1500), which stays in L2 between the two GEMMs.
 const ROWS: usize = 64;
+
+/// Query rows per task of the grouped-head loops: small, so a causal
+/// prefill's tasks (whose cost grows with the row) balance over threads.
+#[cfg(target_arch = "x86_64")]
+const GROUP_ROWS: usize = 16;
 
 thread_local! {
     /// Score block of the current task (reused across tasks and calls).
@@ -96,6 +107,63 @@ pub(crate) fn attention(
                             scale: scale as f32,
                             causal,
                         };
+                        #[cfg(target_arch = "x86_64")]
+                        if group::fits(&shape) {
+                            // Tasks of (query heads sharing a key / value
+                            // head, block of GROUP_ROWS query rows), with
+                            // those heads' output blocks. With one block
+                            // (decoder steps) each group is halved, so both
+                            // of two threads start at once.
+                            let part = if s <= GROUP_ROWS {
+                                rep.div_ceil(2)
+                            } else {
+                                rep
+                            };
+                            let mut tasks = Vec::new();
+                            for (gi, o) in out.chunks_mut(rep * s * dv).enumerate() {
+                                let mut heads: Vec<_> = o
+                                    .chunks_mut(s * dv)
+                                    .map(|o| o.chunks_mut(GROUP_ROWS * dv))
+                                    .collect();
+                                for blk in 0..s.div_ceil(GROUP_ROWS) {
+                                    // Each head has this block (s rows each).
+                                    let outs: Vec<&mut [f32]> =
+                                        heads.iter_mut().filter_map(|h| h.next()).collect();
+                                    let mut outs = outs.into_iter().peekable();
+                                    let mut g0 = 0;
+                                    while outs.peek().is_some() {
+                                        let p: Vec<&mut [f32]> = outs.by_ref().take(part).collect();
+                                        let at = (gi / hk, (gi % hk) * rep + g0);
+                                        g0 += p.len();
+                                        tasks.push((at, blk * GROUP_ROWS, p));
+                                    }
+                                }
+                            }
+                            tasks.into_par_iter().for_each(|(at, r0, mut outs)| {
+                                SCORES.with(|buf| {
+                                    let mut buf = buf.borrow_mut();
+                                    let n = outs.len().min(8) * t;
+                                    if buf.len() < n {
+                                        buf.resize(n, 0.0);
+                                    }
+                                    // SAFETY: `fits` held; the views have
+                                    // unit last-dim strides (checked above)
+                                    // and the shapes `shape` gives.
+                                    unsafe {
+                                        group::group_rows(
+                                            &shape,
+                                            at,
+                                            r0,
+                                            (&qv, &kv, &vv),
+                                            mv.as_ref(),
+                                            &mut outs,
+                                            &mut buf[..n],
+                                        )
+                                    };
+                                })
+                            });
+                            return;
+                        }
                         // Tasks of (head, block of ROWS query rows).
                         out.par_chunks_mut(s * dv)
                             .enumerate()
@@ -403,17 +471,20 @@ fn weighted_sum_avx512(p: &[f32], vv: &View<'_>, (bi, hki): (usize, usize), o: &
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
+    let (ta, tb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for l in 0..8 {
             acc[l] = x[l].mul_add(y[l], acc[l]);
         }
     }
+    lane_sum(&acc, ta, tb)
+}
+
+/// [`dot`]'s end: the eight lanes summed in order, plus the products of
+/// the tails `ta`, `tb` (what is left past the last whole eight).
+#[inline(always)]
+fn lane_sum(acc: &[f32; 8], ta: &[f32], tb: &[f32]) -> f32 {
+    let tail: f32 = ta.iter().zip(tb).map(|(x, y)| x * y).sum();
     acc.iter().sum::<f32>() + tail
 }
 
