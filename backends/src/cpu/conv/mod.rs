@@ -10,10 +10,10 @@
 //! micro-kernel: about 8 GFLOP/s on the build machine. Convolving directly
 //! reads each input sample from cache `k` times instead: the output is
 //! tiled into blocks of 8 output channels x 48 time steps held in 24
-//! AVX-512 registers (4 x 48 in 8 AVX2 registers, as three thirds), and each
-//! (input channel, tap) step costs 3 input loads and 8 weight broadcasts
-//! for 24 fused multiply-adds, so the kernel is bound by FMA throughput,
-//! not memory.
+//! AVX-512 registers (6 or 4 x 48 in 12 or 8 AVX2 registers, as three
+//! thirds), and each (input channel, tap) step costs 3 input loads and 8
+//! weight broadcasts for 24 fused multiply-adds, so the kernel is bound by
+//! FMA throughput, not memory.
 //!
 //! Weights are packed as `[c_out / N][c_in][k][N]` (zero rows pad `c_out`
 //! to a multiple of the block `N`; [`PackedWeights`], kept by the caller
@@ -188,6 +188,7 @@ pub(crate) fn conv1d_packed(
     }
     Some(match w.n {
         8 => blocked::<8>(w.isa, s, t_out, x, (&w.data, &w.taps), bias, fused),
+        6 => blocked::<6>(w.isa, s, t_out, x, (&w.data, &w.taps), bias, fused),
         1 => blocked::<1>(w.isa, s, t_out, x, (&w.data, &w.taps), bias, fused),
         _ => blocked::<4>(w.isa, s, t_out, x, (&w.data, &w.taps), bias, fused),
     })

@@ -54,14 +54,16 @@ impl PackedWeights {
         {
             return None;
         }
-        // AVX-512's 32 registers hold 8 output channels x 3 vectors; the
-        // other paths (16 registers) take 4. A single output channel (a
-        // vocoder's last layer) takes blocks of 1 rather than computing
-        // zero rows.
+        // AVX-512's 32 registers hold 8 output channels x 3 vectors; AVX2's
+        // 16 hold 6 x 2 where 6 divides c_out (no zero rows), the other
+        // paths 4 x 2. A single output channel (a vocoder's last layer)
+        // takes blocks of 1 rather than computing zero rows.
         let n = if c_out == 1 {
             1
         } else if isa == Isa::Avx512 && c_out > 4 {
             8
+        } else if isa == Isa::Avx2 && c_out.is_multiple_of(6) {
+            6
         } else {
             4
         };

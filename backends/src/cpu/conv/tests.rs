@@ -357,3 +357,60 @@ fn rejects_degenerate_shapes() {
         "x too long"
     );
 }
+
+/// Direct convolution speed on this CPU, one thread, the min of 5 calls,
+/// for BigVGAN's wide short shapes and HiFi-GAN's narrow long ones:
+/// `cargo test -p edgeflow-backends --lib conv_speed -- --ignored
+/// --nocapture`. Prints GFLOP/s; asserts nothing about time.
+#[test]
+#[ignore = "a speed probe: run it by hand"]
+fn conv_speed() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(
+            std::env::var("PROBE_THREADS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
+        )
+        .build()
+        .expect("pool");
+    for (c, t, k) in [
+        (768, 250, 11),
+        (384, 750, 11),
+        (96, 3000, 11),
+        (768, 250, 3),
+    ] {
+        let s = Conv1dShape {
+            batch: 1,
+            c_in: c,
+            t_in: t,
+            c_out: c,
+            k,
+            padding: k / 2,
+            dilation: 1,
+        };
+        let x: Vec<f32> = (0..c * t)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0)
+            .collect();
+        let w: Vec<f32> = (0..c * c * k)
+            .map(|i| ((i * 5 % 11) as f32 - 5.0) / 50.0)
+            .collect();
+        let pw = PackedWeights::on(isa(), c, c, k, &w, 1).expect("pack");
+        let best = pool.install(|| {
+            (0..5)
+                .map(|_| {
+                    let t0 = std::time::Instant::now();
+                    let y = conv1d_packed(s, &x, &pw, None, Fused::default()).expect("fits");
+                    std::hint::black_box(y);
+                    t0.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min)
+        });
+        let flops = 2.0 * (c * c * k * t) as f64;
+        eprintln!(
+            "{c} x {c} x {k} over {t}: {:.2} ms, {:.1} GFLOP/s",
+            best * 1e3,
+            flops / best / 1e9
+        );
+    }
+}
