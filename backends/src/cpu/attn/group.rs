@@ -304,4 +304,43 @@ mod tests {
             }
         }
     }
+
+    /// A batch of two with grouped heads (6 query heads on 2 key / value
+    /// heads) gives each item the bits it gets alone: the tasks map each
+    /// output block to its own batch item and heads.
+    #[test]
+    fn batched_grouped_attention_equals_each_item_alone() {
+        use candle_core::{Device, Tensor};
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let dev = Device::Cpu;
+        let (b, h, hk, s, d) = (2, 6, 2, 19, 16);
+        let mk = |heads: usize, seed: usize| {
+            Tensor::from_vec(values(b * heads * s * d, seed), (b, heads, s, d), &dev)
+                .expect("tensor")
+        };
+        let (q, k, v) = (mk(h, 5), mk(hk, 6), mk(hk, 7));
+        let bits = |t: &Tensor| -> Vec<u32> {
+            t.flatten_all()
+                .and_then(|t| t.to_vec1::<f32>())
+                .expect("values")
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        };
+        for causal in [true, false] {
+            let all = super::super::attention(&q, &k, &v, None, 0.25, causal)
+                .expect("runs")
+                .expect("f32 takes the fused path");
+            for i in 0..b {
+                let one = |t: &Tensor| t.narrow(0, i, 1).expect("narrow");
+                let alone =
+                    super::super::attention(&one(&q), &one(&k), &one(&v), None, 0.25, causal)
+                        .expect("runs")
+                        .expect("fused");
+                assert_eq!(bits(&one(&all)), bits(&alone), "item {i} causal {causal}");
+            }
+        }
+    }
 }
