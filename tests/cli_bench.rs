@@ -160,8 +160,9 @@ fn bench_control_refuses_a_bad_rate() {
 }
 
 /// A tiny `bench thinker` on the cached SmolLM2 (`edgeflow models fetch
-/// smollm2`) reports how long loading took and the resident memory it
-/// added beside the file's size.
+/// smollm2`) reports how long loading took, the resident memory it added
+/// beside the file's size, and decode's weight bandwidth against the read
+/// ceiling probed in the same run.
 #[test]
 fn bench_thinker_reports_load_time_and_resident_memory() {
     if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
@@ -188,6 +189,11 @@ fn bench_thinker_reports_load_time_and_resident_memory() {
             .to_string()
     };
     assert!(row("load ").contains(" s "), "{stdout}");
+    let bw = row("decode weight bandwidth");
+    assert!(
+        bw.contains("GB/s read ceiling probed after the runs") && bw.contains("% of the"),
+        "{bw}"
+    );
     let mem = row("resident memory added by loading");
     assert!(
         mem.contains("MiB") && mem.contains("x the") && mem.contains("MiB file"),

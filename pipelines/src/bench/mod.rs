@@ -9,7 +9,7 @@
 //! | `audio` | resampler, log-mel, denoiser; mic -> speaker latency | real time |
 //! | `tts` | the Piper "joe" voice on our runtime | Piper on onnxruntime (peer venv) |
 //! | `speech` | Silero VAD and Whisper tiny.en | onnxruntime and faster-whisper (peer venv) |
-//! | `thinker` | SmolLM2-135M prefill and decode | llama.cpp's `llama-bench` on the same GGUF (peer build) |
+//! | `thinker` | a thinker's prefill and decode (SmolLM2-135M, or `--model`), decode's weight bandwidth | llama.cpp's `llama-bench` on the same GGUF (peer build); the read-bandwidth ceiling probed in the same run |
 //! | `vision` | the DINOv2 ViT-S/14 encoder | onnxruntime on the same ONNX (peer venv) |
 //! | `omni` | token2wav (DiT + BigVGAN) at the real configuration, HiFi-GAN universal | transformers / PyTorch on the CPU (peer venv) |
 //!

@@ -1,6 +1,7 @@
 //! `edgeflow bench thinker`: prefill and decode tokens/s of the thinker's
 //! LLM, and the weight bandwidth decode achieves (bytes of weights read per
-//! token / time per token), next to llama.cpp's `llama-bench` on the same
+//! token / time per token) against the host's read-bandwidth ceiling probed
+//! in the same run, next to llama.cpp's `llama-bench` on the same
 //! GGUF with the same thread count, prompt and decode lengths (the llama.cpp
 //! peer build of `scripts/peer_envs.sh llama.cpp`).
 //!
@@ -77,6 +78,10 @@ struct Ours {
     ratios: Vec<(f64, f64)>,
     prompt_len: usize,
     weight_gbs: f64,
+    /// Decode's weight bandwidth in each round, GB/s.
+    round_gbs: Vec<f64>,
+    /// The host's read-bandwidth ceiling probed after the runs, GB/s.
+    ceiling_gbs: f64,
     mb_per_token: f64,
     load_s: f64,
     /// Resident MB added by loading, the peak after the runs, the file's MB.
@@ -191,8 +196,16 @@ fn measure(
         (Some((r0, _)), Some((r1, _)), Some((_, peak))) => Some((r1 - r0, peak, file_mb)),
         _ => None,
     };
-    let (pre, dec) = (median(pre), median(dec));
+    // The ceiling decode's bandwidth reads against, measured here (after
+    // the resident figures, so its buffer is not counted in them): a
+    // multi-threaded f32 sum over 256 MB on huge pages, as `bench ops`
+    // probes it, best of two full probes.
+    let probe = edgeflow_backends::bandwidth::BandwidthProbe::new(256, pool_threads());
+    let ceiling_gbs = probe.probe().max(probe.probe());
+    drop(probe);
     let bytes = model.weight_bytes_per_token() as f64;
+    let round_gbs = dec.iter().map(|d| bytes * d / 1e9).collect();
+    let (pre, dec) = (median(pre), median(dec));
     let c = model.config();
     Ok(Ours {
         prefill_tps: pre,
@@ -201,6 +214,8 @@ fn measure(
         ratios,
         prompt_len: ids.len(),
         weight_gbs: bytes * dec / 1e9,
+        round_gbs,
+        ceiling_gbs,
         mb_per_token: bytes / 1e6,
         load_s,
         resident,
@@ -391,8 +406,19 @@ impl Bench for ThinkerArgs {
         let prefill = Row::new("prefill", ours.prefill_tps, "tokens/s");
         let decode = Row::new("decode", ours.decode_tps, "tokens/s")
             .note(format!("{:.2} ms/token", 1e3 / ours.decode_tps));
-        let bandwidth = Row::new("decode weight bandwidth", ours.weight_gbs, "GB/s")
-            .note(format!("{:.1} MB read per token", ours.mb_per_token));
+        let (lo, hi) = ours
+            .round_gbs
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(lo, hi), &g| (lo.min(g), hi.max(g)));
+        let bandwidth = Row::new("decode weight bandwidth", ours.weight_gbs, "GB/s").note(format!(
+            "{:.1} MB read per token; {:.0} % of the {:.1} GB/s read ceiling probed after the \
+             runs (rounds {:.0}-{:.0} %)",
+            ours.mb_per_token,
+            100.0 * ours.weight_gbs / ours.ceiling_gbs,
+            ours.ceiling_gbs,
+            100.0 * lo / ours.ceiling_gbs,
+            100.0 * hi / ours.ceiling_gbs,
+        ));
         match &llama {
             Some(l) if !ours.ratios.is_empty() => {
                 let pick = |v: &[(f64, f64)], prefill: bool| -> Vec<f64> {
