@@ -210,12 +210,7 @@ unsafe fn weighted<const G: usize, const CW: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn values(n: usize, seed: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| (((i * 37 + seed * 11) % 101) as f32 - 50.0) / 29.0)
-            .collect()
-    }
+    use crate::cpu::tests::values;
 
     /// Contiguous `[1, heads, rows, width]`.
     fn view(data: &[f32], heads: usize, rows: usize, width: usize) -> View<'_> {
@@ -317,8 +312,12 @@ mod tests {
         let dev = Device::Cpu;
         let (b, h, hk, s, d) = (2, 6, 2, 19, 16);
         let mk = |heads: usize, seed: usize| {
-            Tensor::from_vec(values(b * heads * s * d, seed), (b, heads, s, d), &dev)
-                .expect("tensor")
+            Tensor::from_vec(
+                values(b * heads * s * d, seed as u32),
+                (b, heads, s, d),
+                &dev,
+            )
+            .expect("tensor")
         };
         let (q, k, v) = (mk(h, 5), mk(hk, 6), mk(hk, 7));
         let bits = |t: &Tensor| -> Vec<u32> {
