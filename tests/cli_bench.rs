@@ -6,8 +6,14 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn edgeflow(args: &[&str]) -> Output {
+    edgeflow_env(args, &[])
+}
+
+/// [`edgeflow`] with extra environment variables.
+fn edgeflow_env(args: &[&str], envs: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_edgeflow"))
         .args(args)
+        .envs(envs.iter().copied())
         .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
         .output()
         .expect("failed to start the edgeflow binary")
@@ -162,14 +168,16 @@ fn bench_control_refuses_a_bad_rate() {
 /// A tiny `bench thinker` on the cached SmolLM2 (`edgeflow models fetch
 /// smollm2`) reports how long loading took, the resident memory it added
 /// beside the file's size, and decode's weight bandwidth against the read
-/// ceiling probed in the same run.
+/// ceiling probed in the same run. Loaded on 4 KB pages
+/// (`EDGEFLOW_HUGE_PAGES=after-load`), the weights are on 2 MB pages
+/// before the timed runs and the report says how they got there.
 #[test]
 fn bench_thinker_reports_load_time_and_resident_memory() {
     if std::env::var("EDGEFLOW_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
         eprintln!("skipped: EDGEFLOW_SKIP_MODEL_TESTS=1");
         return;
     }
-    let out = edgeflow(&[
+    let args = [
         "bench",
         "thinker",
         "--runs",
@@ -178,8 +186,17 @@ fn bench_thinker_reports_load_time_and_resident_memory() {
         "8",
         "--decode-tokens",
         "4",
-    ]);
+    ];
+    let out = edgeflow_env(&args, &[("EDGEFLOW_HUGE_PAGES", "alloc")]);
     let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(!stdout.contains("loaded on 4 KB pages"), "{stdout}");
+    let out = edgeflow_env(&args, &[("EDGEFLOW_HUGE_PAGES", "after-load")]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("on 2 MB pages") && stdout.contains("(loaded on 4 KB pages"),
+        "{stdout}"
+    );
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     let row = |name: &str| -> String {
         stdout

@@ -41,12 +41,16 @@
 pub mod bandwidth;
 pub mod cpu;
 pub mod gpu;
+mod memory;
 pub mod npu;
 
 pub use cpu::cpu_backend;
 pub use edgeflow_runtime::probe::ProbeReport;
 use edgeflow_runtime::probe::{probe_backend, ProbeCache};
 use edgeflow_runtime::{Backend, Device, DeviceKind, DeviceSpec, Error, Result};
+pub use memory::{
+    huge_page_policy, keep_freed_memory, release_freed_memory, HugePageAlloc, HugePagePolicy,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -71,106 +75,6 @@ pub fn pin_cpu_threads() -> usize {
     let n = candle_core::utils::get_num_threads();
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     n
-}
-
-/// Keep freed tensor memory in the process (glibc: `M_MMAP_THRESHOLD`
-/// 1 GB, `M_TRIM_THRESHOLD` 256 MB). With glibc's defaults, buffers over a
-/// few MB are mmapped and handed back to the kernel when freed, then
-/// page-faulted and zeroed again by the next op: a Whisper encode took about
-/// 5x the page faults (speech_profile: 397 K vs 73 K), and a vocoder chunk
-/// faulted its tens of MB of activations in again (page-fault and zeroing
-/// work was about a tenth of `bench tts`'s samples). Served from the heap,
-/// weights also share 2 MB regions that the CPU backend can back with huge
-/// pages (see `Backend::make_resident`). The cost is that up to 256 MB of
-/// freed memory stays resident, as with onnxruntime's arena. No-op on other
-/// C libraries.
-///
-/// Call it first thing in `main` (the settings apply to the whole process).
-pub fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes the allocator's thresholds; both are
-    // valid parameters with in-range values (a refused one keeps glibc's).
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
-    }
-}
-
-/// A global allocator for binaries: the system's, plus `MADV_HUGEPAGE`
-/// on the 2 MB-aligned interior of every allocation of 4 MB or more
-/// before anything is written there, so those pages fault in as 2 MB
-/// pages. Without it a model's weights fault in 4 KB at a time when the
-/// loader copies them out of the file, and are then copied once more onto
-/// 2 MB pages in the background (`MADV_COLLAPSE`). Only whole 2 MB regions
-/// inside the allocation are advised, so every mapping split falls on a
-/// 2 MB boundary. Install it with `#[global_allocator]` in a binary.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HugePageAlloc;
-
-/// Allocations from this size get [`HugePageAlloc`]'s advice.
-const HUGE_ALLOC_MIN: usize = 4 << 20;
-
-impl HugePageAlloc {
-    fn advise(p: *mut u8, len: usize) {
-        #[cfg(target_os = "linux")]
-        if !p.is_null() && len >= HUGE_ALLOC_MIN {
-            const HUGE: usize = 2 << 20;
-            let lo = (p as usize).next_multiple_of(HUGE);
-            let hi = (p as usize + len) & !(HUGE - 1);
-            if hi > lo {
-                // SAFETY: madvise(MADV_HUGEPAGE) on whole pages of our own
-                // live allocation changes how they are backed, never their
-                // contents; a failure changes nothing.
-                unsafe {
-                    libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
-                }
-            }
-        }
-    }
-}
-
-// SAFETY: every call goes to `System` with the caller's layout; the
-// advice only changes page backing.
-unsafe impl std::alloc::GlobalAlloc for HugePageAlloc {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        let p = unsafe { std::alloc::System.alloc(layout) };
-        Self::advise(p, layout.size());
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
-        Self::advise(p, layout.size());
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { std::alloc::System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        let p = unsafe { std::alloc::System.realloc(ptr, layout, new) };
-        Self::advise(p, new);
-        p
-    }
-}
-
-/// Hand freed heap memory back to the OS now (glibc `malloc_trim`: the
-/// free pages of every arena), undoing [`keep_freed_memory`]'s hold once:
-/// the CPU backend calls it when loading is over
-/// ([`edgeflow_runtime::Backend::release_load_memory`]), so a model's load
-/// temporaries do not stay resident. No-op on other C libraries.
-pub fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free pages to the kernel; it takes
-    // the allocator's own locks and leaves every live allocation alone.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 /// Waits until the CPU backend's background thread has moved every weight

@@ -22,9 +22,13 @@
 //! does) gets most weights on 2 MB pages as they are first written, which
 //! leaves the background thread little to copy: on a 2-core Zen 3 VM the
 //! move after loading Qwen2.5-1.5B took 0.5-2.1 s instead of 3.9-5.9 s.
+//! Except where the host takes free 2 MB blocks back: there 2 MB faults
+//! made the load itself 5-6x slower, so the allocator leaves the weights
+//! on 4 KB pages and this thread moves all of them
+//! ([`crate::HugePagePolicy::AfterLoad`]).
 //!
 //! The thread starts collapsing only once loading is over ([`loading_done`],
-//! or no weight placed for [`QUIET`]): a collapse takes the process's
+//! or no weight placed for [`quiet`]): a collapse takes the process's
 //! memory-map lock for writing, so run beside a load it stalls every page
 //! fault of the loader's copies, and on two cores it takes the loader's
 //! second core as well.
@@ -87,7 +91,17 @@ static PENDING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize:
 
 /// How long after the last weight was placed the background thread takes
 /// loading to be over, where nobody said so ([`loading_done`]).
-const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+/// One second; ten where the weights load on 4 KB pages
+/// ([`crate::HugePagePolicy::AfterLoad`]): there a large tensor's copy
+/// faults in slowly enough to place nothing for over a second (the
+/// 1.5B's embedding), and a collapse started then held the loader's page
+/// faults back for 1.5 s.
+fn quiet() -> std::time::Duration {
+    match crate::huge_page_policy() {
+        crate::HugePagePolicy::AtAllocation => std::time::Duration::from_secs(1),
+        crate::HugePagePolicy::AfterLoad => std::time::Duration::from_secs(10),
+    }
+}
 
 /// When the last range was queued, in milliseconds since [`epoch`] (0:
 /// loading is over).
@@ -104,27 +118,30 @@ fn now_ms() -> u64 {
 }
 
 /// Loading is over (the backend's `release_load_memory`): queued ranges
-/// are collapsed from now on, without waiting for [`QUIET`].
+/// are collapsed from now on, without waiting for [`quiet`].
 pub(crate) fn loading_done() {
     LAST_QUEUED_MS.store(0, std::sync::atomic::Ordering::Release);
 }
 
 /// Blocks the background thread while a load is placing weights: until
-/// [`loading_done`] or [`QUIET`] without a new range.
+/// [`loading_done`] or [`quiet`] without a new range.
 fn wait_for_quiet() {
+    let quiet = quiet();
     while let Some(left) = quiet_left(
+        quiet,
         LAST_QUEUED_MS.load(std::sync::atomic::Ordering::Acquire),
         now_ms(),
     ) {
-        std::thread::sleep(left);
+        // In short naps, so `loading_done` is seen within 20 ms.
+        std::thread::sleep(left.min(std::time::Duration::from_millis(20)));
     }
 }
 
 /// How much longer to wait when the last range was queued at `last` ms
 /// (0: loading is over) and it is now `now` ms; None: go.
-fn quiet_left(last: u64, now: u64) -> Option<std::time::Duration> {
+fn quiet_left(quiet: std::time::Duration, last: u64, now: u64) -> Option<std::time::Duration> {
     let since = std::time::Duration::from_millis(now.saturating_sub(last));
-    (last != 0 && since < QUIET).then(|| QUIET - since)
+    (last != 0 && since < quiet).then(|| quiet - since)
 }
 
 /// Waits until the background thread has collapsed every range queued so
@@ -227,17 +244,22 @@ mod tests {
     use super::*;
 
     /// The background thread waits while ranges keep coming and goes once
-    /// loading is said to be over or has been quiet for [`QUIET`].
+    /// loading is said to be over or has been quiet for [`quiet`].
     #[test]
     fn collapse_waits_for_the_load_to_end() {
-        let q = QUIET.as_millis() as u64;
+        let quiet = std::time::Duration::from_secs(1);
+        let q = quiet.as_millis() as u64;
         assert_eq!(
-            quiet_left(1000, 1200),
+            quiet_left(quiet, 1000, 1200),
             Some(std::time::Duration::from_millis(q - 200))
         );
-        assert_eq!(quiet_left(1000, 1000 + q), None);
-        assert_eq!(quiet_left(0, 1200), None, "loading_done");
-        assert_eq!(quiet_left(1000, 900), Some(QUIET), "a clock read early");
+        assert_eq!(quiet_left(quiet, 1000, 1000 + q), None);
+        assert_eq!(quiet_left(quiet, 0, 1200), None, "loading_done");
+        assert_eq!(
+            quiet_left(quiet, 1000, 900),
+            Some(quiet),
+            "a clock read early"
+        );
     }
 
     /// Queued collapses leave the bytes as they were (whether this kernel
@@ -254,6 +276,7 @@ mod tests {
         // A later synchronous call on the same bytes; then wait for the
         // thread to reach the queued ones.
         advise_range(v.as_ptr() as usize, v.len());
+        loading_done();
         assert!(
             wait_idle(std::time::Duration::from_secs(30)),
             "queue drained"

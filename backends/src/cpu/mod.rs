@@ -70,7 +70,12 @@ use tensors::{arity, check_dim, dense, index_tensor, with_f32_slice, wrap};
 /// The process-wide CPU backend (stateless; shared by every device as the fallback).
 pub fn cpu_backend() -> Arc<dyn Backend> {
     static CPU: OnceLock<Arc<dyn Backend>> = OnceLock::new();
-    CPU.get_or_init(|| Arc::new(CpuBackend::new())).clone()
+    CPU.get_or_init(|| {
+        // Before any weights load: how they get onto 2 MB pages.
+        crate::huge_page_policy();
+        Arc::new(CpuBackend::new())
+    })
+    .clone()
 }
 
 /// The CPU backend (candle kernels on the host).

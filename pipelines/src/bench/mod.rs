@@ -169,20 +169,30 @@ impl Peer {
     }
 }
 
-/// Median (NaN for none).
 /// Waits (a minute at most) for the CPU backend's background move of
 /// placed weights onto 2 MB pages, so that one-off copy does not share the
 /// cores with the timed runs, as a long-running pipeline would see them;
-/// says how long it took, for the report.
+/// says how long it took and whether the weights loaded on 4 KB pages
+/// first ([`edgeflow_backends::HugePagePolicy`]), for the report.
 pub(crate) fn settle_huge_pages() -> String {
     let t = std::time::Instant::now();
+    let how = match edgeflow_backends::huge_page_policy() {
+        edgeflow_backends::HugePagePolicy::AtAllocation => "",
+        edgeflow_backends::HugePagePolicy::AfterLoad => {
+            " (loaded on 4 KB pages: this host takes free 2 MB blocks back)"
+        }
+    };
     if edgeflow_backends::wait_for_huge_pages(std::time::Duration::from_secs(60)) {
-        format!("on 2 MB pages {:.2} s later", t.elapsed().as_secs_f64())
+        format!(
+            "on 2 MB pages {:.2} s later{how}",
+            t.elapsed().as_secs_f64()
+        )
     } else {
-        "still moving to 2 MB pages after 60 s (timed anyway)".to_string()
+        format!("still moving to 2 MB pages after 60 s (timed anyway){how}")
     }
 }
 
+/// Median (NaN for none).
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
