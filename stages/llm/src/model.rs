@@ -23,8 +23,8 @@
 
 use crate::{Error, Result};
 use edgeflow_nn::{
-    stack_rows, Decoder, DecoderConfig, DecoderNames, Embedding, Linear, QkvBias, RmsNorm,
-    RopeLayout, RotaryEmbedding, VarBuilder, WeightFormat,
+    Decoder, DecoderConfig, DecoderNames, Embedding, Linear, QkvBias, RmsNorm, RopeLayout,
+    RotaryEmbedding, VarBuilder, WeightFormat,
 };
 use edgeflow_runtime::weights::{GgufFile, WeightReader};
 use edgeflow_runtime::{DType, Device, Tensor};
@@ -208,39 +208,42 @@ impl Llama {
     /// expanded to f32 first.
     pub fn load(vb: &VarBuilder, cfg: &Config) -> Result<Self> {
         let dev = vb.device().clone();
-        let mut weight_bytes = 0usize;
         let host = dev.host();
-        // Tensors named `names` under `p`, stacked along their output rows
-        // (dim 0) into one, then placed.
-        let load_one = |p: &VarBuilder, name: &str| -> Result<Tensor> {
-            let t = p.pp(name).host_unchecked("weight")?;
-            Ok(if cfg.dequantize && t.dtype().is_quantized() {
+        // The tensor `name` under `vb`, placed, and its bytes.
+        let load = |name: &str| -> Result<(Tensor, usize)> {
+            let t = vb.pp(name).host_unchecked("weight")?;
+            let t = if cfg.dequantize && t.dtype().is_quantized() {
                 host.cast(&t, DType::F32)?
             } else {
                 t
-            })
-        };
-        let mut load_stacked = |p: &VarBuilder, names: &[&str]| -> Result<Tensor> {
-            let mut parts = Vec::with_capacity(names.len());
-            for name in names {
-                parts.push(load_one(p, name)?);
-            }
-            let t = stack_rows(&host, &parts)?;
-            weight_bytes += t.size_bytes();
-            Ok(vb.place_or_host(&t))
+            };
+            let bytes = t.size_bytes();
+            Ok((vb.place_or_host(&t), bytes))
         };
         let hd = cfg.head_dim;
-        let embed = load_stacked(vb, &["token_embd"])?;
-        // The blocks: Q/K/V and gate/up stacked when their formats match,
-        // Q/K/V biases when the file has them (qwen2).
-        let decoder = Decoder::load(&vb.pp("blk"), &cfg.decoder_config(), &DecoderNames::GGUF)?;
-        let norm = RmsNorm::new(load_stacked(vb, &["output_norm"])?, cfg.rms_eps);
-        let lm_head = if vb.contains("output.weight") {
-            load_stacked(vb, &["output"])?
+        // The embedding table (the largest tensor) on a thread of its own
+        // beside the blocks: Q/K/V and gate/up stacked when their formats
+        // match, Q/K/V biases when the file has them (qwen2).
+        let (embed, decoder) = std::thread::scope(|s| {
+            let embed = s.spawn(|| load("token_embd"));
+            let decoder = Decoder::load(&vb.pp("blk"), &cfg.decoder_config(), &DecoderNames::GGUF);
+            let embed = embed.join().unwrap_or_else(|_| {
+                Err(Error::Model {
+                    path: vb.path(),
+                    msg: "the thread loading `token_embd` panicked".into(),
+                })
+            });
+            (embed, decoder)
+        });
+        let ((embed, embed_bytes), decoder) = (embed?, decoder?);
+        let (norm, norm_bytes) = load("output_norm")?;
+        let norm = RmsNorm::new(norm, cfg.rms_eps);
+        let (lm_head, head_bytes) = if vb.contains("output.weight") {
+            load("output")?
         } else {
-            embed.clone()
+            (embed.clone(), 0)
         };
-        let weight_bytes = weight_bytes + decoder.weight_bytes();
+        let weight_bytes = embed_bytes + norm_bytes + head_bytes + decoder.weight_bytes();
         // See the module docs: interleaved pairs for llama, halves for qwen2.
         let rope = RotaryEmbedding::new(
             hd,
