@@ -221,28 +221,34 @@ impl Llama {
             Ok((vb.place_or_host(&t), bytes))
         };
         let hd = cfg.head_dim;
-        // The embedding table (the largest tensor) on a thread of its own
-        // beside the blocks: Q/K/V and gate/up stacked when their formats
-        // match, Q/K/V biases when the file has them (qwen2).
-        let (embed, decoder) = std::thread::scope(|s| {
-            let embed = s.spawn(|| load("token_embd"));
+        // The embedding table and an untied output head (the two largest
+        // tensors) on a thread of their own beside the blocks: Q/K/V and
+        // gate/up stacked when their formats match, Q/K/V biases when the
+        // file has them (qwen2).
+        let tables = || -> Result<_> {
+            let embed = load("token_embd")?;
+            let head = if vb.contains("output.weight") {
+                Some(load("output")?)
+            } else {
+                None
+            };
+            Ok((embed, head))
+        };
+        let (tables, decoder) = std::thread::scope(|s| {
+            let tables = s.spawn(tables);
             let decoder = Decoder::load(&vb.pp("blk"), &cfg.decoder_config(), &DecoderNames::GGUF);
-            let embed = embed.join().unwrap_or_else(|_| {
+            let tables = tables.join().unwrap_or_else(|_| {
                 Err(Error::Model {
                     path: vb.path(),
-                    msg: "the thread loading `token_embd` panicked".into(),
+                    msg: "the thread loading `token_embd` and `output` panicked".into(),
                 })
             });
-            (embed, decoder)
+            (tables, decoder)
         });
-        let ((embed, embed_bytes), decoder) = (embed?, decoder?);
+        let (((embed, embed_bytes), head), decoder) = (tables?, decoder?);
         let (norm, norm_bytes) = load("output_norm")?;
         let norm = RmsNorm::new(norm, cfg.rms_eps);
-        let (lm_head, head_bytes) = if vb.contains("output.weight") {
-            load("output")?
-        } else {
-            (embed.clone(), 0)
-        };
+        let (lm_head, head_bytes) = head.unwrap_or_else(|| (embed.clone(), 0));
         let weight_bytes = embed_bytes + norm_bytes + head_bytes + decoder.weight_bytes();
         // See the module docs: interleaved pairs for llama, halves for qwen2.
         let rope = RotaryEmbedding::new(
