@@ -427,9 +427,13 @@ impl Decoder {
         let (first, second) = std::thread::scope(|s| {
             let second = s.spawn(|| load_range(half..cfg.n_layer));
             let first = load_range(0..half);
-            let second = second
-                .join()
-                .unwrap_or_else(|_| Err(Error::BadInput("a layer-loading thread panicked".into())));
+            let second = second.join().unwrap_or_else(|_| {
+                Err(Error::Weights {
+                    path: vb.path(),
+                    name: vb.full(&format!("{half}..{}", cfg.n_layer)),
+                    msg: "could not be loaded: the loading thread panicked".into(),
+                })
+            });
             (first, second)
         });
         let (mut layers, a) = first?;
