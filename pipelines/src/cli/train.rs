@@ -171,6 +171,12 @@ pub(crate) struct PolicyArgs {
     /// shape options are then ignored) instead of training fresh weights.
     #[arg(long)]
     pub init: Option<PathBuf>,
+    /// Write an exponential moving average of the weights (decay per step,
+    /// 0: none; 0.999 averages about the last 1000 steps) as OUT, and the
+    /// last step's own weights beside it as OUT with extension
+    /// `raw.safetensors`, so the two can be compared.
+    #[arg(long, default_value_t = 0.0)]
+    pub ema_decay: f64,
 }
 
 /// Keep freed memory in the process while training. Every training step
@@ -377,10 +383,20 @@ fn train_policy(
         flow_times: a.flow_times,
         keypoint_weight: a.keypoint_weight,
         init: a.init.clone(),
+        ema_decay: a.ema_decay,
         ..TrainOptions::default()
     };
     let trained = train(&data, &opts, progress)?;
     trained.save(&a.out)?;
+    let raw = raw_path(&a.out);
+    if trained.save_raw(&raw)? {
+        eprintln!(
+            "wrote the weight average (decay {}) as {} and the last step's weights as {}",
+            a.ema_decay,
+            a.out.display(),
+            raw.display()
+        );
+    }
     let plot = a
         .plot
         .clone()
@@ -395,6 +411,12 @@ fn train_policy(
         plot,
         y_decades: (info.y_min_decade, info.y_max_decade),
     })
+}
+
+/// Where `--ema-decay` writes the last step's own weights: OUT with
+/// extension `raw.safetensors`.
+fn raw_path(out: &Path) -> PathBuf {
+    out.with_extension("raw.safetensors")
 }
 
 fn parse_flow_times(s: &str) -> Result<edgeflow_action::train::FlowTimes, String> {
@@ -703,6 +725,7 @@ mod tests {
             eval_seeds: 0,
             plot: None,
             init: None,
+            ema_decay: 0.0,
         };
         let mut logs = 0;
         let s = train_policy(&a, |_| logs += 1).expect("train");
@@ -723,6 +746,10 @@ mod tests {
             ..a
         };
         train_policy(&b, |_| {}).expect("train without keypoints");
+        assert!(
+            !raw_path(&b.out).exists(),
+            "raw weights without --ema-decay"
+        );
         let p = Policy::load(&b.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         assert!(!p.config().text_norm && p.config().keypoints == 0);
         // An MLP head on keypoints, 2 layers 64 wide.
@@ -736,9 +763,22 @@ mod tests {
             frame_age: 6,
             condition_actions: false,
             prediction: Prediction::Sample,
+            ema_decay: 0.9,
             ..b
         };
         train_policy(&m, |_| {}).expect("train an mlp");
+        // The weight average as OUT, the last step's weights beside it:
+        // both load, and they differ.
+        let raw = raw_path(&m.out);
+        assert_eq!(
+            raw.file_name().and_then(|n| n.to_str()),
+            Some("mlp.raw.safetensors")
+        );
+        Policy::load(&raw, &dev, 10, RtcMode::Prefix, 0).expect("load the raw weights");
+        assert_ne!(
+            std::fs::read(&raw).expect("raw"),
+            std::fs::read(&m.out).expect("avg")
+        );
         let mut p = Policy::load(&m.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         let mc = p.config();
         assert!(mc.arch == Arch::Mlp && (mc.n_layers, mc.mlp_dim) == (2, 64));

@@ -54,6 +54,14 @@ pub struct TrainOptions {
     /// coordinates) beside the flow loss. Used when the config has
     /// keypoints and the data has targets.
     pub keypoint_weight: f64,
+    /// Decay of an exponential moving average of the weights (0: none).
+    /// With it, the trained head is the average (each step
+    /// `ema = d ema + (1 - d) w`, with `d = min(ema_decay, (1 + step) /
+    /// (10 + step))` so early steps are not held back by the fresh
+    /// weights), as diffusion and flow policies are usually evaluated: one
+    /// step's weights carry that step's batch noise, which a closed loop
+    /// amplifies. [`Trained::raw`] keeps the last step's own weights.
+    pub ema_decay: f64,
     /// Report progress every this many steps.
     pub log_every: usize,
     /// Start from this checkpoint's weights and normaliser instead of
@@ -77,6 +85,7 @@ impl Default for TrainOptions {
             frame_age: 0,
             flow_times: FlowTimes::default(),
             keypoint_weight: 10.0,
+            ema_decay: 0.0,
             log_every: 50,
             init: None,
         }
@@ -103,6 +112,12 @@ impl TrainOptions {
             return Err(Error::Config(format!(
                 "keypoint_weight ({}) must be finite and >= 0",
                 self.keypoint_weight
+            )));
+        }
+        if !(0.0..1.0).contains(&self.ema_decay) {
+            return Err(Error::Config(format!(
+                "ema_decay ({}) must be in [0, 1) (0: no weight average; 0.999 averages about the last 1000 steps)",
+                self.ema_decay
             )));
         }
         if !(self.lr > 0.0 && self.lr < 1.0 && (0.0..1.0).contains(&self.weight_decay)) {
@@ -170,8 +185,11 @@ pub struct Progress {
 /// The outcome of [`train`].
 #[derive(Debug)]
 pub struct Trained {
-    /// The trained network.
+    /// The trained network: with [`TrainOptions::ema_decay`], the moving
+    /// average of its weights.
     pub net: TrainNet,
+    /// With [`TrainOptions::ema_decay`]: the last step's own weights.
+    pub raw: Option<TrainNet>,
     /// The normalisation fitted on the data.
     pub norm: Normalizer,
     /// Loss of every step.
@@ -185,6 +203,15 @@ impl Trained {
     /// [`crate::policy::Policy::load`]).
     pub fn save(&self, path: &Path) -> Result<()> {
         self.net.save(&self.norm, path)
+    }
+
+    /// Write the last step's own weights (with a moving average; `false`
+    /// and nothing written without one).
+    pub fn save_raw(&self, path: &Path) -> Result<bool> {
+        match &self.raw {
+            Some(raw) => raw.save(&self.norm, path).map(|()| true),
+            None => Ok(false),
+        }
     }
 
     /// Mean loss of the first and the last `n` steps.
@@ -358,6 +385,11 @@ pub fn train(
             ..Default::default()
         },
     )?;
+    let mut ema = if opts.ema_decay > 0.0 {
+        Some(net.weights()?)
+    } else {
+        None
+    };
     let mut rng = Rng::new(opts.seed.wrapping_add(1));
     let mut losses = Vec::with_capacity(opts.steps);
     let t0 = Instant::now();
@@ -374,6 +406,13 @@ pub fn train(
             kp_in_window += 1;
         }
         opt.backward_step(&loss)?;
+        if let Some(avg) = &mut ema {
+            let d = opts.ema_decay.min((1 + step) as f64 / (10 + step) as f64);
+            for (a, v) in avg.values_mut().zip(net.named_vars().values()) {
+                // Detached: the average must not grow a graph step by step.
+                *a = (a.affine(d, 0.0)? + v.as_tensor().affine(1.0 - d, 0.0)?)?.detach();
+            }
+        }
         let l = loss.to_scalar::<f32>()?;
         if !l.is_finite() {
             return Err(Error::Data(format!(
@@ -398,8 +437,17 @@ pub fn train(
             kp_in_window = 0;
         }
     }
+    let raw = match ema {
+        Some(avg) => {
+            let raw = net.duplicate()?;
+            net.set_weights(&avg)?;
+            Some(raw)
+        }
+        None => None,
+    };
     Ok(Trained {
         net,
+        raw,
         norm,
         losses,
         seconds: t0.elapsed().as_secs_f64(),
@@ -455,6 +503,105 @@ mod tests {
             .zip(b.origin.chunks(2))
             .map(|(t, o)| (t[0], o[0]))
             .collect()
+    }
+
+    /// A small dataset of `n` steps of one episode for `cfg`.
+    fn one_episode(cfg: &Config, n: usize) -> Dataset {
+        let mut rng = Rng::new(11);
+        let frame = rng.normals(cfg.vision_tokens() * cfg.vision_width());
+        Dataset {
+            episodes: vec![EpisodeFeatures {
+                instruction: rng.normals(cfg.feature_dim),
+                frames: (0..n).map(|k| (k, frame.clone())).collect(),
+                frame_targets: Vec::new(),
+                states: rng.normals(n * cfg.state_dim),
+                actions: rng.normals(n * cfg.action_dim),
+                labels: Vec::new(),
+            }],
+        }
+    }
+
+    #[test]
+    fn the_weight_average_follows_its_recurrence_and_keeps_the_raw_weights() {
+        let cfg = Config {
+            keypoints: 0,
+            ..Config::default()
+        };
+        let data = one_episode(&cfg, 40);
+        let opts = TrainOptions {
+            config: cfg.clone(),
+            steps: 1,
+            batch: 4,
+            lr: 1e-2,
+            warmup: 1,
+            ema_decay: 0.999,
+            ..TrainOptions::default()
+        };
+        let fresh = TrainNet::init(&cfg, opts.seed)
+            .expect("init")
+            .weights()
+            .expect("w");
+        let t = train(&data, &opts, |_| {}).expect("train");
+        let raw = t
+            .raw
+            .as_ref()
+            .expect("raw weights kept")
+            .weights()
+            .expect("w");
+        let avg = t.net.weights().expect("w");
+        // Step 0: d = min(0.999, 1 / 10).
+        let mut moved = 0usize;
+        for (name, w0) in &fresh {
+            let (w0, w1, a) = (
+                w0.flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .expect("w0"),
+                raw[name]
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .expect("w1"),
+                avg[name]
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .expect("avg"),
+            );
+            for ((w0, w1), a) in w0.iter().zip(&w1).zip(&a) {
+                let want = 0.1 * w0 + 0.9 * w1;
+                assert!(
+                    (a - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                    "{name}: {a} vs {want}"
+                );
+                moved += usize::from(w0 != w1);
+            }
+        }
+        assert!(moved > 1000, "the step moved only {moved} weights");
+        // Without the average: no raw copy, and the net is the last step's.
+        let plain = train(
+            &data,
+            &TrainOptions {
+                ema_decay: 0.0,
+                ..opts.clone()
+            },
+            |_| {},
+        )
+        .expect("train");
+        assert!(plain.raw.is_none());
+        let w = plain.net.weights().expect("w");
+        for (name, r) in &raw {
+            let d = (r - &w[name])
+                .and_then(|d| d.abs()?.max_all()?.to_scalar::<f32>())
+                .expect("diff");
+            assert_eq!(d, 0.0, "{name}");
+        }
+        let bad = TrainOptions {
+            ema_decay: 1.0,
+            ..opts
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("ema_decay"));
     }
 
     #[test]

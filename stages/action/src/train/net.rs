@@ -124,6 +124,42 @@ impl TrainNet {
         &self.vars
     }
 
+    /// A copy of every weight, by name (not tracked by autograd).
+    pub fn weights(&self) -> Result<BTreeMap<String, Tensor>> {
+        let mut w = BTreeMap::new();
+        for (k, v) in &self.vars {
+            // A copy: `detach` alone shares the storage the optimiser
+            // updates in place.
+            w.insert(k.clone(), v.as_tensor().detach().copy()?);
+        }
+        Ok(w)
+    }
+
+    /// Overwrite the weights with `w` (as [`TrainNet::weights`] gives them:
+    /// every name, the same shapes).
+    pub fn set_weights(&self, w: &BTreeMap<String, Tensor>) -> Result<()> {
+        for (name, v) in &self.vars {
+            let t = w
+                .get(name)
+                .ok_or_else(|| Error::Config(format!("no weights for `{name}`")))?;
+            v.set(t)?;
+        }
+        Ok(())
+    }
+
+    /// An independent copy: its own variables with the same values.
+    pub fn duplicate(&self) -> Result<TrainNet> {
+        let mut vars = BTreeMap::new();
+        for (name, v) in &self.vars {
+            vars.insert(name.clone(), Var::from_tensor(&v.as_tensor().copy()?)?);
+        }
+        Ok(TrainNet {
+            cfg: self.cfg.clone(),
+            vars,
+            dev: self.dev.clone(),
+        })
+    }
+
     fn var(&self, name: &str) -> Result<&Tensor> {
         self.vars
             .get(name)
