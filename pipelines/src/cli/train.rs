@@ -85,6 +85,11 @@ pub(crate) struct PolicyArgs {
     /// loss alone).
     #[arg(long, default_value_t = 10.0)]
     pub keypoint_weight: f64,
+    /// Each keypoint's token also carries the patch tokens under it
+    /// (averaged with its softmax weights): how a block is turned, not only
+    /// where it is.
+    #[arg(long)]
+    pub keypoint_features: bool,
     /// Feed the raw instruction embedding instead of standardising it per
     /// channel (how checkpoints were trained before `text_norm`).
     #[arg(long)]
@@ -451,6 +456,7 @@ fn shape_config(a: &PolicyArgs) -> Config {
         vision_grid: a.vision_grid,
         vision_stack: a.vision_stack,
         keypoints: a.keypoints,
+        keypoint_features: a.keypoint_features,
         text_norm: !a.no_text_norm,
         prediction: a.prediction,
         arch: a.arch,
@@ -484,6 +490,7 @@ fn shape_config(a: &PolicyArgs) -> Config {
         vision_stack: 1,
         vision_norm: false,
         keypoints: 0,
+        keypoint_features: false,
         ..c
     }
 }
@@ -707,6 +714,7 @@ mod tests {
             vision_stack: 1,
             keypoints: 4,
             keypoint_weight: 10.0,
+            keypoint_features: false,
             no_text_norm: false,
             prediction: Prediction::Velocity,
             arch: Arch::Transformer,
@@ -764,6 +772,7 @@ mod tests {
             condition_actions: false,
             prediction: Prediction::Sample,
             ema_decay: 0.9,
+            keypoint_features: true,
             ..b
         };
         train_policy(&m, |_| {}).expect("train an mlp");
@@ -782,6 +791,7 @@ mod tests {
         let mut p = Policy::load(&m.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         let mc = p.config();
         assert!(mc.arch == Arch::Mlp && (mc.n_layers, mc.mlp_dim) == (2, 64));
+        assert!(mc.keypoint_features);
         assert_eq!((mc.max_prefix, p.config().horizon), (12, 16));
         chunk_of_32(&mut p);
         // A privileged MLP head from the same recordings: the true state,

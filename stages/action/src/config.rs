@@ -88,6 +88,15 @@ pub struct Config {
     /// Hidden width of the keypoint scorer.
     #[serde(default = "keypoint_hidden")]
     pub keypoint_hidden: usize,
+    /// Each keypoint's token also carries what the patches under it look
+    /// like: the patch tokens averaged with that keypoint's softmax weights
+    /// ([`spatial_softmax_weights`]), through `kp_feat` (`feature_dim` ->
+    /// `d_model`), added to its `kp_in` output. A position says where a
+    /// block is, not how it is turned; a pushed square turns, and where to
+    /// push it from depends on that. Needs `keypoints` > 0. Checkpoints
+    /// from before this field read false.
+    #[serde(default)]
+    pub keypoint_features: bool,
     /// A diagnostic head that reads the simulator's true state (robot,
     /// blocks and zones; `edgeflow_sim::TrueState::privileged`) as its
     /// state instead of seeing the scene: its vision input is all zeros.
@@ -218,6 +227,7 @@ impl Default for Config {
             keypoints: 8,
             keypoint_relative_scale: 0.3,
             keypoint_hidden: 128,
+            keypoint_features: false,
             privileged: false,
             privileged_relative: false,
             prediction: Prediction::Velocity,
@@ -404,6 +414,13 @@ impl Config {
                 "keypoint_hidden",
                 self.keypoint_hidden.to_string(),
                 "in 1..=4096",
+            );
+        }
+        if self.keypoint_features && self.keypoints == 0 {
+            return bad(
+                "keypoint_features",
+                "true".into(),
+                "false without keypoints (it pools the patches under each keypoint)",
             );
         }
         if !(2..=256).contains(&self.horizon) {
@@ -744,6 +761,31 @@ pub fn spatial_softmax(logits: &[f32], b: usize, n: usize, k: usize) -> Vec<f32>
     out
 }
 
+/// The softmax over the patch grid behind [`spatial_softmax`]: `[b, K,
+/// n * n]` weights (each keypoint's sum to 1) of the same `logits`, for
+/// [`Config::keypoint_features`]. (Its positions keep their own loop, so
+/// heads without keypoint features keep their bits.)
+pub fn spatial_softmax_weights(logits: &[f32], b: usize, n: usize, k: usize) -> Vec<f32> {
+    let p = n * n;
+    let mut out = vec![0f32; b * k * p];
+    for s in 0..b {
+        let l = &logits[s * p * k..(s + 1) * p * k];
+        for j in 0..k {
+            let row = &mut out[(s * k + j) * p..(s * k + j + 1) * p];
+            let max = (0..p)
+                .map(|i| l[i * k + j])
+                .fold(f32::NEG_INFINITY, f32::max);
+            let mut z = 0f32;
+            for (i, r) in row.iter_mut().enumerate() {
+                *r = (l[i * k + j] - max).exp();
+                z += *r;
+            }
+            row.iter_mut().for_each(|r| *r /= z);
+        }
+    }
+    out
+}
+
 /// Sinusoidal embedding of a flow time `t` in `[0, 1]`, `dim` values:
 /// `sin` then `cos` of `2 pi t / p` for periods `p` spaced geometrically
 /// from 4e-3 to 4 (pi0's choice).
@@ -969,7 +1011,41 @@ mod tests {
             (kp[2] + 0.5).abs() < 1e-6 && (kp[3] + 0.5).abs() < 1e-6,
             "{kp:?}"
         );
+        // Its weights: keypoint 0 is flat, keypoint 1 all on patch 2; the
+        // positions are the weights' average of the patch centres.
+        let w = spatial_softmax_weights(&[0.0, 0.0, 0.0, 0.0, 0.0, 50.0, 0.0, 0.0], 1, 2, 2);
+        assert_eq!(w.len(), 8);
+        assert!(w[..4].iter().all(|v| (v - 0.25).abs() < 1e-6), "{w:?}");
+        assert!(
+            (w[6] - 1.0).abs() < 1e-6 && w[4] + w[5] + w[7] < 1e-6,
+            "{w:?}"
+        );
         assert_eq!(e.len(), 8);
         assert!((e[0].powi(2) + e[4].powi(2) - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn keypoint_features_need_keypoints_and_add_one_projection() {
+        let c = Config {
+            keypoint_features: true,
+            ..Config::default()
+        };
+        c.validate().expect("with keypoints");
+        let names: Vec<String> = crate::model::tensor_shapes(&c)
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("kp_feat"))
+            .map(|(n, d)| format!("{n} {d:?}"))
+            .collect();
+        assert_eq!(names, ["kp_feat.weight [128, 384]", "kp_feat.bias [128]"]);
+        let e = Config { keypoints: 0, ..c }
+            .validate()
+            .expect_err("no keypoints");
+        assert!(e.to_string().contains("keypoint_features"), "{e}");
+        // Older checkpoints' metadata has no such field.
+        let json = serde_json::to_string(&Config::default()).expect("json");
+        let field = ",\"keypoint_features\":false";
+        assert!(json.contains(field), "{json}");
+        let old: Config = serde_json::from_str(&json.replace(field, "")).expect("old config");
+        assert!(!old.keypoint_features);
     }
 }

@@ -23,7 +23,9 @@
 //! (each followed by SiLU) and `action_out` to the whole chunk at once.
 //! The checkpoint also holds the [`Normalizer`] as `norm.*`.
 
-use crate::config::{spatial_softmax, Arch, Config, Normalizer, Prediction};
+use crate::config::{
+    spatial_softmax, spatial_softmax_weights, Arch, Config, Normalizer, Prediction,
+};
 use crate::{Error, Result};
 use edgeflow_nn::{Attention, LayerNorm, Linear, Masking, Projections, VarBuilder};
 use edgeflow_runtime::{Device, Tensor};
@@ -42,6 +44,9 @@ pub fn tensor_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         lin("kp_fc1", f, cfg.keypoint_hidden);
         lin("kp_fc2", cfg.keypoint_hidden, cfg.keypoints);
         lin("kp_in", cfg.keypoint_inputs(), d);
+        if cfg.keypoint_features {
+            lin("kp_feat", f, d);
+        }
     }
     lin("text_in", f, d);
     lin("state_in", cfg.state_dim, d);
@@ -162,6 +167,8 @@ struct Keypoints {
     fc1: Linear,
     fc2: Linear,
     kp_in: Linear,
+    /// [`Config::keypoint_features`].
+    feat: Option<Linear>,
 }
 
 /// The action head (see the module docs for its structure and names).
@@ -278,6 +285,11 @@ impl ActionHead {
                     fc1: Linear::load(&vb.pp("kp_fc1"), f, cfg.keypoint_hidden, true)?,
                     fc2: Linear::load(&vb.pp("kp_fc2"), cfg.keypoint_hidden, cfg.keypoints, true)?,
                     kp_in: Linear::load(&vb.pp("kp_in"), cfg.keypoint_inputs(), d, true)?,
+                    feat: if cfg.keypoint_features {
+                        Some(Linear::load(&vb.pp("kp_feat"), f, d, true)?)
+                    } else {
+                        None
+                    },
                 })
             } else {
                 None
@@ -354,7 +366,11 @@ impl ActionHead {
                     kp
                 };
                 let kp = dev.place(&Tensor::from_vec(kp, &[b, n, self.cfg.keypoint_inputs()])?)?;
-                let kp = k.kp_in.forward(dev, &kp)?;
+                let mut kp = k.kp_in.forward(dev, &kp)?;
+                if let Some(feat) = &k.feat {
+                    let pooled = self.keypoint_features(dev, k, vision)?;
+                    kp = dev.add(&kp, &feat.forward(dev, &pooled)?)?;
+                }
                 dev.concat(&[&v, &kp, &l, &s], 1)?
             }
         };
@@ -380,6 +396,30 @@ impl ActionHead {
             self.cfg.vision_grid,
             self.cfg.keypoints,
         ))
+    }
+
+    /// [`Config::keypoint_features`]: the patch tokens under each keypoint,
+    /// `[b, K, feature_dim]` on the device (host arithmetic: a few
+    /// thousand multiply-adds per keypoint).
+    fn keypoint_features(&self, dev: &Device, k: &Keypoints, vision: &Tensor) -> Result<Tensor> {
+        let (b, n, f) = (kp_batch(vision)?, self.cfg.keypoints, self.cfg.feature_dim);
+        let p = self.cfg.vision_grid * self.cfg.vision_grid;
+        let patches = dev.narrow(vision, 1, 1, p)?;
+        let h = dev.silu(&k.fc1.forward(dev, &patches)?)?;
+        let logits = dev.to_host(&k.fc2.forward(dev, &h)?)?.to_vec_f32()?;
+        let w = spatial_softmax_weights(&logits, b, self.cfg.vision_grid, n);
+        let patches = dev.to_host(&patches)?.to_vec_f32()?;
+        let mut pooled = vec![0f32; b * n * f];
+        for s in 0..b {
+            for j in 0..n {
+                let out = &mut pooled[(s * n + j) * f..(s * n + j + 1) * f];
+                for (i, &wi) in w[(s * n + j) * p..(s * n + j + 1) * p].iter().enumerate() {
+                    let row = &patches[(s * p + i) * f..(s * p + i + 1) * f];
+                    out.iter_mut().zip(row).for_each(|(o, r)| *o += wi * r);
+                }
+            }
+        }
+        Ok(dev.place(&Tensor::from_vec(pooled, &[b, n, f])?)?)
     }
 
     /// The flow velocity `[b, H, action_dim]` of noisy normalised actions

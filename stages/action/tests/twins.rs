@@ -90,6 +90,17 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
         arch: Arch::Mlp,
         ..small()
     });
+    // Keypoint tokens that carry the patches under them, in both bodies.
+    twins_agree(Config {
+        keypoint_features: true,
+        ..small()
+    });
+    twins_agree(Config {
+        arch: Arch::Mlp,
+        keypoint_features: true,
+        prediction: Prediction::Sample,
+        ..small()
+    });
     twins_agree(Config {
         arch: Arch::Mlp,
         keypoints: 0,

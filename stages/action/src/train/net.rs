@@ -257,13 +257,19 @@ impl TrainNet {
         let s = self.linear("state_in", state)?;
         let (c, kp) = if self.cfg.keypoints > 0 {
             let v = self.linear("vision_in", &vision.narrow(1, 0, 1)?)?;
-            let kp = self.keypoints(vision)?;
+            let (kp, w) = self.keypoints_and_weights(vision)?;
             let input = if self.cfg.keypoint_inputs() == 4 {
                 Tensor::cat(&[&kp, &kp.broadcast_sub(origin)?], 2)?
             } else {
                 kp.clone()
             };
-            let t = self.linear("kp_in", &input)?;
+            let mut t = self.linear("kp_in", &input)?;
+            if self.cfg.keypoint_features {
+                // [b, K, P] x [b, P, f]: the patches under each keypoint.
+                let n = self.cfg.vision_grid;
+                let patches = vision.narrow(1, 1, n * n)?.contiguous()?;
+                t = (t + self.linear("kp_feat", &w.matmul(&patches)?)?)?;
+            }
             (Tensor::cat(&[&v, &t, &l, &s], 1)?, Some(kp))
         } else {
             let v = self.linear("vision_in", vision)?;
@@ -276,6 +282,12 @@ impl TrainNet {
     /// [`crate::model::ActionHead::keypoints`]: `[b, K, 2]` of vision
     /// `[b, vision_tokens, feature_dim]`.
     pub fn keypoints(&self, vision: &Tensor) -> Result<Tensor> {
+        Ok(self.keypoints_and_weights(vision)?.0)
+    }
+
+    /// [`Self::keypoints`] and their softmax weights over the patch grid,
+    /// `[b, K, n * n]`.
+    fn keypoints_and_weights(&self, vision: &Tensor) -> Result<(Tensor, Tensor)> {
         let (n, k) = (self.cfg.vision_grid, self.cfg.keypoints);
         let b = vision.dims()[0];
         let patches = vision.narrow(1, 1, n * n)?;
@@ -283,9 +295,11 @@ impl TrainNet {
         let logits = self.linear("kp_fc2", &h)?; // [b, P, K]
         let w = candle_nn::ops::softmax(&logits.transpose(1, 2)?.contiguous()?, D::Minus1)?;
         let coords = Tensor::from_vec(patch_coords(n), (n * n, 2), &self.dev)?;
-        Ok(w.reshape((b * k, n * n))?
+        let kp = w
+            .reshape((b * k, n * n))?
             .matmul(&coords)?
-            .reshape((b, k, 2))?)
+            .reshape((b, k, 2))?;
+        Ok((kp, w))
     }
 
     /// [`crate::model::ActionHead::forward`].
