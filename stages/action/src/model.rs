@@ -347,7 +347,8 @@ impl ActionHead {
                 let cls = dev.narrow(vision, 1, 0, 1)?;
                 let v = self.vision_in.forward(dev, &cls)?;
                 let (b, n) = (kp_batch(vision)?, self.cfg.keypoints);
-                let kp = self.keypoints(dev, vision)?;
+                let logits = self.keypoint_logits(dev, k, vision)?;
+                let kp = spatial_softmax(&logits, b, self.cfg.vision_grid, n);
                 let kp = if self.cfg.keypoint_inputs() == 4 {
                     if origin.len() != 2 * b {
                         return Err(Error::BadInput(format!(
@@ -368,7 +369,7 @@ impl ActionHead {
                 let kp = dev.place(&Tensor::from_vec(kp, &[b, n, self.cfg.keypoint_inputs()])?)?;
                 let mut kp = k.kp_in.forward(dev, &kp)?;
                 if let Some(feat) = &k.feat {
-                    let pooled = self.keypoint_features(dev, k, vision)?;
+                    let pooled = self.keypoint_features(dev, &logits, vision)?;
                     kp = dev.add(&kp, &feat.forward(dev, &pooled)?)?;
                 }
                 dev.concat(&[&v, &kp, &l, &s], 1)?
@@ -385,29 +386,30 @@ impl ActionHead {
         let Some(k) = &self.keypoint else {
             return Ok(Vec::new());
         };
-        let b = kp_batch(vision)?;
-        let p = self.cfg.vision_grid * self.cfg.vision_grid;
-        let patches = dev.narrow(vision, 1, 1, p)?;
-        let h = dev.silu(&k.fc1.forward(dev, &patches)?)?;
-        let logits = dev.to_host(&k.fc2.forward(dev, &h)?)?.to_vec_f32()?;
         Ok(spatial_softmax(
-            &logits,
-            b,
+            &self.keypoint_logits(dev, k, vision)?,
+            kp_batch(vision)?,
             self.cfg.vision_grid,
             self.cfg.keypoints,
         ))
     }
 
-    /// [`Config::keypoint_features`]: the patch tokens under each keypoint,
-    /// `[b, K, feature_dim]` on the device (host arithmetic: a few
-    /// thousand multiply-adds per keypoint).
-    fn keypoint_features(&self, dev: &Device, k: &Keypoints, vision: &Tensor) -> Result<Tensor> {
-        let (b, n, f) = (kp_batch(vision)?, self.cfg.keypoints, self.cfg.feature_dim);
+    /// Each patch's keypoint scores, `[b, P, K]` on the host.
+    fn keypoint_logits(&self, dev: &Device, k: &Keypoints, vision: &Tensor) -> Result<Vec<f32>> {
         let p = self.cfg.vision_grid * self.cfg.vision_grid;
         let patches = dev.narrow(vision, 1, 1, p)?;
         let h = dev.silu(&k.fc1.forward(dev, &patches)?)?;
-        let logits = dev.to_host(&k.fc2.forward(dev, &h)?)?.to_vec_f32()?;
-        let w = spatial_softmax_weights(&logits, b, self.cfg.vision_grid, n);
+        Ok(dev.to_host(&k.fc2.forward(dev, &h)?)?.to_vec_f32()?)
+    }
+
+    /// [`Config::keypoint_features`]: the patch tokens under each keypoint
+    /// of [`Self::keypoint_logits`]' scores, `[b, K, feature_dim]` on the
+    /// device (host arithmetic: a few thousand multiply-adds per keypoint).
+    fn keypoint_features(&self, dev: &Device, logits: &[f32], vision: &Tensor) -> Result<Tensor> {
+        let (b, n, f) = (kp_batch(vision)?, self.cfg.keypoints, self.cfg.feature_dim);
+        let p = self.cfg.vision_grid * self.cfg.vision_grid;
+        let patches = dev.narrow(vision, 1, 1, p)?;
+        let w = spatial_softmax_weights(logits, b, self.cfg.vision_grid, n);
         let patches = dev.to_host(&patches)?.to_vec_f32()?;
         let mut pooled = vec![0f32; b * n * f];
         for s in 0..b {
