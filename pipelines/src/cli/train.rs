@@ -90,6 +90,14 @@ pub(crate) struct PolicyArgs {
     /// where it is.
     #[arg(long)]
     pub keypoint_features: bool,
+    /// The first N keypoints (the red and blue blocks: at most 2) also read
+    /// out how their block is turned, trained towards (cos 4a, sin 4a) of
+    /// the block's angle from the replayed episode (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub keypoint_angles: usize,
+    /// Weight of that angle loss.
+    #[arg(long, default_value_t = 1.0)]
+    pub angle_weight: f64,
     /// Feed the raw instruction embedding instead of standardising it per
     /// channel (how checkpoints were trained before `text_norm`).
     #[arg(long)]
@@ -214,8 +222,11 @@ pub(super) fn run(c: TrainCommand) -> anyhow::Result<ExitCode> {
                 e * edgeflow_sim::TABLE_HALF * 100.0
             )
         });
+        let ang = p
+            .angle_rmse
+            .map_or(String::new(), |e| format!(" angle rmse {e:.3}"));
         println!(
-            "step {:>6}/{} loss {:.4}{kp} lr {:.2e} {:>6.0} s",
+            "step {:>6}/{} loss {:.4}{kp}{ang} lr {:.2e} {:>6.0} s",
             p.step, p.steps, p.loss, p.lr, p.seconds
         );
     })?;
@@ -316,6 +327,7 @@ fn train_policy(
             "vision_stack": cfg.vision_stack,
             "frame_stride": a.frame_stride,
             "keypoint_targets": "blocks red, blue; zones green, yellow; v1",
+            "angle_targets": "blocks red, blue: cos 4a, sin 4a; v1",
             "labels": cfg.horizon,
             "include_failed": a.include_failed,
             // The true state's layout, when the cache holds it.
@@ -376,6 +388,10 @@ fn train_policy(
         if k == 0 {
             e.frame_targets.clear();
         }
+        // Only the blocks have an angle.
+        for t in &mut e.frame_angles {
+            t.truncate(2 * cfg.keypoint_angles);
+        }
     }
     let opts = TrainOptions {
         config: cfg,
@@ -387,6 +403,7 @@ fn train_policy(
         frame_age: a.frame_age,
         flow_times: a.flow_times,
         keypoint_weight: a.keypoint_weight,
+        angle_weight: a.angle_weight,
         init: a.init.clone(),
         ema_decay: a.ema_decay,
         ..TrainOptions::default()
@@ -457,6 +474,7 @@ fn shape_config(a: &PolicyArgs) -> Config {
         vision_stack: a.vision_stack,
         keypoints: a.keypoints,
         keypoint_features: a.keypoint_features,
+        keypoint_angles: a.keypoint_angles,
         text_norm: !a.no_text_norm,
         prediction: a.prediction,
         arch: a.arch,
@@ -491,6 +509,7 @@ fn shape_config(a: &PolicyArgs) -> Config {
         vision_norm: false,
         keypoints: 0,
         keypoint_features: false,
+        keypoint_angles: 0,
         ..c
     }
 }
@@ -527,6 +546,16 @@ fn keypoint_targets(s: &edgeflow_sim::TrueState) -> Vec<f32> {
         .map(|b| b.pos)
         .chain(s.zones.iter().map(|z| z.pos))
         .flat_map(|p| [p[0] / h, p[1] / h])
+        .collect()
+}
+
+/// How each block (red, blue) is turned, as the angle read-out is trained
+/// to give it: `(cos 4a, sin 4a)`, the same for every quarter turn, as the
+/// square looks in the image.
+fn angle_targets(s: &edgeflow_sim::TrueState) -> Vec<f32> {
+    s.blocks
+        .iter()
+        .flat_map(|b| [(4.0 * b.angle).cos(), (4.0 * b.angle).sin()])
         .collect()
 }
 
@@ -572,11 +601,12 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
         let truth = r
             .true_states(&sim_cfg)
             .with_context(|| format!("replaying {} for keypoint targets", p.display()))?;
-        let (frame_targets, states) = match vision {
+        let (frame_targets, frame_angles, states) = match vision {
             // One all-zero frame; the state is the true state.
             None => {
                 frames.push((0, vec![0.0; cfg.vision_tokens() * cfg.vision_width()]));
                 (
+                    Vec::new(),
                     Vec::new(),
                     truth
                         .iter()
@@ -588,6 +618,10 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
                 steps
                     .iter()
                     .map(|&i| keypoint_targets(&truth[i as usize]))
+                    .collect(),
+                steps
+                    .iter()
+                    .map(|&i| angle_targets(&truth[i as usize]))
                     .collect(),
                 r.states()?.concat(),
             ),
@@ -620,6 +654,7 @@ fn encode_episodes(paths: &[PathBuf], cfg: &Config, a: &PolicyArgs) -> anyhow::R
             instruction,
             frames,
             frame_targets,
+            frame_angles,
             states,
             actions: r.actions()?.concat(),
             labels: match r.labels()? {
@@ -715,6 +750,8 @@ mod tests {
             keypoints: 4,
             keypoint_weight: 10.0,
             keypoint_features: false,
+            keypoint_angles: 0,
+            angle_weight: 1.0,
             no_text_norm: false,
             prediction: Prediction::Velocity,
             arch: Arch::Transformer,
@@ -773,6 +810,9 @@ mod tests {
             prediction: Prediction::Sample,
             ema_decay: 0.9,
             keypoint_features: true,
+            // The blocks' angle read-outs, trained from the cached
+            // angle targets.
+            keypoint_angles: 2,
             ..b
         };
         train_policy(&m, |_| {}).expect("train an mlp");
@@ -791,7 +831,7 @@ mod tests {
         let mut p = Policy::load(&m.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         let mc = p.config();
         assert!(mc.arch == Arch::Mlp && (mc.n_layers, mc.mlp_dim) == (2, 64));
-        assert!(mc.keypoint_features);
+        assert!(mc.keypoint_features && mc.keypoint_angles == 2);
         assert_eq!((mc.max_prefix, p.config().horizon), (12, 16));
         chunk_of_32(&mut p);
         // A privileged MLP head from the same recordings: the true state,

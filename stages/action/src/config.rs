@@ -97,6 +97,17 @@ pub struct Config {
     /// from before this field read false.
     #[serde(default)]
     pub keypoint_features: bool,
+    /// Keypoints (the first `A`) that also read out how their object is
+    /// turned (0: none): the patch tokens under each (pooled as for
+    /// [`Config::keypoint_features`]) go through `kp_ang1` (SiLU) and
+    /// `kp_ang2` to two values, trained towards `(cos 4a, sin 4a)` of the
+    /// object's angle `a` (a square looks the same every quarter turn),
+    /// and `kp_in` reads them beside the position. Two supervised numbers
+    /// instead of a free appearance vector: the head learns the angle and
+    /// nothing else that tells training scenes apart. Needs `keypoints` >=
+    /// `A`. Checkpoints from before this field read 0.
+    #[serde(default)]
+    pub keypoint_angles: usize,
     /// A diagnostic head that reads the simulator's true state (robot,
     /// blocks and zones; `edgeflow_sim::TrueState::privileged`) as its
     /// state instead of seeing the scene: its vision input is all zeros.
@@ -228,6 +239,7 @@ impl Default for Config {
             keypoint_relative_scale: 0.3,
             keypoint_hidden: 128,
             keypoint_features: false,
+            keypoint_angles: 0,
             privileged: false,
             privileged_relative: false,
             prediction: Prediction::Velocity,
@@ -290,9 +302,17 @@ impl Config {
         self.cond_tokens() + self.horizon
     }
 
-    /// Values per keypoint that `kp_in` reads: `(x, y)`, and with
-    /// `keypoint_relative_scale` also `(x, y)` relative to the robot.
+    /// Values per keypoint that `kp_in` reads: `(x, y)`, with
+    /// `keypoint_relative_scale` also `(x, y)` relative to the robot, and
+    /// with `keypoint_angles` last the angle read-out (0 for the keypoints
+    /// past the first `keypoint_angles`).
     pub fn keypoint_inputs(&self) -> usize {
+        self.keypoint_position_inputs() + if self.keypoint_angles > 0 { 2 } else { 0 }
+    }
+
+    /// The position values of [`Self::keypoint_inputs`]: 4 with relative
+    /// keypoints, else 2.
+    pub fn keypoint_position_inputs(&self) -> usize {
         if self.keypoint_relative_scale > 0.0 {
             4
         } else {
@@ -414,6 +434,13 @@ impl Config {
                 "keypoint_hidden",
                 self.keypoint_hidden.to_string(),
                 "in 1..=4096",
+            );
+        }
+        if self.keypoint_angles > self.keypoints {
+            return bad(
+                "keypoint_angles",
+                self.keypoint_angles.to_string(),
+                "at most `keypoints` (each angle is read under one keypoint)",
             );
         }
         if self.keypoint_features && self.keypoints == 0 {
@@ -1047,5 +1074,40 @@ mod tests {
         assert!(json.contains(field), "{json}");
         let old: Config = serde_json::from_str(&json.replace(field, "")).expect("old config");
         assert!(!old.keypoint_features);
+    }
+
+    #[test]
+    fn keypoint_angles_read_two_more_inputs_under_at_most_every_keypoint() {
+        let c = Config {
+            keypoint_angles: 2,
+            ..Config::default()
+        };
+        c.validate().expect("two of eight keypoints");
+        assert_eq!((c.keypoint_inputs(), c.keypoint_position_inputs()), (6, 4));
+        let names: Vec<String> = crate::model::tensor_shapes(&c)
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("kp_ang") || n.starts_with("kp_in"))
+            .map(|(n, d)| format!("{n} {d:?}"))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "kp_in.weight [128, 6]",
+                "kp_in.bias [128]",
+                "kp_ang1.weight [128, 384]",
+                "kp_ang1.bias [128]",
+                "kp_ang2.weight [2, 128]",
+                "kp_ang2.bias [2]"
+            ]
+        );
+        let e = Config { keypoints: 1, ..c }
+            .validate()
+            .expect_err("more angles than keypoints");
+        assert!(e.to_string().contains("keypoint_angles"), "{e}");
+        let json = serde_json::to_string(&Config::default()).expect("json");
+        let field = ",\"keypoint_angles\":0";
+        assert!(json.contains(field), "{json}");
+        let old: Config = serde_json::from_str(&json.replace(field, "")).expect("old config");
+        assert_eq!(old.keypoint_angles, 0);
     }
 }

@@ -6,7 +6,9 @@
 //! - `vision_in`: each vision token `[feature_dim * vision_stack^2]`
 //!   ([`crate::config::pool_vision_tokens`]); with keypoints, the CLS token
 //!   only, and each keypoint `[x, y]` through `kp_in` (scored per patch by
-//!   `kp_fc2(silu(kp_fc1(patch)))`, see [`crate::config::spatial_softmax`]);
+//!   `kp_fc2(silu(kp_fc1(patch)))`, see [`crate::config::spatial_softmax`]),
+//!   optionally with the patches under it (`kp_feat`) and an angle read
+//!   out of them (`kp_ang2(silu(kp_ang1(..)))`, [`Config::keypoint_angles`]);
 //! - `text_in`: the instruction embedding `[feature_dim]`;
 //! - `state_in`: the normalised robot state `[state_dim]`;
 //! - action tokens, pi0-style: `time_mlp_out(silu(time_mlp_in([action_in(x_j), emb(t_j)])))`,
@@ -46,6 +48,10 @@ pub fn tensor_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
         lin("kp_in", cfg.keypoint_inputs(), d);
         if cfg.keypoint_features {
             lin("kp_feat", f, d);
+        }
+        if cfg.keypoint_angles > 0 {
+            lin("kp_ang1", f, cfg.keypoint_hidden);
+            lin("kp_ang2", cfg.keypoint_hidden, 2);
         }
     }
     lin("text_in", f, d);
@@ -169,6 +175,8 @@ struct Keypoints {
     kp_in: Linear,
     /// [`Config::keypoint_features`].
     feat: Option<Linear>,
+    /// [`Config::keypoint_angles`]: `kp_ang1`, `kp_ang2`.
+    angle: Option<(Linear, Linear)>,
 }
 
 /// The action head (see the module docs for its structure and names).
@@ -290,6 +298,15 @@ impl ActionHead {
                     } else {
                         None
                     },
+                    angle: if cfg.keypoint_angles > 0 {
+                        let h = cfg.keypoint_hidden;
+                        Some((
+                            Linear::load(&vb.pp("kp_ang1"), f, h, true)?,
+                            Linear::load(&vb.pp("kp_ang2"), h, 2, true)?,
+                        ))
+                    } else {
+                        None
+                    },
                 })
             } else {
                 None
@@ -349,28 +366,47 @@ impl ActionHead {
                 let (b, n) = (kp_batch(vision)?, self.cfg.keypoints);
                 let logits = self.keypoint_logits(dev, k, vision)?;
                 let kp = spatial_softmax(&logits, b, self.cfg.vision_grid, n);
-                let kp = if self.cfg.keypoint_inputs() == 4 {
-                    if origin.len() != 2 * b {
-                        return Err(Error::BadInput(format!(
-                            "{} origin values for a batch of {b} (x, y each)",
-                            origin.len()
-                        )));
-                    }
-                    kp.chunks(2)
-                        .enumerate()
-                        .flat_map(|(i, p)| {
-                            let o = &origin[2 * (i / n)..2 * (i / n) + 2];
-                            [p[0], p[1], p[0] - o[0], p[1] - o[1]]
-                        })
-                        .collect()
-                } else {
-                    kp
+                let relative = self.cfg.keypoint_position_inputs() == 4;
+                if relative && origin.len() != 2 * b {
+                    return Err(Error::BadInput(format!(
+                        "{} origin values for a batch of {b} (x, y each)",
+                        origin.len()
+                    )));
+                }
+                let pooled = match self.cfg.keypoint_features || k.angle.is_some() {
+                    true => Some(self.keypoint_features(dev, &logits, vision)?),
+                    false => None,
                 };
-                let kp = dev.place(&Tensor::from_vec(kp, &[b, n, self.cfg.keypoint_inputs()])?)?;
+                let angles = match (&k.angle, &pooled) {
+                    (Some((a1, a2)), Some(p)) => {
+                        let h = dev.silu(&a1.forward(dev, p)?)?;
+                        dev.to_host(&a2.forward(dev, &h)?)?.to_vec_f32()?
+                    }
+                    _ => Vec::new(),
+                };
+                let read = self.cfg.keypoint_angles;
+                let mut input = Vec::with_capacity(b * n * self.cfg.keypoint_inputs());
+                for (i, p) in kp.chunks(2).enumerate() {
+                    input.extend_from_slice(p);
+                    if relative {
+                        let o = &origin[2 * (i / n)..2 * (i / n) + 2];
+                        input.extend([p[0] - o[0], p[1] - o[1]]);
+                    }
+                    if !angles.is_empty() {
+                        // Keypoints past the first `read` carry no angle.
+                        match i % n < read {
+                            true => input.extend_from_slice(&angles[2 * i..2 * i + 2]),
+                            false => input.extend([0.0, 0.0]),
+                        }
+                    }
+                }
+                let kp = dev.place(&Tensor::from_vec(
+                    input,
+                    &[b, n, self.cfg.keypoint_inputs()],
+                )?)?;
                 let mut kp = k.kp_in.forward(dev, &kp)?;
-                if let Some(feat) = &k.feat {
-                    let pooled = self.keypoint_features(dev, &logits, vision)?;
-                    kp = dev.add(&kp, &feat.forward(dev, &pooled)?)?;
+                if let (Some(feat), Some(p)) = (&k.feat, &pooled) {
+                    kp = dev.add(&kp, &feat.forward(dev, p)?)?;
                 }
                 dev.concat(&[&v, &kp, &l, &s], 1)?
             }

@@ -101,6 +101,20 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
         prediction: Prediction::Sample,
         ..small()
     });
+    // The first keypoints' angle read-outs, in both bodies, with and
+    // without the relative positions and the patch features.
+    twins_agree(Config {
+        keypoint_angles: 2,
+        ..small()
+    });
+    twins_agree(Config {
+        arch: Arch::Mlp,
+        keypoint_angles: 1,
+        keypoint_relative_scale: 0.0,
+        keypoint_features: true,
+        prediction: Prediction::Sample,
+        ..small()
+    });
     twins_agree(Config {
         arch: Arch::Mlp,
         keypoints: 0,

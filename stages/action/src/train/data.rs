@@ -20,6 +20,12 @@ pub struct EpisodeFeatures {
     /// the blocks' and zones' centres from the simulator's true state).
     /// Training-only supervision; empty when the recording has none.
     pub frame_targets: Vec<Vec<f32>>,
+    /// Auxiliary angle targets, one row per entry of `frames` (same
+    /// order), each `[A * 2]`: `(cos 4a, sin 4a)` of the angle `a` of the
+    /// object under each of the first `A` keypoints (for the push task,
+    /// the blocks; see [`crate::config::Config::keypoint_angles`]).
+    /// Training-only supervision; empty when the recording has none.
+    pub frame_angles: Vec<Vec<f32>>,
     /// Robot states `[steps * state_dim]`, row `i` observed at step `i`.
     pub states: Vec<f32>,
     /// Commanded actions `[steps * action_dim]`, row `i` at step `i`.
@@ -156,6 +162,26 @@ impl Dataset {
                 }
                 if e.frame_targets.iter().flatten().any(|v| !v.is_finite()) {
                     return bad("a keypoint target is not finite".into());
+                }
+            }
+            if cfg.keypoint_angles > 0 {
+                let w = 2 * cfg.keypoint_angles;
+                if e.frame_angles.len() != e.frames.len() {
+                    return bad(format!(
+                        "{} angle target rows for {} frames: a head with keypoint_angles {} needs one per frame (re-encode the episodes)",
+                        e.frame_angles.len(),
+                        e.frames.len(),
+                        cfg.keypoint_angles
+                    ));
+                }
+                if e.frame_angles.iter().any(|t| t.len() < w) {
+                    return bad(format!(
+                        "angle target rows narrower than the {w} values (cos, sin for {} keypoints) the head reads",
+                        cfg.keypoint_angles
+                    ));
+                }
+                if e.frame_angles.iter().flatten().any(|v| !v.is_finite()) {
+                    return bad("an angle target is not finite".into());
                 }
             }
             if !e.labels.is_empty() && e.labels.len() != n * cfg.horizon * cfg.action_dim {
@@ -331,6 +357,21 @@ impl Dataset {
                     f32_bytes(&t),
                 ));
             }
+            if !e.frame_angles.is_empty() {
+                let w = e.frame_angles[0].len();
+                if e.frame_angles.iter().any(|t| t.len() != w) {
+                    return Err(Error::Data(format!(
+                        "episode {k}: angle target rows differ in width"
+                    )));
+                }
+                let t: Vec<f32> = e.frame_angles.iter().flatten().copied().collect();
+                bufs.push((
+                    format!("{k}.frame_angles"),
+                    Dtype::F32,
+                    vec![e.frame_angles.len(), w],
+                    f32_bytes(&t),
+                ));
+            }
             let mut arrays = vec![
                 ("instruction", &e.instruction),
                 ("states", &e.states),
@@ -410,16 +451,19 @@ impl Dataset {
                     u64::from_le_bytes(a) as usize
                 })
                 .collect();
-            let frame_targets = match st.tensor(&format!("{k}.frame_targets")) {
+            let rows = |name: &str| match st.tensor(&format!("{k}.{name}")) {
                 Ok(t) => {
                     let w = t.shape().get(1).copied().unwrap_or(0).max(1);
                     t.data().chunks(w * 4).map(floats).collect()
                 }
                 Err(_) => Vec::new(),
             };
+            let frame_targets = rows("frame_targets");
+            let frame_angles = rows("frame_angles");
             ds.episodes.push(EpisodeFeatures {
                 instruction: floats(get(format!("{k}.instruction"))?.1),
                 frame_targets,
+                frame_angles,
                 frames: steps
                     .into_iter()
                     .zip(frames.chunks(fw * 4).map(floats))
@@ -448,6 +492,7 @@ mod tests {
                 instruction: vec![0.5, -0.5],
                 frames: vec![(0, vec![1.0, 2.0, 3.0]), (3, vec![4.0, 5.0, 6.0])],
                 frame_targets: vec![vec![0.5, -0.5], vec![0.25, 0.0]],
+                frame_angles: vec![vec![1.0, 0.0], vec![0.0, -1.0]],
                 states: vec![0.1, 0.2, 0.3, 0.4],
                 actions: vec![0.0, 1.0],
                 labels: vec![0.5, 1.5, 2.5, 3.5],
@@ -473,6 +518,7 @@ mod tests {
             instruction: vec![0.0; cfg.feature_dim],
             frames: vec![(0, vec![0.0; cfg.vision_tokens() * cfg.vision_width()])],
             frame_targets: Vec::new(),
+            frame_angles: Vec::new(),
             states: vec![0.0; 6],
             actions: vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0],
             labels: Vec::new(),

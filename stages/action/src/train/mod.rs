@@ -8,7 +8,7 @@ mod net;
 pub mod plot;
 
 pub use data::{Dataset, EpisodeFeatures};
-pub use net::{write_checkpoint, TrainNet};
+pub use net::{write_checkpoint, Conditioned, TrainNet};
 
 use crate::config::{Config, Normalizer, Prediction};
 use crate::rng::Rng;
@@ -54,6 +54,10 @@ pub struct TrainOptions {
     /// coordinates) beside the flow loss. Used when the config has
     /// keypoints and the data has targets.
     pub keypoint_weight: f64,
+    /// Weight of the auxiliary angle loss (mean squared error of the
+    /// angle read-outs against the episodes' `frame_angles`) beside the
+    /// flow loss. Used when the config has `keypoint_angles`.
+    pub angle_weight: f64,
     /// Decay of an exponential moving average of the weights (0: none).
     /// With it, the trained head is the average (each step
     /// `ema = d ema + (1 - d) w`, with `d = min(ema_decay, (1 + step) /
@@ -85,6 +89,7 @@ impl Default for TrainOptions {
             frame_age: 0,
             flow_times: FlowTimes::default(),
             keypoint_weight: 10.0,
+            angle_weight: 1.0,
             ema_decay: 0.0,
             log_every: 50,
             init: None,
@@ -112,6 +117,12 @@ impl TrainOptions {
             return Err(Error::Config(format!(
                 "keypoint_weight ({}) must be finite and >= 0",
                 self.keypoint_weight
+            )));
+        }
+        if !(self.angle_weight.is_finite() && self.angle_weight >= 0.0) {
+            return Err(Error::Config(format!(
+                "angle_weight ({}) must be finite and >= 0",
+                self.angle_weight
             )));
         }
         if !(0.0..1.0).contains(&self.ema_decay) {
@@ -176,6 +187,9 @@ pub struct Progress {
     /// Root mean squared keypoint error over the window, keypoint
     /// coordinates (`None` without keypoint supervision).
     pub keypoint_rmse: Option<f32>,
+    /// Root mean squared error of the angle read-outs over the window, in
+    /// `(cos 4a, sin 4a)` units (`None` without them).
+    pub angle_rmse: Option<f32>,
     /// Learning rate of the last step.
     pub lr: f64,
     /// Seconds since training began.
@@ -235,6 +249,7 @@ struct Batch {
     target: Vec<f32>,
     mask: Vec<f32>,
     keypoint_target: Vec<f32>,
+    angle_target: Vec<f32>,
     origin: Vec<f32>,
 }
 
@@ -261,6 +276,7 @@ fn draw_batch(
         target: Vec::with_capacity(batch * h * ad),
         mask: Vec::with_capacity(batch * h),
         keypoint_target: Vec::new(),
+        angle_target: Vec::with_capacity(batch * 2 * cfg.keypoint_angles),
         origin: Vec::with_capacity(batch * 2),
     };
     for _ in 0..batch {
@@ -276,6 +292,11 @@ fn draw_batch(
         b.vision.extend_from_slice(&ep.frames[f].1);
         if let Some(t) = ep.frame_targets.get(f) {
             b.keypoint_target.extend_from_slice(t);
+        }
+        if cfg.keypoint_angles > 0 {
+            // Validated: one row per frame, at least this wide.
+            b.angle_target
+                .extend_from_slice(&ep.frame_angles[f][..2 * cfg.keypoint_angles]);
         }
         norm.vision(cfg, &mut b.vision[at..]);
         b.text.extend(norm.text(&ep.instruction));
@@ -310,14 +331,16 @@ fn draw_batch(
     b
 }
 
-/// The masked flow-matching loss of a batch plus `keypoint_weight` times
-/// the keypoint loss, as a candle scalar, and the keypoint loss alone.
-fn batch_loss(
-    net: &TrainNet,
-    b: Batch,
-    batch: usize,
-    keypoint_weight: f64,
-) -> Result<(candle_core::Tensor, Option<f32>)> {
+/// [`batch_loss`]'s loss and, alone, its auxiliary parts.
+struct BatchLoss {
+    loss: candle_core::Tensor,
+    keypoint: Option<f32>,
+    angle: Option<f32>,
+}
+
+/// The masked flow-matching loss of a batch plus the weighted keypoint and
+/// angle losses, as a candle scalar, and the auxiliary losses alone.
+fn batch_loss(net: &TrainNet, b: Batch, batch: usize, opts: &TrainOptions) -> Result<BatchLoss> {
     let cfg = net.config();
     let (h, ad) = (cfg.horizon, cfg.action_dim);
     let vision = net.tensor(b.vision, &[batch, cfg.vision_tokens(), cfg.vision_width()])?;
@@ -330,21 +353,35 @@ fn batch_loss(
     let kept: f32 = b.mask.iter().sum();
     let mask = net.tensor(b.mask, &[batch, h, 1])?;
     let origin = net.tensor(b.origin, &[batch, 1, 2])?;
-    let (cond, kp) = net.condition_and_keypoints(&vision, &text, &state, &origin)?;
+    let parts = net.condition_parts(&vision, &text, &state, &origin)?;
     // The velocity, or the clean chunk: either way the target's kind.
-    let v = net.forward(&cond, &x, &temb)?;
+    let v = net.forward(&parts.cond, &x, &temb)?;
     let err = (v - target)?.broadcast_mul(&mask)?;
-    let flow = (err.sqr()?.sum_all()? / (kept.max(1.0) as f64 * ad as f64))?;
+    let mut loss = (err.sqr()?.sum_all()? / (kept.max(1.0) as f64 * ad as f64))?;
     let supervised = b.keypoint_target.len() / batch.max(1) / 2;
-    match kp {
-        Some(kp) if keypoint_weight > 0.0 && supervised > 0 => {
+    let mut keypoint = None;
+    if let Some(kp) = parts.keypoints {
+        if opts.keypoint_weight > 0.0 && supervised > 0 {
             let t = net.tensor(b.keypoint_target, &[batch, supervised, 2])?;
             let mse = (kp.narrow(1, 0, supervised)? - t)?.sqr()?.mean_all()?;
-            let m = mse.to_scalar::<f32>()?;
-            Ok(((flow + (mse * keypoint_weight)?)?, Some(m)))
+            keypoint = Some(mse.to_scalar::<f32>()?);
+            loss = (loss + (mse * opts.keypoint_weight)?)?;
         }
-        _ => Ok((flow, None)),
     }
+    let mut angle = None;
+    if let Some(ang) = parts.angles {
+        let t = net.tensor(b.angle_target, &[batch, cfg.keypoint_angles, 2])?;
+        let mse = (ang - t)?.sqr()?.mean_all()?;
+        angle = Some(mse.to_scalar::<f32>()?);
+        if opts.angle_weight > 0.0 {
+            loss = (loss + (mse * opts.angle_weight)?)?;
+        }
+    }
+    Ok(BatchLoss {
+        loss,
+        keypoint,
+        angle,
+    })
 }
 
 /// Train a head on `data` (sizes checked first). `progress` is called every
@@ -396,14 +433,23 @@ pub fn train(
     let mut window = 0f32;
     let mut in_window = 0usize;
     let (mut kp_window, mut kp_in_window) = (0f32, 0usize);
+    let (mut ang_window, mut ang_in_window) = (0f32, 0usize);
     for step in 0..opts.steps {
         let lr = opts.lr_at(step);
         opt.set_learning_rate(lr);
         let b = draw_batch(data, opts, &norm, &index, &mut rng);
-        let (loss, kp) = batch_loss(&net, b, opts.batch, opts.keypoint_weight)?;
-        if let Some(m) = kp {
+        let BatchLoss {
+            loss,
+            keypoint,
+            angle,
+        } = batch_loss(&net, b, opts.batch, opts)?;
+        if let Some(m) = keypoint {
             kp_window += m;
             kp_in_window += 1;
+        }
+        if let Some(m) = angle {
+            ang_window += m;
+            ang_in_window += 1;
         }
         opt.backward_step(&loss)?;
         if let Some(avg) = &mut ema {
@@ -428,6 +474,7 @@ pub fn train(
                 steps: opts.steps,
                 loss: window / in_window as f32,
                 keypoint_rmse: (kp_in_window > 0).then(|| (kp_window / kp_in_window as f32).sqrt()),
+                angle_rmse: (ang_in_window > 0).then(|| (ang_window / ang_in_window as f32).sqrt()),
                 lr,
                 seconds: t0.elapsed().as_secs_f64(),
             });
@@ -435,6 +482,8 @@ pub fn train(
             in_window = 0;
             kp_window = 0.0;
             kp_in_window = 0;
+            ang_window = 0.0;
+            ang_in_window = 0;
         }
     }
     let raw = match ema {
@@ -473,6 +522,7 @@ mod tests {
             instruction: vec![0.0; cfg.feature_dim],
             frames: (0..n).map(|k| (k, frame.clone())).collect(),
             frame_targets: (0..n).map(|k| vec![k as f32, 0.0]).collect(),
+            frame_angles: Vec::new(),
             states: (0..n)
                 .flat_map(|i| {
                     let mut row = vec![0.0; cfg.state_dim];
@@ -514,11 +564,45 @@ mod tests {
                 instruction: rng.normals(cfg.feature_dim),
                 frames: (0..n).map(|k| (k, frame.clone())).collect(),
                 frame_targets: Vec::new(),
+                frame_angles: Vec::new(),
                 states: rng.normals(n * cfg.state_dim),
                 actions: rng.normals(n * cfg.action_dim),
                 labels: Vec::new(),
             }],
         }
+    }
+
+    #[test]
+    fn the_angle_read_out_needs_its_targets_and_learns_them() {
+        let cfg = Config {
+            keypoint_angles: 2,
+            d_model: 32,
+            n_layers: 1,
+            mlp_dim: 32,
+            keypoint_hidden: 16,
+            ..Config::default()
+        };
+        let mut data = one_episode(&cfg, 40);
+        let opts = TrainOptions {
+            config: cfg.clone(),
+            steps: 60,
+            batch: 8,
+            lr: 1e-2,
+            warmup: 1,
+            log_every: 20,
+            ..TrainOptions::default()
+        };
+        let e = train(&data, &opts, |_| {}).expect_err("no angle targets");
+        assert!(e.to_string().contains("angle target rows"), "{e}");
+        // Wider rows are cut to the head's two keypoints.
+        data.episodes[0].frame_angles = vec![vec![0.6, -0.8, -0.28, 0.96, 5.0, 5.0]; 40];
+        let mut rmse = Vec::new();
+        train(&data, &opts, |p| {
+            rmse.push(p.angle_rmse.expect("angle rmse"))
+        })
+        .expect("train");
+        assert_eq!(rmse.len(), 3);
+        assert!(rmse[2] < 0.5 * rmse[0], "angle rmse {rmse:?}");
     }
 
     #[test]

@@ -10,6 +10,19 @@ use candle_core::{DType, Device, Tensor, Var, D};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// [`TrainNet::condition_parts`]: the conditioning tokens and what the
+/// auxiliary losses supervise.
+#[derive(Debug)]
+pub struct Conditioned {
+    /// `[b, cond_tokens, d_model]`.
+    pub cond: Tensor,
+    /// With keypoints: `[b, K, 2]`, in [`patch_coords`]' coordinates.
+    pub keypoints: Option<Tensor>,
+    /// With [`Config::keypoint_angles`] `A`: the first `A` keypoints'
+    /// angle read-outs, `[b, A, 2]` (towards `(cos 4a, sin 4a)`).
+    pub angles: Option<Tensor>,
+}
+
 /// The head's parameters as candle variables, by checkpoint name.
 #[derive(Debug)]
 pub struct TrainNet {
@@ -241,42 +254,65 @@ impl TrainNet {
         state: &Tensor,
         origin: &Tensor,
     ) -> Result<Tensor> {
-        Ok(self.condition_and_keypoints(vision, text, state, origin)?.0)
+        Ok(self.condition_parts(vision, text, state, origin)?.cond)
     }
 
-    /// [`Self::condition`] and, with keypoints, the keypoints `[b, K, 2]`
-    /// (what the auxiliary loss supervises).
-    pub fn condition_and_keypoints(
+    /// [`Self::condition`] and what the auxiliary losses supervise.
+    pub fn condition_parts(
         &self,
         vision: &Tensor,
         text: &Tensor,
         state: &Tensor,
         origin: &Tensor,
-    ) -> Result<(Tensor, Option<Tensor>)> {
+    ) -> Result<Conditioned> {
         let l = self.linear("text_in", text)?;
         let s = self.linear("state_in", state)?;
-        let (c, kp) = if self.cfg.keypoints > 0 {
+        let (c, keypoints, angles) = if self.cfg.keypoints > 0 {
             let v = self.linear("vision_in", &vision.narrow(1, 0, 1)?)?;
             let (kp, w) = self.keypoints_and_weights(vision)?;
-            let input = if self.cfg.keypoint_inputs() == 4 {
-                Tensor::cat(&[&kp, &kp.broadcast_sub(origin)?], 2)?
-            } else {
-                kp.clone()
-            };
-            let mut t = self.linear("kp_in", &input)?;
-            if self.cfg.keypoint_features {
-                // [b, K, P] x [b, P, f]: the patches under each keypoint.
-                let n = self.cfg.vision_grid;
-                let patches = vision.narrow(1, 1, n * n)?.contiguous()?;
-                t = (t + self.linear("kp_feat", &w.matmul(&patches)?)?)?;
+            let mut parts = vec![kp.clone()];
+            if self.cfg.keypoint_position_inputs() == 4 {
+                parts.push(kp.broadcast_sub(origin)?);
             }
-            (Tensor::cat(&[&v, &t, &l, &s], 1)?, Some(kp))
+            // [b, K, P] x [b, P, f]: the patches under each keypoint.
+            let n = self.cfg.vision_grid;
+            let pooled = match self.cfg.keypoint_features || self.cfg.keypoint_angles > 0 {
+                true => Some(w.matmul(&vision.narrow(1, 1, n * n)?.contiguous()?)?),
+                false => None,
+            };
+            let angles = match (&pooled, self.cfg.keypoint_angles) {
+                (Some(p), a) if a > 0 => {
+                    let h = candle_nn::ops::silu(&self.linear("kp_ang1", p)?)?;
+                    let ang = self.linear("kp_ang2", &h)?; // [b, K, 2]
+                    let (b, k) = (ang.dims()[0], self.cfg.keypoints);
+                    let read = ang.narrow(1, 0, a)?;
+                    parts.push(match k - a {
+                        0 => read.clone(),
+                        rest => {
+                            let zeros = Tensor::zeros((b, rest, 2), DType::F32, &self.dev)?;
+                            Tensor::cat(&[&read, &zeros], 1)?
+                        }
+                    });
+                    Some(read)
+                }
+                _ => None,
+            };
+            let input = Tensor::cat(&parts, 2)?;
+            let mut t = self.linear("kp_in", &input)?;
+            if let (true, Some(p)) = (self.cfg.keypoint_features, &pooled) {
+                t = (t + self.linear("kp_feat", p)?)?;
+            }
+            (Tensor::cat(&[&v, &t, &l, &s], 1)?, Some(kp), angles)
         } else {
             let v = self.linear("vision_in", vision)?;
-            (Tensor::cat(&[&v, &l, &s], 1)?, None)
+            (Tensor::cat(&[&v, &l, &s], 1)?, None, None)
         };
         let pos = self.var("pos")?.narrow(0, 0, self.cfg.cond_tokens())?;
-        Ok((self.add_per_sample(&c, &pos)?, kp))
+        Ok(Conditioned {
+            cond: self.add_per_sample(&c, &pos)?,
+            keypoints,
+            angles,
+        })
     }
 
     /// [`crate::model::ActionHead::keypoints`]: `[b, K, 2]` of vision
