@@ -98,6 +98,10 @@ pub(crate) struct PolicyArgs {
     /// Weight of that angle loss.
     #[arg(long, default_value_t = 1.0)]
     pub angle_weight: f64,
+    /// Leave DINOv2's CLS token out (its slot reads zeros): the head sees
+    /// the scene only through its keypoints.
+    #[arg(long)]
+    pub no_cls: bool,
     /// Feed the raw instruction embedding instead of standardising it per
     /// channel (how checkpoints were trained before `text_norm`).
     #[arg(long)]
@@ -475,6 +479,7 @@ fn shape_config(a: &PolicyArgs) -> Config {
         keypoints: a.keypoints,
         keypoint_features: a.keypoint_features,
         keypoint_angles: a.keypoint_angles,
+        cls_token: !a.no_cls,
         text_norm: !a.no_text_norm,
         prediction: a.prediction,
         arch: a.arch,
@@ -510,6 +515,7 @@ fn shape_config(a: &PolicyArgs) -> Config {
         keypoints: 0,
         keypoint_features: false,
         keypoint_angles: 0,
+        cls_token: true,
         ..c
     }
 }
@@ -752,6 +758,7 @@ mod tests {
             keypoint_features: false,
             keypoint_angles: 0,
             angle_weight: 1.0,
+            no_cls: false,
             no_text_norm: false,
             prediction: Prediction::Velocity,
             arch: Arch::Transformer,
@@ -813,6 +820,8 @@ mod tests {
             // The blocks' angle read-outs, trained from the cached
             // angle targets.
             keypoint_angles: 2,
+            // The scene through the keypoints alone.
+            no_cls: true,
             ..b
         };
         train_policy(&m, |_| {}).expect("train an mlp");
@@ -831,7 +840,7 @@ mod tests {
         let mut p = Policy::load(&m.out, &dev, 10, RtcMode::Prefix, 0).expect("load");
         let mc = p.config();
         assert!(mc.arch == Arch::Mlp && (mc.n_layers, mc.mlp_dim) == (2, 64));
-        assert!(mc.keypoint_features && mc.keypoint_angles == 2);
+        assert!(mc.keypoint_features && mc.keypoint_angles == 2 && !mc.cls_token);
         assert_eq!((mc.max_prefix, p.config().horizon), (12, 16));
         chunk_of_32(&mut p);
         // A privileged MLP head from the same recordings: the true state,

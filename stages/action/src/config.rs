@@ -108,6 +108,16 @@ pub struct Config {
     /// `A`. Checkpoints from before this field read 0.
     #[serde(default)]
     pub keypoint_angles: usize,
+    /// With keypoints: whether the CLS slot reads DINOv2's CLS token
+    /// (true), or zeros (false: a constant token, the head sees the scene
+    /// only through its keypoints). The CLS token is a 384-wide summary of
+    /// the whole image, enough for an MLP to tell a few hundred training
+    /// scenes apart, as the appearance under the keypoints
+    /// ([`Config::keypoint_features`]) was. The slot and its weights stay
+    /// either way, so every shape is the same. Checkpoints from before
+    /// this field read true.
+    #[serde(default = "yes")]
+    pub cls_token: bool,
     /// A diagnostic head that reads the simulator's true state (robot,
     /// blocks and zones; `edgeflow_sim::TrueState::privileged`) as its
     /// state instead of seeing the scene: its vision input is all zeros.
@@ -221,6 +231,10 @@ fn one() -> usize {
     1
 }
 
+fn yes() -> bool {
+    true
+}
+
 fn keypoint_hidden() -> usize {
     128
 }
@@ -240,6 +254,7 @@ impl Default for Config {
             keypoint_hidden: 128,
             keypoint_features: false,
             keypoint_angles: 0,
+            cls_token: true,
             privileged: false,
             privileged_relative: false,
             prediction: Prediction::Velocity,
@@ -448,6 +463,13 @@ impl Config {
                 "keypoint_features",
                 "true".into(),
                 "false without keypoints (it pools the patches under each keypoint)",
+            );
+        }
+        if !self.cls_token && self.keypoints == 0 {
+            return bad(
+                "cls_token",
+                "false".into(),
+                "true without keypoints (the scene would reach the head through nothing)",
             );
         }
         if !(2..=256).contains(&self.horizon) {
@@ -1074,6 +1096,30 @@ mod tests {
         assert!(json.contains(field), "{json}");
         let old: Config = serde_json::from_str(&json.replace(field, "")).expect("old config");
         assert!(!old.keypoint_features);
+    }
+
+    #[test]
+    fn cls_token_off_needs_keypoints_and_keeps_every_shape() {
+        let on = Config::default();
+        let off = Config {
+            cls_token: false,
+            ..on.clone()
+        };
+        off.validate().expect("with keypoints");
+        let shapes = crate::model::tensor_shapes;
+        assert_eq!(shapes(&on), shapes(&off));
+        let e = Config {
+            keypoints: 0,
+            ..off
+        }
+        .validate()
+        .expect_err("no keypoints");
+        assert!(e.to_string().contains("cls_token"), "{e}");
+        let json = serde_json::to_string(&on).expect("json");
+        let field = ",\"cls_token\":true";
+        assert!(json.contains(field), "{json}");
+        let old: Config = serde_json::from_str(&json.replace(field, "")).expect("old config");
+        assert!(old.cls_token);
     }
 
     #[test]

@@ -361,9 +361,16 @@ impl ActionHead {
                 dev.concat(&[&v, &l, &s], 1)?
             }
             Some(k) => {
-                let cls = dev.narrow(vision, 1, 0, 1)?;
-                let v = self.vision_in.forward(dev, &cls)?;
                 let (b, n) = (kp_batch(vision)?, self.cfg.keypoints);
+                let cls = match self.cfg.cls_token {
+                    true => dev.narrow(vision, 1, 0, 1)?,
+                    // [`Config::cls_token`] off: the slot reads zeros.
+                    false => {
+                        let w = self.cfg.vision_width();
+                        dev.place(&Tensor::from_vec(vec![0.0; b * w], &[b, 1, w])?)?
+                    }
+                };
+                let v = self.vision_in.forward(dev, &cls)?;
                 let logits = self.keypoint_logits(dev, k, vision)?;
                 let kp = spatial_softmax(&logits, b, self.cfg.vision_grid, n);
                 let relative = self.cfg.keypoint_position_inputs() == 4;

@@ -107,6 +107,14 @@ fn runtime_head_matches_the_training_twin_on_the_same_weights() {
         keypoint_angles: 2,
         ..small()
     });
+    // The scene through the keypoints alone: the CLS slot reads zeros.
+    twins_agree(Config {
+        arch: Arch::Mlp,
+        keypoint_angles: 2,
+        cls_token: false,
+        prediction: Prediction::Sample,
+        ..small()
+    });
     twins_agree(Config {
         arch: Arch::Mlp,
         keypoint_angles: 1,

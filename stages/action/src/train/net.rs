@@ -268,7 +268,11 @@ impl TrainNet {
         let l = self.linear("text_in", text)?;
         let s = self.linear("state_in", state)?;
         let (c, keypoints, angles) = if self.cfg.keypoints > 0 {
-            let v = self.linear("vision_in", &vision.narrow(1, 0, 1)?)?;
+            let cls = vision.narrow(1, 0, 1)?;
+            let v = match self.cfg.cls_token {
+                true => self.linear("vision_in", &cls)?,
+                false => self.linear("vision_in", &cls.zeros_like()?)?,
+            };
             let (kp, w) = self.keypoints_and_weights(vision)?;
             let mut parts = vec![kp.clone()];
             if self.cfg.keypoint_position_inputs() == 4 {
