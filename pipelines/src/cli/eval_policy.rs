@@ -12,9 +12,15 @@ use std::path::PathBuf;
 /// `edgeflow eval policy` options.
 #[derive(Debug, clap::Args)]
 pub(crate) struct PolicyEvalArgs {
-    /// The action head checkpoint.
-    #[arg(long, default_value = "pipelines/data/vla-policy.safetensors")]
-    pub checkpoint: PathBuf,
+    /// The action head checkpoint. Several (comma-separated, or the option
+    /// repeated) run as one ensemble: heads trained on the same data whose
+    /// chunks are averaged at every flow step.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "pipelines/data/vla-policy.safetensors"
+    )]
+    pub checkpoint: Vec<PathBuf>,
     /// Episodes (consecutive seeds).
     #[arg(long, default_value_t = 40)]
     pub episodes: u64,
@@ -77,7 +83,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
     };
     println!(
         "{}: {seeds}, execute {} of each chunk, {} flow steps, frames {} periods old, simulated time [{}]",
-        a.checkpoint.display(),
+        names(&a.checkpoint),
         a.execute,
         a.flow_steps,
         a.frame_age,
@@ -211,7 +217,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.json {
         let v = serde_json::json!({
             "cpu": cpu_name(),
-            "checkpoint": a.checkpoint.display().to_string(),
+            "checkpoint": names(&a.checkpoint),
             // Consecutive seeds [first, end), or from the first seed on
             // until each variant has `per_variant`.
             "seeds": match a.per_variant {
@@ -228,4 +234,13 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
         println!("wrote {}", p.display());
     }
     Ok(())
+}
+
+/// The checkpoints, comma-separated, as given.
+fn names(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -15,7 +15,7 @@ use edgeflow_action::policy::{Observation, Policy, RtcMode};
 use edgeflow_sim::record::EpisodeWriter;
 use edgeflow_sim::{Expert, PushConfig, PushSim};
 use std::collections::{BTreeMap, VecDeque};
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// How to roll out.
@@ -228,11 +228,12 @@ pub(crate) fn true_state_input(cfg: &Config, t: &edgeflow_sim::TrueState) -> Vec
     }
 }
 
-/// Roll the checkpoint at `checkpoint` out over `opts.episodes` seeds from
+/// Roll the checkpoint(s) at `checkpoints` (one head, or an ensemble:
+/// [`Policy::load_ensemble`]) out over `opts.episodes` seeds from
 /// `opts.seed`; the scripted expert runs the same seeds for comparison.
 /// `each` sees every finished episode.
 pub(crate) fn rollout(
-    checkpoint: &Path,
+    checkpoints: &[PathBuf],
     opts: &RolloutOptions,
     mut each: impl FnMut(&Outcome),
 ) -> anyhow::Result<Rollout> {
@@ -243,8 +244,13 @@ pub(crate) fn rollout(
     } else {
         RtcMode::None
     };
-    let mut policy = Policy::load(checkpoint, &dev, opts.flow_steps, rtc, opts.seed)
-        .with_context(|| format!("loading {}", checkpoint.display()))?;
+    let names = checkpoints
+        .iter()
+        .map(|c| c.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut policy = Policy::load_ensemble(checkpoints, &dev, opts.flow_steps, rtc, opts.seed)
+        .with_context(|| format!("loading {names}"))?;
     policy.temperature = opts.temperature;
     let cfg = policy.config().clone();
     anyhow::ensure!(
@@ -258,7 +264,7 @@ pub(crate) fn rollout(
         true => {
             eprintln!(
                 "{}: a privileged head, fed the simulator's true state (a diagnostic; it cannot run on a robot)",
-                checkpoint.display()
+                names
             );
             None
         }

@@ -275,7 +275,7 @@ fn record_policy(a: &RecordArgs, policy: &std::path::Path) -> anyhow::Result<Exi
         trace: false,
         record: Some(a.out.clone()),
     };
-    let r = super::rollout::rollout(policy, &opts, |o| {
+    let r = super::rollout::rollout(&[policy.to_path_buf()], &opts, |o| {
         println!(
             "{}",
             serde_json::json!({

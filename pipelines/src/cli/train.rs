@@ -263,7 +263,7 @@ pub(super) fn run(c: TrainCommand) -> anyhow::Result<ExitCode> {
             trace: false,
             record: None,
         };
-        let r = super::rollout::rollout(&a.out, &opts, |_| {})?;
+        let r = super::rollout::rollout(std::slice::from_ref(&a.out), &opts, |_| {})?;
         println!(
             "closed loop, seeds 100000..{}: {}",
             100_000 + a.eval_seeds,
@@ -878,7 +878,8 @@ mod tests {
             trace: true,
             record: None,
         };
-        let r = super::super::rollout::rollout(&c.out, &opts, |_| {}).expect("rollout");
+        let r = super::super::rollout::rollout(std::slice::from_ref(&c.out), &opts, |_| {})
+            .expect("rollout");
         assert_eq!(r.outcomes.len(), 1);
         assert!((r.outcomes[0].seconds - 0.5).abs() < 0.03);
         // The camera head in closed loop on frames 3 periods old, with
@@ -890,7 +891,8 @@ mod tests {
             trace: false,
             ..opts
         };
-        let r = super::super::rollout::rollout(&m.out, &aged, |_| {}).expect("aged rollout");
+        let r = super::super::rollout::rollout(std::slice::from_ref(&m.out), &aged, |_| {})
+            .expect("aged rollout");
         assert_eq!(r.outcomes.len(), 1);
         assert!((r.outcomes[0].seconds - 0.5).abs() < 0.03);
     }

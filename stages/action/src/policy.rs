@@ -68,11 +68,19 @@ pub struct Chunk {
     pub frozen: usize,
 }
 
-/// The head, its device, its sampler and its noise: everything that turns
-/// observations into chunks.
+/// The head (or an ensemble of heads), its device, its sampler and its
+/// noise: everything that turns observations into chunks.
+///
+/// An ensemble ([`Policy::load_ensemble`]) is several heads trained on the
+/// same data (same action normalisation, same chunk and inputs), typically
+/// from different training seeds or options: each conditions on the
+/// observation in its own way, and at every ODE step the sampler follows
+/// the mean of their velocities (for sample-predicting heads, the mean of
+/// their predicted chunks), from one shared starting noise. One encoder
+/// pass feeds them all; each head adds its own (small) cost per step.
 #[derive(Debug)]
 pub struct Policy {
-    head: ActionHead,
+    heads: Vec<ActionHead>,
     dev: Device,
     sampler: OdeSampler,
     /// Real-time chunking mode.
@@ -92,12 +100,52 @@ impl Policy {
         let cfg = Config::from_checkpoint(path)?;
         let vb = VarBuilder::open(&[path], dev)?;
         let head = ActionHead::load(&vb, &cfg)?;
-        Self::new(head, dev, steps, rtc, seed)
+        Self::new(vec![head], dev, steps, rtc, seed)
     }
 
-    /// Over a loaded head.
+    /// Load several checkpoints as one ensemble policy (see [`Policy`]);
+    /// the first one's config and normalisation are the policy's. They
+    /// must agree on everything the sampler and the observation share:
+    /// chunk length, action and state sizes, the encoder's input and grid,
+    /// the control rate, and the action normalisation (the same training
+    /// data), else a clear error names the pair.
+    pub fn load_ensemble(
+        paths: &[impl AsRef<Path>],
+        dev: &Device,
+        steps: usize,
+        rtc: RtcMode,
+        seed: u64,
+    ) -> Result<Self> {
+        if paths.is_empty() || paths.len() > 16 {
+            return Err(Error::BadInput(format!(
+                "an ensemble takes 1 to 16 checkpoints, got {}",
+                paths.len()
+            )));
+        }
+        let mut heads = Vec::with_capacity(paths.len());
+        for p in paths {
+            let p = p.as_ref();
+            let cfg = Config::from_checkpoint(p)?;
+            let vb = VarBuilder::open(&[p], dev)?;
+            let head = ActionHead::load(&vb, &cfg)?;
+            if let Some(first) = heads.first() {
+                compatible(first, &head).map_err(|why| {
+                    Error::BadInput(format!(
+                        "{} cannot join {} in an ensemble: {why}",
+                        p.display(),
+                        paths[0].as_ref().display()
+                    ))
+                })?;
+            }
+            heads.push(head);
+        }
+        Self::new(heads, dev, steps, rtc, seed)
+    }
+
+    /// Over loaded heads: one, or an ensemble (checked as in
+    /// [`Policy::load_ensemble`]).
     pub fn new(
-        head: ActionHead,
+        heads: Vec<ActionHead>,
         dev: &Device,
         steps: usize,
         rtc: RtcMode,
@@ -108,8 +156,15 @@ impl Policy {
                 "flow steps must be in 1..=1000, got {steps}"
             )));
         }
+        let Some(first) = heads.first() else {
+            return Err(Error::BadInput("a policy needs at least one head".into()));
+        };
+        for h in &heads[1..] {
+            compatible(first, h)
+                .map_err(|why| Error::BadInput(format!("heads cannot form an ensemble: {why}")))?;
+        }
         Ok(Policy {
-            head,
+            heads,
             dev: dev.clone(),
             sampler: OdeSampler::new(OdeMethod::Euler, Schedule::uniform(steps)?),
             rtc,
@@ -118,14 +173,19 @@ impl Policy {
         })
     }
 
-    /// The head's config.
+    /// The (first) head's config.
     pub fn config(&self) -> &Config {
-        self.head.config()
+        self.heads[0].config()
     }
 
-    /// The head.
+    /// The (first) head.
     pub fn head(&self) -> &ActionHead {
-        &self.head
+        &self.heads[0]
+    }
+
+    /// Every head: one, or the ensemble's.
+    pub fn heads(&self) -> &[ActionHead] {
+        &self.heads
     }
 
     /// Check an observation's sizes and values; returns the pooled vision
@@ -180,9 +240,8 @@ impl Policy {
         delay: usize,
         cancelled: impl FnMut() -> bool,
     ) -> Result<Chunk> {
-        let mut vision = self.check(obs)?;
-        let cfg = self.head.config().clone();
-        self.head.normalizer().vision(&cfg, &mut vision);
+        let pooled = self.check(obs)?;
+        let cfg = self.config().clone();
         let (h, ad) = (cfg.horizon, cfg.action_dim);
         if !prefix.len().is_multiple_of(ad) || prefix.iter().any(|v| !v.is_finite()) {
             return Err(Error::BadInput(format!(
@@ -191,19 +250,26 @@ impl Policy {
             )));
         }
         let frozen = self.frozen_len(delay, prefix.len() / ad);
-        let norm: &Normalizer = self.head.normalizer();
+        let norm: &Normalizer = self.heads[0].normalizer();
         let dev = &self.dev;
         let place = |v: Vec<f32>, dims: &[usize]| -> Result<Tensor> {
             Ok(dev.place(&Tensor::from_vec(v, dims)?)?)
         };
-        let state_n = norm.state(&obs.state[..cfg.state_dim]);
-        let cond = self.head.condition(
-            dev,
-            &place(vision, &[1, cfg.vision_tokens(), cfg.vision_width()])?,
-            &place(norm.text(&obs.instruction), &[1, 1, cfg.feature_dim])?,
-            &place(state_n, &[1, 1, cfg.state_dim])?,
-            &cfg.keypoint_origin(&obs.state),
-        )?;
+        // Each head reads the observation through its own normalisation
+        // and config.
+        let mut conds = Vec::with_capacity(self.heads.len());
+        for head in &self.heads {
+            let (c, n) = (head.config(), head.normalizer());
+            let mut vision = pooled.clone();
+            n.vision(c, &mut vision);
+            conds.push(head.condition(
+                dev,
+                &place(vision, &[1, c.vision_tokens(), c.vision_width()])?,
+                &place(n.text(&obs.instruction), &[1, 1, c.feature_dim])?,
+                &place(n.state(&obs.state[..c.state_dim]), &[1, 1, c.state_dim])?,
+                &c.keypoint_origin(&obs.state),
+            )?);
+        }
         // x0: noise, with the frozen prefix (normalised) in place.
         let t = self.temperature;
         let mut x0: Vec<f32> = self
@@ -214,13 +280,20 @@ impl Policy {
             .collect();
         let fixed = norm.actions(&obs.state, &prefix[..frozen * ad]);
         x0[..frozen * ad].copy_from_slice(&fixed);
-        let head = &self.head;
+        let heads = &self.heads;
         let x = self.sampler.sample::<Error, _, _>(
             dev,
             &place(x0, &[1, h, ad])?,
             |x, t| {
                 let times: Vec<f32> = (0..h).map(|j| if j < frozen { 1.0 } else { t }).collect();
-                head.velocity(dev, &cond, x, &times)
+                let mut v = heads[0].velocity(dev, &conds[0], x, &times)?;
+                if heads.len() == 1 {
+                    return Ok(v);
+                }
+                for (head, cond) in heads.iter().zip(&conds).skip(1) {
+                    v = dev.add(&v, &head.velocity(dev, cond, x, &times)?)?;
+                }
+                Ok(dev.scale(&v, 1.0 / heads.len() as f64)?)
             },
             cancelled,
         )?;
@@ -230,4 +303,42 @@ impl Policy {
         actions[..frozen * ad].copy_from_slice(&prefix[..frozen * ad]);
         Ok(Chunk { actions, frozen })
     }
+}
+
+/// Why `b` cannot join `a` in an ensemble, if it cannot.
+fn compatible(a: &ActionHead, b: &ActionHead) -> std::result::Result<(), String> {
+    let (x, y) = (a.config(), b.config());
+    let shared = |c: &Config| {
+        (
+            c.horizon,
+            c.action_dim,
+            c.state_dim,
+            c.feature_dim,
+            c.vision_grid,
+            c.vision_stack,
+            c.image_size,
+            c.privileged,
+        )
+    };
+    if shared(x) != shared(y) {
+        return Err(format!(
+            "(horizon, action_dim, state_dim, feature_dim, vision_grid, vision_stack, image_size, privileged) {:?} against {:?}",
+            shared(y),
+            shared(x)
+        ));
+    }
+    if x.control_hz != y.control_hz || x.max_prefix != y.max_prefix {
+        return Err(format!(
+            "control rate {} Hz / max prefix {} against {} Hz / {}",
+            y.control_hz, y.max_prefix, x.control_hz, x.max_prefix
+        ));
+    }
+    let (m, n) = (a.normalizer(), b.normalizer());
+    if m.action_mean != n.action_mean || m.action_std != n.action_std {
+        return Err(
+            "its action normalisation differs (heads averaged in one normalised action space must be trained on the same data)"
+                .into(),
+        );
+    }
+    Ok(())
 }

@@ -353,6 +353,87 @@ fn bad_observations_are_clear_errors() {
 }
 
 #[test]
+fn an_ensemble_follows_the_mean_of_its_heads_and_refuses_a_stranger() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let save = |cfg: &Config, seed: u64, n: &Normalizer, name: &str| {
+        let path = dir.path().join(name);
+        random_net(cfg, seed).save(n, &path).expect("save");
+        path
+    };
+    let cfg = small();
+    // Two heads of the same shape from different seeds, and one with
+    // other options (an MLP body reading angles): all on one
+    // normalisation, as heads trained on the same data are.
+    let a = save(&cfg, 5, &norm(&cfg), "a.safetensors");
+    let b = save(&cfg, 6, &norm(&cfg), "b.safetensors");
+    let mlp = Config {
+        arch: Arch::Mlp,
+        keypoint_angles: 2,
+        prediction: Prediction::Sample,
+        ..cfg.clone()
+    };
+    let c = save(&mlp, 7, &norm(&cfg), "c.safetensors");
+    let o = obs(&cfg);
+    // One Euler step from the same noise: the chunk is affine in the
+    // velocity, so the ensemble's chunk is the mean of its heads' chunks.
+    let chunk = |paths: &[&std::path::Path]| {
+        let mut p = Policy::load_ensemble(paths, &cpu(), 1, RtcMode::Prefix, 3).expect("load");
+        p.chunk(&o, &[0.01, 0.02], 1, || false)
+            .expect("chunk")
+            .actions
+    };
+    for (x, y) in [(&a, &b), (&a, &c)] {
+        let (cx, cy, both) = (chunk(&[x]), chunk(&[y]), chunk(&[x, y]));
+        let spread = cx
+            .iter()
+            .zip(&cy)
+            .fold(0f32, |m, (p, q)| m.max((p - q).abs()));
+        assert!(spread > 1e-3, "the heads should differ: {spread}");
+        let err = both
+            .iter()
+            .zip(cx.iter().zip(&cy))
+            .fold(0f32, |m, (e, (p, q))| m.max((e - 0.5 * (p + q)).abs()));
+        // f32 rounding of the same sums in another order.
+        assert!(
+            err <= 1e-5 * (1.0 + spread),
+            "ensemble off the mean by {err}"
+        );
+        // The frozen prefix is the queued action, exactly.
+        assert_eq!(&both[..2], &[0.01, 0.02]);
+    }
+    // Ten steps, three heads: runs and stays finite.
+    let mut p = Policy::load_ensemble(&[&a, &b, &c], &cpu(), 10, RtcMode::Prefix, 3).expect("3");
+    assert_eq!(p.heads().len(), 3);
+    assert!(p
+        .chunk(&o, &[], 0, || false)
+        .expect("chunk")
+        .actions
+        .iter()
+        .all(|v| v.is_finite()));
+    // Another chunk length, or other training data (another action
+    // normalisation), cannot join.
+    let long = Config {
+        horizon: 12,
+        ..cfg.clone()
+    };
+    let l = save(&long, 8, &norm(&long), "long.safetensors");
+    let e = Policy::load_ensemble(&[&a, &l], &cpu(), 10, RtcMode::Prefix, 0).expect_err("horizon");
+    assert!(
+        e.to_string().contains("cannot join") && e.to_string().contains("horizon"),
+        "{e}"
+    );
+    let other = Normalizer {
+        action_std: vec![0.06, 0.04],
+        ..norm(&cfg)
+    };
+    let d = save(&cfg, 9, &other, "d.safetensors");
+    let e = Policy::load_ensemble(&[&a, &d], &cpu(), 10, RtcMode::Prefix, 0).expect_err("norm");
+    assert!(e.to_string().contains("normalisation"), "{e}");
+    let none: [&std::path::Path; 0] = [];
+    assert!(Policy::load_ensemble(&none, &cpu(), 10, RtcMode::Prefix, 0).is_err());
+}
+
+#[test]
 fn a_file_that_is_not_a_head_checkpoint_is_refused() {
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("x.safetensors");
