@@ -24,6 +24,7 @@ impl StageFactory for ActionHeadKind {
             doc: "Flow-matching action head (a small pi0-style action expert): on each `chunk_request` {step, last_delay, prefix} it denoises H actions in `steps` Euler steps from the newest vision tokens, instruction embedding and robot state, and emits the chunk starting at `step`. With `rtc: prefix` the first min(last_delay, len(prefix)) actions are frozen to the queued prefix and the rest inpainted (real-time chunking); `rtc: none` samples every chunk afresh. Records `head_ms`, `frozen_actions`.",
             params: vec![
                 ParamInfo::required("model", ParamType::InputPath, "checkpoint written by `edgeflow train policy` (safetensors, config in its metadata)"),
+                ParamInfo::new("ensemble", ParamType::Any, Value::Array(Vec::new()), "more checkpoints run with `model` as one ensemble (a list of paths): heads trained on the same data, whose chunks are averaged at every Euler step"),
                 ParamInfo::new("steps", ParamType::Int, 10, "Euler steps of the flow ODE (1..=1000)"),
                 ParamInfo::new("rtc", ParamType::String, "prefix", "real-time chunking: `prefix` (freeze the executing prefix, inpaint the rest) or `none` (naive chunk switching)"),
                 ParamInfo::new("seed", ParamType::Int, 0, "seed of the sampling noise"),
@@ -72,7 +73,29 @@ impl StageFactory for ActionHeadKind {
                 )
                 .into());
         }
-        let mut policy = Policy::load(&path, &dev, steps, rtc, seed)?;
+        let more: Vec<String> = p.get_or("ensemble", Vec::new())?;
+        if more.len() > 15 {
+            return Err(p
+                .error(
+                    "ensemble",
+                    format!("has {} checkpoints; at most 15", more.len()),
+                )
+                .into());
+        }
+        let paths: Vec<std::path::PathBuf> = std::iter::once(path.clone())
+            .chain(more.iter().map(|m| env.resolve(m)))
+            .collect();
+        for m in &paths[1..] {
+            if !m.is_file() {
+                return Err(p
+                    .error(
+                        "ensemble",
+                        format!("names {}, which is not a file", m.display()),
+                    )
+                    .into());
+            }
+        }
+        let mut policy = Policy::load_ensemble(&paths, &dev, steps, rtc, seed)?;
         if policy.config().privileged {
             return Err(p
                 .error(
