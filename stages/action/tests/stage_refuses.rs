@@ -8,6 +8,21 @@ use edgeflow_action::train::TrainNet;
 use edgeflow_graph::{BuildEnv, DeviceOpener, Params, StageFactory};
 use edgeflow_runtime::DeviceSpec;
 
+/// A small head with keypoints on a 2 x 2 grid.
+fn small() -> Config {
+    Config {
+        feature_dim: 24,
+        vision_grid: 2,
+        horizon: 8,
+        d_model: 32,
+        n_layers: 1,
+        n_heads: 4,
+        mlp_dim: 48,
+        max_prefix: 4,
+        ..Config::default()
+    }
+}
+
 fn build(path: &std::path::Path) -> Result<(), String> {
     build_ensemble(path, &[])
 }
@@ -38,16 +53,9 @@ fn build_ensemble(path: &std::path::Path, more: &[&str]) -> Result<(), String> {
 fn a_privileged_head_is_refused_with_what_to_do_and_a_vision_head_builds() {
     let dir = tempfile::tempdir().expect("tmp");
     let small = Config {
-        feature_dim: 24,
         vision_grid: 1,
-        horizon: 8,
-        d_model: 32,
-        n_layers: 1,
-        n_heads: 4,
-        mlp_dim: 48,
-        max_prefix: 4,
         keypoints: 0,
-        ..Config::default()
+        ..small()
     };
     let privileged = Config {
         privileged: true,
@@ -71,17 +79,7 @@ fn a_privileged_head_is_refused_with_what_to_do_and_a_vision_head_builds() {
 #[test]
 fn an_ensemble_builds_from_relative_paths_and_refuses_a_missing_or_foreign_member() {
     let dir = tempfile::tempdir().expect("tmp");
-    let small = Config {
-        feature_dim: 24,
-        vision_grid: 2,
-        horizon: 8,
-        d_model: 32,
-        n_layers: 1,
-        n_heads: 4,
-        mlp_dim: 48,
-        max_prefix: 4,
-        ..Config::default()
-    };
+    let small = small();
     let long = Config {
         horizon: 12,
         ..small.clone()
