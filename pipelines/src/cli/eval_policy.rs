@@ -83,7 +83,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
     };
     println!(
         "{}: {seeds}, execute {} of each chunk, {} flow steps, frames {} periods old, simulated time [{}]",
-        names(&a.checkpoint),
+        super::rollout::names(&a.checkpoint),
         a.execute,
         a.flow_steps,
         a.frame_age,
@@ -217,7 +217,7 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.json {
         let v = serde_json::json!({
             "cpu": cpu_name(),
-            "checkpoint": names(&a.checkpoint),
+            "checkpoint": super::rollout::names(&a.checkpoint),
             // Consecutive seeds [first, end), or from the first seed on
             // until each variant has `per_variant`.
             "seeds": match a.per_variant {
@@ -234,13 +234,4 @@ pub(super) fn eval_policy(a: &PolicyEvalArgs) -> anyhow::Result<()> {
         println!("wrote {}", p.display());
     }
     Ok(())
-}
-
-/// The checkpoints, comma-separated, as given.
-fn names(paths: &[PathBuf]) -> String {
-    paths
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(",")
 }

@@ -244,11 +244,7 @@ pub(crate) fn rollout(
     } else {
         RtcMode::None
     };
-    let names = checkpoints
-        .iter()
-        .map(|c| c.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let names = names(checkpoints);
     let mut policy = Policy::load_ensemble(checkpoints, &dev, opts.flow_steps, rtc, opts.seed)
         .with_context(|| format!("loading {names}"))?;
     policy.temperature = opts.temperature;
@@ -448,6 +444,15 @@ pub(crate) fn rollout(
         outcomes,
         wall_s: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// Checkpoint paths as given, comma-separated (one head, or an ensemble).
+pub(crate) fn names(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The seeds [`rollout`] runs: `opts.episodes` from `opts.seed`, or with
