@@ -21,12 +21,59 @@ use std::arch::x86_64::*;
 
 use super::{Acts, KFormat};
 
-/// How far ahead (bytes) each row block prefetches the rows into L2.
-/// Streaming 1 GB of weight copies on two threads (Xeon, AVX-512), the
-/// rows read in memory order: none 15-17 GB/s, 512 / 1024 bytes ahead
-/// into L1 17-20, 2048 into L2 19-23 (Q4_K and Q6_K, rows of 1536 and
-/// 8960).
+/// How far ahead (bytes) each row block prefetches the rows into L2, by
+/// default. Streaming 1 GB of weight copies on two threads (Xeon,
+/// AVX-512), the rows read in memory order: none 15-17 GB/s, 512 / 1024
+/// bytes ahead into L1 17-20, 2048 into L2 19-23 (Q4_K and Q6_K, rows of
+/// 1536 and 8960).
 pub(super) const PF: usize = 2048;
+
+/// The distance on AMD CPUs with AVX-512 (Zen 4 and later), where 2048
+/// bytes ahead was slower than no software prefetch at all: Qwen2.5-1.5B
+/// Q4_K_M decode on an EPYC Zen 4 (two threads) went from 25.6 tokens/s
+/// at 2048 bytes to 31-32 with none and 34-40 at 8 to 32 KB ahead (64 KB:
+/// 29-31).
+pub(super) const PF_ZEN4: usize = 16 << 10;
+
+/// The prefetch distance in force (bytes; 0: no software prefetch):
+/// `EDGEFLOW_PREFETCH_BYTES` where it holds a number, else [`PF_ZEN4`] on
+/// AMD CPUs with AVX-512, else [`PF`]. Read once.
+pub(super) fn prefetch_distance() -> usize {
+    static CHOSEN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        let auto = || {
+            if amd() && super::has_vnni() {
+                PF_ZEN4
+            } else {
+                PF
+            }
+        };
+        match std::env::var("EDGEFLOW_PREFETCH_BYTES") {
+            Ok(v) => parse_distance(&v).unwrap_or_else(|| {
+                eprintln!(
+                    "warning: EDGEFLOW_PREFETCH_BYTES={v:?} is not a byte count from 0 \
+                     to 1048576; choosing the prefetch distance from this CPU"
+                );
+                auto()
+            }),
+            Err(_) => auto(),
+        }
+    })
+}
+
+/// A prefetch distance as `EDGEFLOW_PREFETCH_BYTES` gives it: a byte
+/// count up to 1 MB (past that the lines would leave L2 before they are
+/// read), else None.
+fn parse_distance(v: &str) -> Option<usize> {
+    v.trim().parse::<usize>().ok().filter(|&n| n <= 1 << 20)
+}
+
+/// Whether the CPU is AMD's (CPUID leaf 0 vendor "AuthenticAMD").
+fn amd() -> bool {
+    let id = __cpuid(0);
+    // "Auth" "enti" "cAMD" in EBX, EDX, ECX.
+    (id.ebx, id.edx, id.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163)
+}
 
 /// Weight rows per pass.
 pub(super) const ROWS: usize = 8;
@@ -146,7 +193,7 @@ pub(super) fn prefetch(p: *const u8, bb: usize) {
 /// Runs `block` on each block of the eight rows at `w` (`rb` bytes
 /// apart, `nb` blocks of `bb` bytes each), in memory order (row by row:
 /// one stream the hardware prefetchers follow, each block also fetching
-/// [`PF`] bytes ahead into L2), and keeps the `N` vectors it gives for
+/// [`prefetch_distance`] bytes ahead into L2), and keeps the `N` vectors it gives for
 /// block `b` of row `r` at `scratch[8 N b + 8 i + r]` until the eight
 /// rows' are reduced together. `block` gets the block's address and `b`.
 ///
@@ -167,9 +214,12 @@ pub(super) unsafe fn sweep<const N: usize>(
         // SAFETY: an all-zero vector is a valid value.
         scratch.resize(8 * N * nb, unsafe { std::mem::zeroed() });
     }
+    let pf = prefetch_distance();
     for r in 0..ROWS {
         for b in 0..nb {
-            prefetch(w.wrapping_add(r * rb + bb * b + PF), bb);
+            if pf > 0 {
+                prefetch(w.wrapping_add(r * rb + bb * b + pf), bb);
+            }
             // SAFETY: block b of row r lies in the rows (the caller's
             // contract).
             let v = block(unsafe { w.add(r * rb + bb * b) }, b);
@@ -327,4 +377,19 @@ pub(super) unsafe fn finish_q6k(
     // SAFETY: eight f32.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_distance;
+
+    #[test]
+    fn prefetch_distance_reads_a_byte_count_or_nothing() {
+        assert_eq!(parse_distance("16384"), Some(16384));
+        assert_eq!(parse_distance(" 0\n"), Some(0));
+        assert_eq!(parse_distance("1048576"), Some(1 << 20));
+        for bad in ["1048577", "-1", "16k", "", "2048.0"] {
+            assert_eq!(parse_distance(bad), None, "{bad:?}");
+        }
+    }
 }
