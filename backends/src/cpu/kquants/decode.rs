@@ -42,7 +42,7 @@ pub(super) fn prefetch_distance() -> usize {
     static CHOSEN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *CHOSEN.get_or_init(|| {
         let auto = || {
-            if amd() && super::has_vnni() {
+            if super::amd_avx512() {
                 PF_ZEN4
             } else {
                 PF
@@ -66,13 +66,6 @@ pub(super) fn prefetch_distance() -> usize {
 /// read), else None.
 fn parse_distance(v: &str) -> Option<usize> {
     v.trim().parse::<usize>().ok().filter(|&n| n <= 1 << 20)
-}
-
-/// Whether the CPU is AMD's (CPUID leaf 0 vendor "AuthenticAMD").
-fn amd() -> bool {
-    let id = __cpuid(0);
-    // "Auth" "enti" "cAMD" in EBX, EDX, ECX.
-    (id.ebx, id.edx, id.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163)
 }
 
 /// Weight rows per pass.

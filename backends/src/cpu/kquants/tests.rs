@@ -87,17 +87,25 @@ fn every_path_and_row_count_gives_the_same_bits() {
             let x = &x[..m * k];
             let portable = matmul_with(fmt, &data, n, x, m, false).expect("fits");
             if has_avx2() {
-                for (vnni, amx) in [(false, false), (has_vnni(), false), (has_vnni(), has_amx())] {
+                let (v, a) = (has_vnni(), has_amx());
+                for (vnni, lanes_prefill, amx) in [
+                    (false, false, false),
+                    (v, false, false),
+                    (v, true, false),
+                    (v, false, a),
+                ] {
                     let paths = Paths {
                         avx2: true,
                         vnni,
+                        lanes_prefill,
                         amx,
                     };
                     let avx = matmul_isa(fmt, &data, n, x, m, paths).expect("fits");
                     assert_eq!(
                         bits(&portable),
                         bits(&avx),
-                        "{fmt:?} m {m} vnni {vnni} amx {amx}: differs from the portable path"
+                        "{fmt:?} m {m} vnni {vnni} lanes {lanes_prefill} amx {amx}: differs from \
+                         the portable path"
                     );
                 }
             }
@@ -139,6 +147,7 @@ fn decode_on_every_path_gives_the_portable_bits() {
                 let paths = Paths {
                     avx2: true,
                     vnni,
+                    lanes_prefill: false,
                     amx: false,
                 };
                 let avx = matmul_isa(fmt, &data, n, &x, 1, paths).expect("fits");
