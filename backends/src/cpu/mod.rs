@@ -78,6 +78,26 @@ pub fn cpu_backend() -> Arc<dyn Backend> {
     .clone()
 }
 
+/// Whether this is an AMD CPU with AVX-512 VNNI (Zen 4 and later), where
+/// some kernel choices and prefetch distances tuned on Intel's cores
+/// measured slower. Read once (CPUID leaves the guest in a VM).
+pub(crate) fn amd_avx512() -> bool {
+    static AMD: OnceLock<bool> = OnceLock::new();
+    *AMD.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // CPUID leaf 0: the vendor "AuthenticAMD" in EBX, EDX, ECX.
+            let id = std::arch::x86_64::__cpuid(0);
+            (id.ebx, id.edx, id.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163)
+                && kquants::has_vnni()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
 /// The CPU backend (candle kernels on the host).
 #[derive(Debug, Default, Clone)]
 pub struct CpuBackend;

@@ -42,7 +42,7 @@ pub(super) fn prefetch_distance() -> usize {
     static CHOSEN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *CHOSEN.get_or_init(|| {
         let auto = || {
-            if super::amd_avx512() {
+            if crate::cpu::amd_avx512() {
                 PF_ZEN4
             } else {
                 PF

@@ -676,22 +676,6 @@ pub(crate) fn has_vnni() -> bool {
     }
 }
 
-/// Whether this is an AMD CPU with AVX-512 VNNI (Zen 4 and later), where
-/// some kernels and distances chosen on Intel's cores measured slower
-/// ([`Paths::lanes_prefill`], [`decode::prefetch_distance`]).
-pub(crate) fn amd_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // CPUID leaf 0: the vendor "AuthenticAMD" in EBX, EDX, ECX.
-        let id = std::arch::x86_64::__cpuid(0);
-        (id.ebx, id.edx, id.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163) && has_vnni()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// Whether the AVX2 kernels run here (with F16C, which every AVX2 CPU has,
 /// for the blocks' f16 scales).
 pub(crate) fn has_avx2() -> bool {
@@ -723,7 +707,7 @@ pub(crate) fn matmul_with(
     let paths = Paths {
         avx2,
         vnni: avx2 && has_vnni(),
-        lanes_prefill: amd_avx512(),
+        lanes_prefill: crate::cpu::amd_avx512(),
         amx: avx2 && has_amx(),
     };
     matmul_isa(fmt, w, n, x, m, paths)
