@@ -498,9 +498,14 @@ fn matmul_with(
     let per = rows_per_task(n, rb * m);
     // Whole groups of 16 weight rows for the tile kernel.
     let per = if tiled { per.next_multiple_of(16) } else { per };
-    // Q5_0 on plain AVX2: the lane-per-row kernel ([`lanes`]).
+    // Q5_0 on plain AVX2, and on AMD's AVX-512 CPUs (where 512-bit ops
+    // are two 256-bit halves), the lane-per-row kernel ([`lanes`]; the
+    // same bits as the tiles).
     #[cfg(target_arch = "x86_64")]
-    let lane_groups: Vec<lanes::Lanes8> = if isa == Isa::Avx2 && fmt == WeightFormat::Q5_0 {
+    let q5_lanes = isa == Isa::Avx2
+        || (matches!(isa, Isa::Avx512Wide | Isa::Avx512Vbmi) && crate::cpu::amd_avx512());
+    #[cfg(target_arch = "x86_64")]
+    let lane_groups: Vec<lanes::Lanes8> = if q5_lanes && fmt == WeightFormat::Q5_0 && !tiled {
         (0..m)
             .step_by(8)
             .collect::<Vec<_>>()
@@ -549,7 +554,8 @@ fn matmul_with(
         #[cfg(target_arch = "x86_64")]
         if !lane_groups.is_empty() {
             let w = &w[j0 * rb..(j0 + rows) * rb];
-            // SAFETY: AVX2 + FMA + F16C detected (Isa::Avx2); these are
+            // SAFETY: AVX2 + FMA + F16C detected (Isa::Avx2 or an AVX-512
+            // set, which Isa::available offers only with them); these are
             // `rows` whole Q5_0 rows of the groups' k values (whole packed
             // tiles first when `packed`: j0 is a multiple of the tile).
             unsafe { lanes::rows(w, rb, &lane_groups, m, &mut out, packed) };
