@@ -37,7 +37,9 @@
 //! bits). On plain AVX2 ([`lanes`]) each 4 weight codes are broadcast to
 //! the eight lanes, the products of codes that share a scale are summed in
 //! i16 before one `madd` with it, and four weight rows share each
-//! activation load. Where AVX-512 VNNI is (`avx2::rows8_vnni`), each 32
+//! activation load (also on AMD's AVX-512 CPUs, where it measured faster:
+//! [`Paths::lanes_prefill`]). Elsewhere where AVX-512 VNNI is
+//! (`avx2::rows8_vnni`), each 32
 //! weight codes are loaded once for the eight rows, `madd` and add fuse
 //! into `vpdpwssd`, the eight block sums are reduced together, and two
 //! weight rows share each activation load. The minima's or offset's
