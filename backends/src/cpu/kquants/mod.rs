@@ -38,7 +38,10 @@
 //! the eight lanes, the products of codes that share a scale are summed in
 //! i16 before one `madd` with it, and four weight rows share each
 //! activation load (also on AMD's AVX-512 CPUs, where it measured faster:
-//! [`Paths::lanes_prefill`]). Elsewhere where AVX-512 VNNI is
+//! [`Paths::lanes_prefill`]; there two groups of eight rows share a 512-bit
+//! register and each 4 codes' products go straight into i32 with
+//! `vpdpbusd`, one multiply by the weight scale per span). Elsewhere where
+//! AVX-512 VNNI is
 //! (`avx2::rows8_vnni`), each 32
 //! weight codes are loaded once for the eight rows, `madd` and add fuse
 //! into `vpdpwssd`, the eight block sums are reduced together, and two
@@ -727,7 +730,8 @@ pub(crate) struct Paths {
     /// Prefill on the lane kernel ([`lanes`]) even where `vnni`: on AMD
     /// Zen 4 (each 512-bit op two 256-bit halves) Qwen2.5-1.5B Q4_K_M
     /// prefill ran 117-130 tokens/s there against 92-93 on the VNNI
-    /// eight-row kernel.
+    /// eight-row kernel. With `vnni` too, the lane kernel runs on 512-bit
+    /// registers (`lanes::rows16`).
     pub(crate) lanes_prefill: bool,
     /// Whole groups of sixteen weight rows on AMX tiles (only where
     /// [`has_amx`]).
@@ -785,6 +789,9 @@ pub(crate) fn matmul_isa(
     } else {
         Layout::Lanes
     };
+    // The lane kernel on 512-bit registers (`vpdpbusd`) where AVX-512 VNNI
+    // runs and the lanes were chosen over the eight-row VNNI kernel.
+    let wide = vnni && lanes_prefill;
     let groups: Vec<Rows8> = if m > 1 && avx2 && !(amx && n.is_multiple_of(16)) {
         (0..m)
             .into_par_iter()
@@ -884,7 +891,7 @@ pub(crate) fn matmul_isa(
         // shares each weight broadcast between two.
         let per = match layout {
             Layout::Rows => 1,
-            Layout::Lanes => lanes::groups(fmt),
+            Layout::Lanes => lanes::groups(fmt, wide),
         };
         let nb = k / fmt.block();
         let chunk = (16 << 10) / (TILE * 2 * fmt.block());
@@ -923,7 +930,7 @@ pub(crate) fn matmul_isa(
                                     avx2::rows8_for(fmt, u, &xq, &gs[0], b, &mut acc[w0..w1])
                                 }
                                 Layout::Lanes => {
-                                    lanes::rows8_for(fmt, u, &xq, gs, b, &mut acc[w0..], TILE)
+                                    lanes::rows8_for(fmt, u, &xq, gs, b, &mut acc[w0..], TILE, wide)
                                 }
                             }
                         };
