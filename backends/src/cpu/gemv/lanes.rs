@@ -15,6 +15,10 @@
 //! expands every weight block's fifth bits once per four activation rows;
 //! Qwen2.5-0.5B's Q5_0 gate / up projections ran at 21 GMAC/s a core on
 //! Zen 3 there, well below the K-quant lane kernel's rate.
+//!
+//! On AMD's AVX-512 CPUs ([`kernel16`]) two groups of eight rows share a
+//! 512-bit register and each 4 codes' products go straight into i32 with
+//! `vpdpbusd`.
 
 use super::activations::code_index;
 use super::portable::f16_at;
@@ -231,14 +235,88 @@ unsafe fn kernel(u: [&Row; W], g: &Lanes8) -> [[f32; 8]; W] {
     })
 }
 
+/// [`kernel`] with the two groups' rows in one 512-bit register (sixteen
+/// lanes), on AVX-512 VNNI: each 4 codes of a weight row are broadcast and
+/// meet the sixteen rows' 4 codes in one `vpdpbusd`, which sums the four
+/// products straight into i32 (a block's sum is at most 32 x 31 x 127: no
+/// overflow), so the `maddubs`, the i16 adds and the widening `madd` of
+/// [`kernel`] become one instruction. The block sums are the same integers
+/// and the f32 steps [`kernel`]'s per group: the same bits.
+///
+/// # Safety
+/// AVX2, FMA and AVX-512 F, BW and VNNI must be available; each row and
+/// both groups hold the same k.
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+unsafe fn kernel16(u: [&Row; W], g: [&Lanes8; 2]) -> [[[f32; 8]; W]; 2] {
+    let nb = g[0].dx.len() / 8;
+    debug_assert!(g[1].dx.len() == 8 * nb);
+    debug_assert!(u
+        .iter()
+        .all(|u| u.codes.len() == 32 * nb && u.d.len() == nb));
+    let xs = g.map(|g| g.codes.as_ptr() as *const u8);
+    let c: [*const u8; W] = std::array::from_fn(|w| u[w].codes.as_ptr());
+    let mut ch = [[[_mm256_setzero_ps(); 4]; W]; 2];
+    for b4 in (0..nb).step_by(4) {
+        for (j, b) in (b4..(b4 + 4).min(nb)).enumerate() {
+            let mut raw = [_mm512_setzero_si512(); W];
+            for step in 0..8 {
+                let q = 32 * b + 4 * step;
+                // SAFETY: as in `kernel`, for both groups.
+                let xv = unsafe {
+                    let lo = _mm256_loadu_si256(xs[0].add(8 * q) as *const __m256i);
+                    let hi = _mm256_loadu_si256(xs[1].add(8 * q) as *const __m256i);
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+                };
+                for w in 0..W {
+                    // SAFETY: as above.
+                    let wv =
+                        unsafe { _mm512_set1_epi32((c[w].add(q) as *const i32).read_unaligned()) };
+                    raw[w] = _mm512_dpbusd_epi32(raw[w], wv, xv);
+                }
+            }
+            for (i, g) in g.iter().enumerate() {
+                // SAFETY: 8 b + 8 <= 8 nb, the lengths of `dx` and `off`.
+                let (dx, off) = unsafe {
+                    (
+                        _mm256_loadu_ps(g.dx.as_ptr().add(8 * b)),
+                        _mm256_loadu_si256(g.off.as_ptr().add(8 * b) as *const __m256i),
+                    )
+                };
+                for w in 0..W {
+                    let r = if i == 0 {
+                        _mm512_castsi512_si256(raw[w])
+                    } else {
+                        _mm512_extracti64x4_epi64::<1>(raw[w])
+                    };
+                    let s = _mm256_cvtepi32_ps(_mm256_sub_epi32(r, off));
+                    let dd = _mm256_mul_ps(_mm256_set1_ps(u[w].d[b]), dx);
+                    ch[i][w][j] = _mm256_fmadd_ps(s, dd, ch[i][w][j]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|i| {
+        std::array::from_fn(|w| {
+            let c = &ch[i][w];
+            let y = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
+            let mut o = [0f32; 8];
+            // SAFETY: `o` holds 8 floats.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), y) };
+            o
+        })
+    })
+}
+
 /// Q5_0 weight rows `w` (`rb` bytes each; when `packed`, whole tiles
 /// of [`super::pack::pack`]'s layout first, any rows after them in GGML's)
 /// against every activation row of the groups: `out[j * m + r]` (weight
-/// row j, activation row r), as the other kernels write it.
+/// row j, activation row r), as the other kernels write it. With `wide`,
+/// pairs of groups run on [`kernel16`].
 ///
 /// # Safety
-/// AVX2 + FMA + F16C must be available; `w` holds whole rows of the
-/// groups' k values and `out` `rows * m` floats.
+/// AVX2 + FMA + F16C must be available, and AVX-512 F, BW and VNNI with
+/// `wide`; `w` holds whole rows of the groups' k values and `out`
+/// `rows * m` floats.
 pub(super) unsafe fn rows(
     w: &[u8],
     rb: usize,
@@ -246,6 +324,7 @@ pub(super) unsafe fn rows(
     m: usize,
     out: &mut [f32],
     packed: bool,
+    wide: bool,
 ) {
     const T: usize = super::PACK_ROWS;
     let n_all = w.len() / rb;
@@ -269,18 +348,27 @@ pub(super) unsafe fn rows(
                 }
             };
         }
-        for g in groups {
-            // With one row left it runs twice, the second result dropped.
-            let pair = if n == W {
-                [&us[0], &us[1]]
+        // With one row left it runs twice, the second result dropped.
+        let pair = if n == W {
+            [&us[0], &us[1]]
+        } else {
+            [&us[0], &us[0]]
+        };
+        for gs in groups.chunks(if wide { 2 } else { 1 }) {
+            let mut ys = [[[0f32; 8]; W]; 2];
+            if let [g0, g1] = gs {
+                // SAFETY: AVX2, FMA and AVX-512 F, BW, VNNI with `wide`
+                // (the caller's promise); the rows and groups hold k values.
+                ys = unsafe { kernel16(pair, [g0, g1]) };
             } else {
-                [&us[0], &us[0]]
-            };
-            // SAFETY: AVX2 + FMA (the caller's promise); the rows and `g`
-            // hold k values.
-            let y = unsafe { kernel(pair, g) };
-            for (wi, yw) in y.iter().enumerate().take(n) {
-                o[wi * m + g.r0..wi * m + g.r0 + g.rows].copy_from_slice(&yw[..g.rows]);
+                // SAFETY: AVX2 + FMA (the caller's promise); the rows and
+                // `gs[0]` hold k values.
+                ys[0] = unsafe { kernel(pair, &gs[0]) };
+            }
+            for (g, y) in gs.iter().zip(&ys) {
+                for (wi, yw) in y.iter().enumerate().take(n) {
+                    o[wi * m + g.r0..wi * m + g.r0 + g.rows].copy_from_slice(&yw[..g.rows]);
+                }
             }
         }
     }

@@ -500,7 +500,7 @@ fn matmul_with(
     let per = if tiled { per.next_multiple_of(16) } else { per };
     // Q5_0 on plain AVX2, and on AMD's AVX-512 CPUs (where 512-bit ops
     // are two 256-bit halves), the lane-per-row kernel ([`lanes`]; the
-    // same bits as the tiles).
+    // same bits as the tiles; there on 512-bit registers with `vpdpbusd`).
     #[cfg(target_arch = "x86_64")]
     let q5_lanes = isa == Isa::Avx2
         || (matches!(isa, Isa::Avx512Wide | Isa::Avx512Vbmi) && crate::cpu::amd_avx512());
@@ -555,10 +555,11 @@ fn matmul_with(
         if !lane_groups.is_empty() {
             let w = &w[j0 * rb..(j0 + rows) * rb];
             // SAFETY: AVX2 + FMA + F16C detected (Isa::Avx2 or an AVX-512
-            // set, which Isa::available offers only with them); these are
+            // set, which Isa::available offers only with them, and with
+            // AVX-512 F, BW and VNNI, which the wide kernel takes); these are
             // `rows` whole Q5_0 rows of the groups' k values (whole packed
             // tiles first when `packed`: j0 is a multiple of the tile).
-            unsafe { lanes::rows(w, rb, &lane_groups, m, &mut out, packed) };
+            unsafe { lanes::rows(w, rb, &lane_groups, m, &mut out, packed, isa != Isa::Avx2) };
         } else {
             run(j0, rows, &mut out);
         }
