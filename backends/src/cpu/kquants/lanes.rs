@@ -55,11 +55,10 @@ pub(super) const WIDTH: usize = 4;
 /// broadcast and scale serves this many. Q6_K takes one: with a `madd`
 /// every two steps, two groups' sums do not fit in the registers, and the
 /// compiler's spills (stored and at once reloaded) made it 20 % slower
-/// than one group. With `wide` ([`rows16`], 32 registers) every format
-/// takes two.
-pub(super) fn groups(fmt: super::KFormat, wide: bool) -> usize {
+/// than one group.
+pub(super) fn groups(fmt: super::KFormat) -> usize {
     match fmt {
-        super::KFormat::Q6K if !wide => 1,
+        super::KFormat::Q6K => 1,
         _ => 2,
     }
 }
@@ -196,31 +195,39 @@ unsafe fn rows8<
     }
 }
 
-/// [`rows8`] with both groups' rows in one 512-bit register (sixteen
-/// lanes), on AVX-512 VNNI: each 4 codes of a weight row are broadcast and
-/// meet the sixteen rows' 4 codes in one `vpdpbusd`, which sums the four
-/// products straight into i32 lanes. A span's sums (the codes sharing one
-/// weight scale: `SPAN` 32 for Q4_K and Q5_K, 16 for Q6_K) then meet the
-/// scale in one `vpmulld`. No i16 step is left, so no span has to be cut
-/// short for overflow (a span sums at most 32 products, each below 2^14),
-/// and per four codes, weight row and sixteen activation rows there is one
-/// multiply where [`rows8`] issues two `maddubs` and two adds. Q6_K's
-/// operands trade places as in [`rows8`] (the activation codes plus 128
-/// unsigned, the weight codes less 32 signed).
+/// [`rows8`] on sixteen activation rows ([`super::Layout::Wide`]: each 4
+/// codes of the sixteen rows are one 512-bit register), on AVX-512 VNNI:
+/// each 4 codes of a weight row are broadcast and meet the sixteen rows' 4
+/// codes in one `vpdpbusd`, which sums the four products straight into i32
+/// lanes. A span's sums (the codes sharing one weight scale: `SPAN` 32 for
+/// Q4_K and Q5_K, 16 for Q6_K) then meet the scale in one `vpmulld`. No
+/// i16 step is left, so no span has to be cut short for overflow (a span
+/// sums at most 32 products, each below 2^14), and per four codes, weight
+/// row and sixteen activation rows there is one multiply where [`rows8`]
+/// issues two `maddubs` and two adds. Q6_K's operands trade places as in
+/// [`rows8`] (the activation codes plus 128 unsigned, the weight codes less
+/// 32 signed). The block values ([`block_value16`]) take all sixteen lanes
+/// at once too.
 ///
-/// Each group's block sums are the same integers as every other path's,
-/// and the f32 steps are [`rows8`]'s per group: the same bits.
+/// The block sums are the same integers as every other path's, and the f32
+/// steps are [`rows8`]'s, lane by lane: the same bits.
 ///
 /// Measured on AMD Zen 4 (2 threads, 128 activation rows, min of 15
 /// calls, alternating with [`rows8`] in the same process): Q4_K 1536 x
 /// 8960 from 9.6-10.0 to 8.0-8.8 ms, Q6_K 8960 x 1536 from 12.0 to
-/// 8.0-8.3 ms. Carrying the i16 sums of [`rows8`] over to 512 bits gained
-/// less (Q6_K 9.5 ms against 7.8-8.6 in the same rounds, Q4_K the
-/// same), and eight weight rows per call no more than four.
+/// 8.0-8.3 ms with two eight-lane groups loaded into one register; then
+/// 7.1 and 7.6 ms with the sixteen rows' codes, scales and sums laid out
+/// for 512-bit loads (the reference in the same runs, the eight-row VNNI
+/// kernel, 12.0-12.3 and 13.2-13.4 ms both times). Carrying the i16 sums
+/// of [`rows8`] over to 512 bits gained less (Q6_K 9.5 ms against 7.8-8.6
+/// in the same rounds, Q4_K the same), and eight weight rows per call no
+/// more than four (Q4_K 7.3 ms).
 ///
 /// # Safety
-/// AVX-512 F, BW and VNNI must be available; otherwise as [`rows8`] with
-/// two groups.
+/// AVX-512 F, BW and VNNI must be available; each `u[w]` holds one row of
+/// `xq.k` values in `fmt`; `g` was made from `xq` for `fmt` in the wide
+/// layout; `out[h]` points at `W` writable entries (lanes `8h..8h + 8` of
+/// each weight row) that nothing else touches.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vnni")]
 unsafe fn rows16<
     const NG: usize,
@@ -232,35 +239,38 @@ unsafe fn rows16<
     fmt: super::KFormat,
     u: [&super::Unpacked; W],
     xq: &super::Acts,
-    g: [&super::Rows8; 2],
+    g: &super::Rows8,
     blocks: std::ops::Range<usize>,
     out: [*mut [f32; 8]; 2],
 ) {
     let k = xq.k;
     debug_assert!(fmt.block() == 256 && NG == fmt.groups() && blocks.end <= k / 256);
-    for g in g {
-        debug_assert!(g.layout == super::Layout::Lanes && g.codes.len() == 8 * k);
-    }
+    debug_assert!(g.layout == super::Layout::Wide && g.codes.len() == 16 * k);
     for u in u {
         debug_assert!(u.codes.len() == k && u.scales.len() == k / 16);
     }
-    let xs = [0, 1].map(|i| g[i].codes.as_ptr() as *const u8);
+    let xs = g.codes.as_ptr() as *const u8;
     let c: [*const u8; W] = std::array::from_fn(|w| u[w].codes.as_ptr());
     let sc: [*const i16; W] = std::array::from_fn(|w| u[w].scales.as_ptr());
-    let mut sums = [[_mm256_setzero_ps(); W]; 2];
-    for (s, o) in sums.iter_mut().zip(out) {
-        for (w, s) in s.iter_mut().enumerate() {
-            // SAFETY: `out[i]` points at W entries of 8 floats.
-            *s = unsafe { _mm256_loadu_ps(o.add(w) as *const f32) };
-        }
+    let mut sums = [_mm512_setzero_ps(); W];
+    for (w, s) in sums.iter_mut().enumerate() {
+        // SAFETY: `out[h]` points at W entries of 8 floats.
+        *s = unsafe {
+            let lo = _mm256_loadu_ps(out[0].add(w) as *const f32);
+            let hi = _mm256_loadu_ps(out[1].add(w) as *const f32);
+            let v = _mm512_castps_pd(_mm512_castps256_ps512(lo));
+            _mm512_castpd_ps(_mm512_insertf64x4::<1>(v, _mm256_castps_pd(hi)))
+        };
     }
     for b in blocks {
         let mut isum = [_mm512_setzero_si512(); W];
         let q0 = b * 256;
-        // SAFETY: as in `rows8`.
+        // SAFETY: q0 + 256 <= k (b < nb); the wide layout keeps the
+        // sixteen rows' codes q..q + 4 as the 64 bytes at 16 q; q0 / 16 +
+        // 16 <= k / 16, the length of `scales`.
         let (xb, cb, sb) = unsafe {
             (
-                xs.map(|x| x.add(8 * q0)),
+                xs.add(16 * q0),
                 c.map(|c| c.add(q0)),
                 sc.map(|s| s.add(q0 / 16)),
             )
@@ -269,12 +279,8 @@ unsafe fn rows16<
             let mut s32 = [_mm512_setzero_si512(); W];
             for j in 0..SPAN / 4 {
                 let q = span * SPAN + 4 * j;
-                // SAFETY: q + 4 <= 256: in the block (see `rows8`).
-                let xv = unsafe {
-                    let lo = _mm256_loadu_si256(xb[0].add(8 * q) as *const __m256i);
-                    let hi = _mm256_loadu_si256(xb[1].add(8 * q) as *const __m256i);
-                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-                };
+                // SAFETY: q + 4 <= 256: in the block (see above).
+                let xv = unsafe { _mm512_loadu_si512(xb.add(16 * q) as *const __m512i) };
                 for w in 0..W {
                     // SAFETY: as above.
                     let wv =
@@ -293,32 +299,73 @@ unsafe fn rows16<
                 isum[w] = _mm512_add_epi32(isum[w], _mm512_mullo_epi32(s32[w], sc));
             }
         }
-        for i in 0..2 {
-            // SAFETY: b * 8 + 8 <= g.dx.len() (eight lanes per block).
-            let dx = unsafe { _mm256_loadu_ps(g[i].dx.as_ptr().add(b * 8)) };
-            for w in 0..W {
-                let is = if i == 0 {
-                    _mm512_castsi512_si256(isum[w])
-                } else {
-                    _mm512_extracti64x4_epi64::<1>(isum[w])
-                };
-                let v = if OFFSET {
-                    let off = _mm256_set1_epi32(u[w].offsets[b]);
-                    let ddx = _mm256_mul_ps(_mm256_set1_ps(u[w].d[b]), dx);
-                    _mm256_mul_ps(ddx, _mm256_cvtepi32_ps(_mm256_sub_epi32(is, off)))
-                } else {
-                    // SAFETY: as in `rows8`.
-                    unsafe { avx2::block_value::<NG, MINMAX>(u[w], g[i], b, dx, is) }
-                };
-                sums[i][w] = _mm256_add_ps(sums[i][w], v);
-            }
+        // SAFETY: b * 16 + 16 <= g.dx.len() (sixteen lanes per block).
+        let dx = unsafe { _mm512_loadu_ps(g.dx.as_ptr().add(b * 16)) };
+        for w in 0..W {
+            let v = if OFFSET {
+                // `rows8`'s steps for Q6_K.
+                let off = _mm512_set1_epi32(u[w].offsets[b]);
+                let ddx = _mm512_mul_ps(_mm512_set1_ps(u[w].d[b]), dx);
+                _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(_mm512_sub_epi32(isum[w], off)))
+            } else {
+                // SAFETY: `u[w]` and `g` are made for `fmt` and k (the
+                // caller's promise), b < nb.
+                unsafe { block_value16::<NG, MINMAX>(u[w], g, b, dx, isum[w]) }
+            };
+            sums[w] = _mm512_add_ps(sums[w], v);
         }
     }
-    for (s, o) in sums.iter().zip(out) {
-        for (w, s) in s.iter().enumerate() {
-            // SAFETY: as above.
-            unsafe { _mm256_storeu_ps(o.add(w) as *mut f32, *s) };
+    for (w, s) in sums.iter().enumerate() {
+        // SAFETY: as above.
+        unsafe {
+            _mm256_storeu_ps(out[0].add(w) as *mut f32, _mm512_castps512_ps256(*s));
+            _mm256_storeu_ps(
+                out[1].add(w) as *mut f32,
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*s))),
+            );
         }
+    }
+}
+
+/// `avx2::block_value` on the sixteen lanes of a wide group: the same
+/// operations in the same order, lane by lane (the same bits).
+///
+/// # Safety
+/// AVX-512 F and BW must be available; `u` and `g` are made for the same
+/// format and k, `g` in the wide layout; b < k / 256.
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn block_value16<const NG: usize, const MINMAX: bool>(
+    u: &super::Unpacked,
+    g: &super::Rows8,
+    b: usize,
+    dx: __m512,
+    isum: __m512i,
+) -> __m512 {
+    debug_assert!(g.gs.len() >= (b + 1) * NG * 16);
+    let mut gsum = _mm512_setzero_si512();
+    for p in 0..NG / 2 {
+        // SAFETY: (b * NG / 2 + p) * 32 + 32 <= g.gs.len() (NG * 16 per
+        // block) and b * NG / 2 + p < u.min_pairs.len() (NG / 2 per block).
+        let (gv, mp) = unsafe {
+            (
+                _mm512_loadu_si512(g.gs.as_ptr().add((b * NG / 2 + p) * 32) as *const __m512i),
+                *u.min_pairs.get_unchecked(b * NG / 2 + p),
+            )
+        };
+        gsum = _mm512_add_epi32(gsum, _mm512_madd_epi16(gv, _mm512_set1_epi32(mp)));
+    }
+    let (d, dmin) = (u.d[b], u.dmin[b]);
+    let ddx = _mm512_mul_ps(_mm512_set1_ps(d), dx);
+    if MINMAX {
+        _mm512_sub_ps(
+            _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(isum)),
+            _mm512_mul_ps(
+                _mm512_mul_ps(_mm512_set1_ps(dmin), dx),
+                _mm512_cvtepi32_ps(gsum),
+            ),
+        )
+    } else {
+        _mm512_mul_ps(ddx, _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, gsum)))
     }
 }
 
@@ -398,12 +445,10 @@ pub(super) unsafe fn offset_q6k_block(c: &mut [u8], sc: &[i16]) -> i32 {
 
 /// [`rows8`] built for `fmt`'s constants over `u.len()` weight rows
 /// (1 to [`WIDTH`]) and `g.len()` groups (1 or 2): group `i`'s row `w`
-/// accumulates in `out[i * stride + w]`. With `wide` two groups run on
-/// [`rows16`].
+/// accumulates in `out[i * stride + w]`.
 ///
 /// # Safety
-/// As [`rows8`]; with `wide`, as [`rows16`].
-#[allow(clippy::too_many_arguments)]
+/// As [`rows8`].
 pub(super) unsafe fn rows8_for(
     fmt: super::KFormat,
     u: &[super::Unpacked],
@@ -412,19 +457,9 @@ pub(super) unsafe fn rows8_for(
     blocks: std::ops::Range<usize>,
     out: &mut [[f32; 8]],
     stride: usize,
-    wide: bool,
 ) {
     // SAFETY: the caller's guarantees.
     unsafe {
-        if wide && g.len() == 2 {
-            return match u.len() {
-                4 => with16::<4>(fmt, u, xq, g, blocks, out, stride),
-                3 => with16::<3>(fmt, u, xq, g, blocks, out, stride),
-                2 => with16::<2>(fmt, u, xq, g, blocks, out, stride),
-                1 => with16::<1>(fmt, u, xq, g, blocks, out, stride),
-                n => unreachable!("lanes::rows8_for takes 1 to {WIDTH} rows, not {n}"),
-            };
-        }
         match (u.len(), g.len()) {
             (4, 2) => with::<4, 2>(fmt, u, xq, g, blocks, out, stride),
             (3, 2) => with::<3, 2>(fmt, u, xq, g, blocks, out, stride),
@@ -441,31 +476,58 @@ pub(super) unsafe fn rows8_for(
     }
 }
 
-/// [`rows8_for`] on [`rows16`] for `W` rows.
+/// [`rows16`] built for `fmt`'s constants over `u.len()` weight rows (1
+/// to [`WIDTH`]) and the sixteen rows of `g` ([`super::Layout::Wide`]):
+/// weight row `w` accumulates lanes 0..8 in `out[w]` and 8..16 in
+/// `out[stride + w]`.
 ///
 /// # Safety
-/// As [`rows16`]; `u` holds `W` rows, `g` two groups, `out` at least
-/// `stride + W` entries.
+/// As [`rows16`]; `out` holds at least `stride + u.len()` entries.
+pub(super) unsafe fn rows16_for(
+    fmt: super::KFormat,
+    u: &[super::Unpacked],
+    xq: &super::Acts,
+    g: &super::Rows8,
+    blocks: std::ops::Range<usize>,
+    out: &mut [[f32; 8]],
+    stride: usize,
+) {
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        match u.len() {
+            4 => with16::<4>(fmt, u, xq, g, blocks, out, stride),
+            3 => with16::<3>(fmt, u, xq, g, blocks, out, stride),
+            2 => with16::<2>(fmt, u, xq, g, blocks, out, stride),
+            1 => with16::<1>(fmt, u, xq, g, blocks, out, stride),
+            n => unreachable!("lanes::rows16_for takes 1 to {WIDTH} rows, not {n}"),
+        }
+    }
+}
+
+/// [`rows16_for`] for `W` rows.
+///
+/// # Safety
+/// As [`rows16_for`].
 unsafe fn with16<const W: usize>(
     fmt: super::KFormat,
     u: &[super::Unpacked],
     xq: &super::Acts,
-    g: &[super::Rows8],
+    g: &super::Rows8,
     blocks: std::ops::Range<usize>,
     out: &mut [[f32; 8]],
     stride: usize,
 ) {
     use super::KFormat::*;
-    assert!(u.len() == W && g.len() == 2 && stride >= W && out.len() >= stride + W);
+    assert!(u.len() == W && stride >= W && out.len() >= stride + W);
     let us: [&super::Unpacked; W] = std::array::from_fn(|w| &u[w]);
-    let gs = [&g[0], &g[1]];
     let o = [out.as_mut_ptr(), out[stride..].as_mut_ptr()];
-    // SAFETY: as in `with`.
+    // SAFETY: as in `with`; the two halves' W entries are disjoint
+    // (stride >= W).
     unsafe {
         match fmt {
-            Q4K => rows16::<8, true, 32, W, false>(fmt, us, xq, gs, blocks, o),
-            Q5K => rows16::<8, true, 32, W, false>(fmt, us, xq, gs, blocks, o),
-            Q6K => rows16::<16, false, 16, W, true>(fmt, us, xq, gs, blocks, o),
+            Q4K => rows16::<8, true, 32, W, false>(fmt, us, xq, g, blocks, o),
+            Q5K => rows16::<8, true, 32, W, false>(fmt, us, xq, g, blocks, o),
+            Q6K => rows16::<16, false, 16, W, true>(fmt, us, xq, g, blocks, o),
         }
     }
 }

@@ -38,9 +38,10 @@
 //! the eight lanes, the products of codes that share a scale are summed in
 //! i16 before one `madd` with it, and four weight rows share each
 //! activation load (also on AMD's AVX-512 CPUs, where it measured faster:
-//! [`Paths::lanes_prefill`]; there two groups of eight rows share a 512-bit
-//! register and each 4 codes' products go straight into i32 with
-//! `vpdpbusd`, one multiply by the weight scale per span). Elsewhere where
+//! [`Paths::lanes_prefill`]; there, past eight rows, sixteen rows share a
+//! 512-bit register ([`Layout::Wide`]) and each 4 codes' products go
+//! straight into i32 with `vpdpbusd`, one multiply by the weight scale per
+//! span). Elsewhere where
 //! AVX-512 VNNI is
 //! (`avx2::rows8_vnni`), each 32
 //! weight codes are loaded once for the eight rows, `madd` and add fuse
@@ -783,19 +784,19 @@ pub(crate) fn matmul_isa(
     // Prefill on AVX2: activation rows in groups of eight lanes (with AMX
     // only for the weight rows past the last whole tile group).
     // AVX-512 VNNI fuses `rows8_vnni`'s `madd`s into `vpdpwssd`; plain
-    // AVX2 runs the lane-per-row kernel ([`lanes`]), with fewer multiplies.
-    let layout = if vnni && !lanes_prefill {
-        Layout::Rows
-    } else {
-        Layout::Lanes
+    // AVX2 runs the lane-per-row kernel ([`lanes`]), with fewer multiplies;
+    // where AVX-512 VNNI runs and the lanes were chosen over the eight-row
+    // VNNI kernel, on sixteen rows a 512-bit register (`vpdpbusd`) once
+    // there are more than eight.
+    let layout = match (vnni, lanes_prefill) {
+        (true, false) => Layout::Rows,
+        (true, true) if m > 8 => Layout::Wide,
+        _ => Layout::Lanes,
     };
-    // The lane kernel on 512-bit registers (`vpdpbusd`) where AVX-512 VNNI
-    // runs and the lanes were chosen over the eight-row VNNI kernel.
-    let wide = vnni && lanes_prefill;
     let groups: Vec<Rows8> = if m > 1 && avx2 && !(amx && n.is_multiple_of(16)) {
         (0..m)
             .into_par_iter()
-            .step_by(8)
+            .step_by(layout.lanes())
             .map(|r0| Rows8::new(fmt, &xq, m, r0, layout))
             .collect()
     } else {
@@ -885,20 +886,22 @@ pub(crate) fn matmul_isa(
         const TILE: usize = 8;
         let width = match layout {
             Layout::Rows => avx2::ROWS8_WIDTH,
-            Layout::Lanes => lanes::WIDTH,
+            Layout::Lanes | Layout::Wide => lanes::WIDTH,
         };
         // Groups of activation rows per kernel call: the lane kernel
         // shares each weight broadcast between two.
         let per = match layout {
-            Layout::Rows => 1,
-            Layout::Lanes => lanes::groups(fmt, wide),
+            Layout::Rows | Layout::Wide => 1,
+            Layout::Lanes => lanes::groups(fmt),
         };
+        // Lanes of eight activation rows per group (two when wide).
+        let halves = layout.lanes() / 8;
         let nb = k / fmt.block();
         let chunk = (16 << 10) / (TILE * 2 * fmt.block());
         let chunk = chunk.max(1);
         let mut us: Vec<Unpacked> = (0..TILE).map(|_| Unpacked::default()).collect();
-        // `[group][tile row]` lanes.
-        let mut acc = vec![[0f32; 8]; groups.len() * TILE];
+        // `[group][half][tile row]` lanes.
+        let mut acc = vec![[0f32; 8]; groups.len() * halves * TILE];
         let all = rows;
         for t in 0..all.div_ceil(TILE) {
             let j = j0 + t * TILE;
@@ -914,15 +917,15 @@ pub(crate) fn matmul_isa(
             acc.fill([0.0; 8]);
             for b0 in (0..nb).step_by(chunk) {
                 let blocks = b0..(b0 + chunk).min(nb);
-                for (gs, acc) in groups.chunks(per).zip(acc.chunks_mut(per * TILE)) {
+                for (gs, acc) in groups.chunks(per).zip(acc.chunks_mut(per * halves * TILE)) {
                     for w0 in (0..rows).step_by(width) {
                         let w1 = (w0 + width).min(rows);
                         // SAFETY: AVX2 was detected (`avx2` is only
                         // true then), VNNI with `vnni`; each `us` is a
                         // row of k values, `xq` holds m rows of k codes
-                        // and each of `gs` eight rows' block data;
-                        // `blocks` lie in 0..nb; `acc` holds TILE rows
-                        // per group.
+                        // and each of `gs` eight (wide: sixteen, with
+                        // AVX-512 VNNI) rows' block data; `blocks` lie in
+                        // 0..nb; `acc` holds TILE rows per group and half.
                         unsafe {
                             let (u, b) = (&us[w0..w1], blocks.clone());
                             match layout {
@@ -930,27 +933,34 @@ pub(crate) fn matmul_isa(
                                     avx2::rows8_for(fmt, u, &xq, &gs[0], b, &mut acc[w0..w1])
                                 }
                                 Layout::Lanes => {
-                                    lanes::rows8_for(fmt, u, &xq, gs, b, &mut acc[w0..], TILE, wide)
+                                    lanes::rows8_for(fmt, u, &xq, gs, b, &mut acc[w0..], TILE)
+                                }
+                                Layout::Wide => {
+                                    lanes::rows16_for(fmt, u, &xq, &gs[0], b, &mut acc[w0..], TILE)
                                 }
                             }
                         };
                     }
                 }
             }
-            for (g, acc) in groups.iter().zip(acc.chunks_exact(TILE)) {
+            // Each group's lanes by eight: rows r0..r0 + real.
+            let eights = groups.iter().flat_map(|g| {
+                (0..halves).map(move |h| (g.r0 + 8 * h, g.rows.saturating_sub(8 * h).min(8)))
+            });
+            for ((r0, real), acc) in eights.zip(acc.chunks_exact(TILE)) {
                 let whole = <&[[f32; 8]; 8]>::try_from(acc);
-                if let (8, 8, Layout::Lanes, Ok(acc)) = (rows, g.rows, layout, whole) {
-                    // SAFETY: AVX2 (the lanes layout runs only there);
-                    // rows g.r0..g.r0 + 8 < m, columns j..j + 8 <= n, which
+                if let (8, 8, true, Ok(acc)) = (rows, real, layout != Layout::Rows, whole) {
+                    // SAFETY: AVX2 (the lane layouts run only there);
+                    // rows r0..r0 + 8 < m, columns j..j + 8 <= n, which
                     // this task alone writes.
-                    unsafe { lanes::store_transposed(acc, y.get().add(g.r0 * n + j), n) };
+                    unsafe { lanes::store_transposed(acc, y.get().add(r0 * n + j), n) };
                     continue;
                 }
-                for r in 0..g.rows {
-                    // SAFETY: g.r0 + r < m and j + rows <= n; this
+                for r in 0..real {
+                    // SAFETY: r0 + r < m and j + rows <= n; this
                     // task alone writes columns j..j + rows.
                     let yr = unsafe {
-                        std::slice::from_raw_parts_mut(y.get().add((g.r0 + r) * n + j), rows)
+                        std::slice::from_raw_parts_mut(y.get().add((r0 + r) * n + j), rows)
                     };
                     for (v, l) in yr.iter_mut().zip(acc) {
                         *v = l[r];

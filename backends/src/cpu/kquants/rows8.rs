@@ -1,17 +1,17 @@
-//! Eight activation rows laid out for the AVX2 prefill kernels
+//! Eight (or sixteen) activation rows laid out for the prefill kernels
 //! ([`Rows8`]), and the per-lane block values the AMX kernel's row groups
 //! share ([`fill_lane`]).
 
 use super::{Acts, KFormat};
 
 /// Eight activation rows of [`Acts`] laid out for the AVX2 prefill kernel,
-/// one lane per row: each block's scale, and its code sums per group of
-/// [`KFormat::groups`] (rows past the end repeat the last row; their lanes
-/// are dropped).
+/// one lane per row (sixteen in [`Layout::Wide`]): each block's scale, and
+/// its code sums per group of [`KFormat::groups`] (rows past the end repeat
+/// the last row; their lanes are dropped).
 pub(crate) struct Rows8 {
     /// First row.
     pub(super) r0: usize,
-    /// Rows that are real (1 to 8).
+    /// Rows that are real (1 to [`Self::lanes`]).
     pub(super) rows: usize,
     /// `[block][lane]` scales.
     pub(super) dx: Vec<f32>,
@@ -21,7 +21,7 @@ pub(crate) struct Rows8 {
     /// two terms (i16: a group of at most 32 codes of at most 127).
     /// Empty for Q6_K in the lanes layout, whose kernel does not read it.
     pub(super) gs: Vec<i16>,
-    /// The eight rows' codes interleaved as [`Self::layout`] says.
+    /// The rows' codes interleaved as [`Self::layout`] says.
     pub(super) codes: Vec<i8>,
     pub(super) layout: Layout,
 }
@@ -36,41 +36,53 @@ pub(super) enum Layout {
     /// `[k / 4][lane][4]` ([`super::lanes`]): each 4 codes of the eight rows are
     /// one register, a lane per row.
     Lanes,
+    /// [`Layout::Lanes`] with sixteen lanes (`lanes::rows16`): each 4
+    /// codes of sixteen rows are one 512-bit register.
+    Wide,
+}
+
+impl Layout {
+    /// Activation rows (lanes) per group.
+    pub(super) fn lanes(self) -> usize {
+        match self {
+            Layout::Rows | Layout::Lanes => 8,
+            Layout::Wide => 16,
+        }
+    }
 }
 
 impl Rows8 {
     pub(super) fn new(fmt: KFormat, xq: &Acts, m: usize, r0: usize, layout: Layout) -> Self {
         let nb = xq.k / xq.block;
-        let rows = (m - r0).min(8);
-        let mut dx = vec![0f32; nb * 8];
-        // The lane kernel's Q6_K path folds the code sums' term into a
+        let lanes = layout.lanes();
+        let rows = (m - r0).min(lanes);
+        let mut dx = vec![0f32; nb * lanes];
+        // The lane kernels' Q6_K path folds the code sums' term into a
         // constant of the weight row (`Unpacked::offset_q6k`): no sums.
-        let sums = !(layout == Layout::Lanes && fmt == KFormat::Q6K);
-        let mut gs = vec![0i16; if sums { nb * fmt.groups() * 8 } else { 0 }];
-        for lane in 0..8 {
+        let by_lane = layout != Layout::Rows;
+        let sums = !(by_lane && fmt == KFormat::Q6K);
+        let mut gs = vec![0i16; if sums { nb * fmt.groups() * lanes } else { 0 }];
+        for lane in 0..lanes {
             fill_lane(
                 fmt,
                 xq,
                 r0 + lane.min(rows - 1),
-                (8, lane),
+                (lanes, lane),
                 &mut dx,
                 &mut gs,
             );
         }
         let k = xq.k;
-        let mut codes = vec![0i8; 8 * k];
-        let span = match layout {
-            Layout::Rows => 32,
-            Layout::Lanes => 4,
-        };
-        for lane in 0..8 {
+        let mut codes = vec![0i8; lanes * k];
+        let span = if by_lane { 4 } else { 32 };
+        for lane in 0..lanes {
             let x = xq.codes(r0 + lane.min(rows - 1));
             for (i, c) in x.chunks_exact(span).enumerate() {
-                let at = span * (8 * i + lane);
+                let at = span * (lanes * i + lane);
                 codes[at..at + span].copy_from_slice(c);
             }
         }
-        if layout == Layout::Lanes && fmt == KFormat::Q6K {
+        if by_lane && fmt == KFormat::Q6K {
             // The lane kernel's Q6_K operand: each code plus 128, as a
             // byte (see `Unpacked::offset_q6k`).
             for c in &mut codes {
