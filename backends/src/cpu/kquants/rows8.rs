@@ -11,7 +11,7 @@ use super::{Acts, KFormat};
 pub(crate) struct Rows8 {
     /// First row.
     pub(super) r0: usize,
-    /// Rows that are real (1 to [`Self::lanes`]).
+    /// Rows that are real (1 to [`Layout::lanes`]).
     pub(super) rows: usize,
     /// `[block][lane]` scales.
     pub(super) dx: Vec<f32>,
