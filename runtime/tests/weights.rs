@@ -196,6 +196,59 @@ fn dropping_the_last_store_view_ends_loading_once() {
     assert_eq!(b.0.load(Ordering::SeqCst), 1);
 }
 
+/// A reader of no tensors that records, when it is dropped, how many times
+/// loading had been declared over by then.
+#[derive(Debug)]
+struct NotesDrop {
+    releases: Arc<CountsReleases>,
+    at_drop: Arc<AtomicUsize>,
+}
+
+impl Drop for NotesDrop {
+    fn drop(&mut self) {
+        let n = self.releases.0.load(Ordering::SeqCst);
+        self.at_drop.store(n + 1, Ordering::SeqCst);
+    }
+}
+
+impl WeightReader for NotesDrop {
+    fn path(&self) -> &Path {
+        Path::new("notes-drop")
+    }
+    fn names(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn info(&self, _: &str) -> Option<weights::TensorInfo> {
+        None
+    }
+    fn load(&self, name: &str) -> edgeflow_runtime::Result<Tensor> {
+        Err(Error::bad_input("load", format!("no tensor `{name}` here")))
+    }
+}
+
+/// The readers (a file's parsed header, its read buffers) are freed before
+/// the backend is told that loading is over, so the memory it hands back
+/// includes theirs.
+#[test]
+fn readers_are_freed_before_loading_ends() {
+    let b = Arc::new(CountsReleases::default());
+    let dev = Device::new(b.clone(), b.clone());
+    let at_drop = Arc::new(AtomicUsize::new(0));
+    let reader = NotesDrop {
+        releases: b.clone(),
+        at_drop: at_drop.clone(),
+    };
+    let store = WeightStore::new(vec![Box::new(reader)], dev);
+    drop(store);
+    // 1 + the releases seen when the reader went: none yet.
+    assert_eq!(
+        at_drop.load(Ordering::SeqCst),
+        1,
+        "the reader outlived the release"
+    );
+    assert_eq!(b.0.load(Ordering::SeqCst), 1);
+}
+
 // --- a hand-written ONNX protobuf -------------------------------------------
 
 fn varint(mut v: u64, out: &mut Vec<u8>) {

@@ -16,6 +16,9 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // The readers (a file's parsed header and read buffers) go first,
+        // so the memory handed back includes theirs.
+        self.readers.clear();
         self.device.release_load_memory();
     }
 }

@@ -60,14 +60,22 @@ pub fn load_gguf(
     dev: &edgeflow_runtime::Device,
 ) -> Result<(Llama, TextTokenizer)> {
     let gguf = std::sync::Arc::new(gguf);
-    std::thread::scope(|s| {
+    let loaded = std::thread::scope(|s| {
         let tok = s.spawn(|| TextTokenizer::from_gguf(&gguf));
         let model = Llama::load(&VarBuilder::from_reader(gguf.clone(), dev), cfg);
         let tok = tok
             .join()
             .map_err(|_| Error::Tokenizer("the tokenizer's loading thread panicked".into()))?;
         Ok((model?, tok?))
-    })
+    });
+    // The weight store told the device that loading was over when the
+    // weights were placed, while the file's metadata (a large vocabulary's
+    // strings: tens of MB) and the tokenizer's build tables were still
+    // alive; freed now, they are handed back too rather than staying
+    // resident as free heap.
+    drop(gguf);
+    dev.release_load_memory();
+    loaded
 }
 
 /// Greedy continuation: feed `prompt` (after whatever is cached) and return
