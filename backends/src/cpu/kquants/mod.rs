@@ -41,9 +41,7 @@
 //! [`Paths::lanes_prefill`]; there, past eight rows, sixteen rows share a
 //! 512-bit register ([`Layout::Wide`]) and each 4 codes' products go
 //! straight into i32 with `vpdpbusd`, one multiply by the weight scale per
-//! span). Elsewhere where
-//! AVX-512 VNNI is
-//! (`avx2::rows8_vnni`), each 32
+//! span). Elsewhere where AVX-512 VNNI is (`avx2::rows8_vnni`), each 32
 //! weight codes are loaded once for the eight rows, `madd` and add fuse
 //! into `vpdpwssd`, the eight block sums are reduced together, and two
 //! weight rows share each activation load. The minima's or offset's
