@@ -729,8 +729,8 @@ pub(crate) struct Paths {
     /// Prefill on the lane kernel ([`lanes`]) even where `vnni`: on AMD
     /// Zen 4 (each 512-bit op two 256-bit halves) Qwen2.5-1.5B Q4_K_M
     /// prefill ran 117-130 tokens/s there against 92-93 on the VNNI
-    /// eight-row kernel. With `vnni` too, the lane kernel runs on 512-bit
-    /// registers (`lanes::rows16`).
+    /// eight-row kernel. With `vnni` too and more than eight activation
+    /// rows, the lane kernel runs on 512-bit registers (`lanes::rows16`).
     pub(crate) lanes_prefill: bool,
     /// Whole groups of sixteen weight rows on AMX tiles (only where
     /// [`has_amx`]).
