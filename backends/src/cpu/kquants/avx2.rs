@@ -304,7 +304,7 @@ pub(super) unsafe fn q45k_rows8<const FIVE: bool>(
     w: *const u8,
     rb: usize,
     a: &super::decode::Decode,
-    scratch: &mut Vec<__m256i>,
+    scratch: &mut super::decode::Scratch,
 ) -> [f32; 8] {
     use super::decode::{finish_q45k, q4k_scales, sweep, Q4K_ORDER};
     let bb = if FIVE { 176 } else { 144 };
@@ -313,7 +313,7 @@ pub(super) unsafe fn q45k_rows8<const FIVE: bool>(
     // SAFETY: eight whole rows at `w` (the caller's contract); block b of
     // the activation row has 256 codes and 16 aux values.
     unsafe {
-        sweep::<2>(w, rb, bb, a.scales.len(), scratch, |blk, b| {
+        sweep::<2>(w, rb, (bb, 0), a.scales.len(), scratch, |blk, b| {
             let z = q4k_scales(blk);
             let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(z));
             let xp = a.codes.as_ptr().add(256 * b) as *const u8;
@@ -340,7 +340,7 @@ pub(super) unsafe fn q45k_rows8<const FIVE: bool>(
             }
             [s, m]
         });
-        finish_q45k(w, rb, bb, a, scratch)
+        finish_q45k(a, scratch)
     }
 }
 
@@ -356,7 +356,7 @@ pub(super) unsafe fn q6k_rows8(
     w: *const u8,
     rb: usize,
     a: &super::decode::Decode,
-    scratch: &mut Vec<__m256i>,
+    scratch: &mut super::decode::Scratch,
 ) -> [f32; 8] {
     use super::decode::{finish_q6k, sweep};
     // Code vector i of a half holds groups 2i (low 128 bits) and 2i + 1.
@@ -364,7 +364,7 @@ pub(super) unsafe fn q6k_rows8(
         std::array::from_fn(|i| _mm256_set_m128i(pick16(2 * i + 1), pick16(2 * i)));
     // SAFETY: as in q45k_rows8.
     unsafe {
-        sweep::<1>(w, rb, 210, a.scales.len(), scratch, |blk, b| {
+        sweep::<1>(w, rb, (210, 206), a.scales.len(), scratch, |blk, b| {
             let xp = a.codes.as_ptr().add(256 * b) as *const u8;
             let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
             // -32 Σ sc·bsum: twice the scales against -16 bsum.
@@ -388,7 +388,7 @@ pub(super) unsafe fn q6k_rows8(
             }
             [s]
         });
-        finish_q6k(w, rb, a, scratch)
+        finish_q6k(a, scratch)
     }
 }
 

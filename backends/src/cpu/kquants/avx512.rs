@@ -102,15 +102,16 @@ impl Q4k {
                     *c = _mm512_or_si512(*c, h);
                 }
             }
-            let mut s = _mm512_setzero_si512();
+            // Two accumulators: two dependency chains of two.
+            let mut s = [_mm512_setzero_si512(); 2];
             for (t, c) in codes.into_iter().enumerate() {
-                s = _mm512_dpwssd_epi32(
-                    s,
+                s[t & 1] = _mm512_dpwssd_epi32(
+                    s[t & 1],
                     _mm512_maddubs_epi16(c, load64(xp.add(64 * t))),
                     _mm512_permutexvar_epi16(self.idx[t], zz),
                 );
             }
-            (fold(s), _mm256_madd_epi16(z, pv))
+            (fold(_mm512_add_epi32(s[0], s[1])), _mm256_madd_epi16(z, pv))
         }
     }
 }
@@ -135,14 +136,14 @@ pub(super) unsafe fn q45k_rows8<const FIVE: bool>(
     w: *const u8,
     rb: usize,
     a: &Decode,
-    scratch: &mut Vec<__m256i>,
+    scratch: &mut super::decode::Scratch,
 ) -> [f32; 8] {
     let bb = if FIVE { 176 } else { 144 };
     let k = Q4k::new();
     // SAFETY: eight whole rows at `w` (the caller's contract); block b of
     // the activation row has 256 codes and 16 aux values.
     unsafe {
-        sweep::<2>(w, rb, bb, a.scales.len(), scratch, |blk, b| {
+        sweep::<2>(w, rb, (bb, 0), a.scales.len(), scratch, |blk, b| {
             let (s, m) = k.block::<FIVE>(
                 blk,
                 a.codes.as_ptr().add(256 * b),
@@ -153,7 +154,7 @@ pub(super) unsafe fn q45k_rows8<const FIVE: bool>(
     };
     // SAFETY: the caller's contract; every block's partials are in
     // `scratch`.
-    unsafe { finish_q45k(w, rb, bb, a, scratch) }
+    unsafe { finish_q45k(a, scratch) }
 }
 
 /// Q6_K's constants: masks and shifts that put the high bits of each 64
@@ -239,12 +240,12 @@ pub(super) unsafe fn q6k_rows8(
     w: *const u8,
     rb: usize,
     a: &Decode,
-    scratch: &mut Vec<__m256i>,
+    scratch: &mut super::decode::Scratch,
 ) -> [f32; 8] {
     let k = Q6k::new();
     // SAFETY: as in q45k_rows8.
     unsafe {
-        sweep::<1>(w, rb, 210, a.scales.len(), scratch, |blk, b| {
+        sweep::<1>(w, rb, (210, 206), a.scales.len(), scratch, |blk, b| {
             [k.block(
                 blk,
                 a.codes.as_ptr().add(256 * b),
@@ -254,5 +255,5 @@ pub(super) unsafe fn q6k_rows8(
     };
     // SAFETY: the caller's contract; every block's sums are in
     // `scratch`.
-    unsafe { finish_q6k(w, rb, a, scratch) }
+    unsafe { finish_q6k(a, scratch) }
 }

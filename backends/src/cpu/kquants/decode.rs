@@ -8,8 +8,10 @@
 //! scales are unpacked with byte shuffles and spread over the lanes by
 //! shuffles; the eight rows are read in memory order, one stream (blocks
 //! across rows were eight short streams), each block's integer partials
-//! kept aside; then the eight rows' block sums are reduced together, and
-//! the f32 steps of the module docs run with one lane per weight row. The
+//! kept aside with its f16 scales (the reduction loads the eight rows'
+//! scales at once: gathering them from the rows cost 5-7 % on rows of
+//! 8960); then the eight rows' block sums are reduced together, and the
+//! f32 steps of the module docs run with one lane per weight row. The
 //! integers are the exact block sums of the other paths, and the f32
 //! steps the same operations in the same order: the same bits.
 //!
@@ -149,7 +151,7 @@ impl Decode {
         use super::{avx2, avx512};
         let whole = y.len() / ROWS * ROWS;
         assert!(w.len() >= whole * rb && rb == self.scales.len() * self.fmt.block_bytes());
-        let mut scratch = Vec::new();
+        let mut scratch = Scratch::default();
         for (g, yo) in y[..whole].chunks_exact_mut(ROWS).enumerate() {
             // SAFETY: rows 8g..8g + 8 lie in `w` (asserted), each of the
             // blocks `self` has codes, sums and scales for; the caller
@@ -183,29 +185,47 @@ pub(super) fn prefetch(p: *const u8, bb: usize) {
     }
 }
 
+/// What a pass over eight rows keeps until their values are reduced
+/// together: each block's integer partials, and each block's f16 scale
+/// pair, so that the reduction reads the eight rows' pairs with one load.
+#[derive(Default)]
+pub(super) struct Scratch {
+    /// `N` vectors per block and row: block `b`, vector `i`, row `r` at
+    /// `8 N b + 8 i + r`.
+    parts: Vec<__m256i>,
+    /// The four bytes at the pair's offset of block `b` of row `r`, at
+    /// `8 b + r`.
+    pairs: Vec<u32>,
+}
+
 /// Runs `block` on each block of the eight rows at `w` (`rb` bytes
 /// apart, `nb` blocks of `bb` bytes each), in memory order (row by row:
 /// one stream the hardware prefetchers follow, each block also fetching
-/// [`prefetch_distance`] bytes ahead into L2), and keeps the `N` vectors it gives for
-/// block `b` of row `r` at `scratch[8 N b + 8 i + r]` until the eight
-/// rows' are reduced together. `block` gets the block's address and `b`.
+/// [`prefetch_distance`] bytes ahead into L2), and keeps the `N` vectors it
+/// gives for each block, and the four bytes at `pair` in the block (its
+/// f16 scales), in `scratch` until the eight rows' are reduced together.
+/// `block` gets the block's address and `b`.
 ///
 /// # Safety
-/// Eight whole rows of `nb` blocks at `w`.
+/// Eight whole rows of `nb` blocks at `w`; `pair + 4 <= bb`.
 #[inline(always)]
 pub(super) unsafe fn sweep<const N: usize>(
     w: *const u8,
     rb: usize,
-    bb: usize,
+    (bb, pair): (usize, usize),
     nb: usize,
-    scratch: &mut Vec<__m256i>,
+    scratch: &mut Scratch,
     mut block: impl FnMut(*const u8, usize) -> [__m256i; N],
 ) {
+    debug_assert!(pair + 4 <= bb);
     // Sized on the first pass, then reused: every slot read after a pass
     // is written first in it.
-    if scratch.len() < 8 * N * nb {
+    if scratch.parts.len() < 8 * N * nb {
         // SAFETY: an all-zero vector is a valid value.
-        scratch.resize(8 * N * nb, unsafe { std::mem::zeroed() });
+        scratch
+            .parts
+            .resize(8 * N * nb, unsafe { std::mem::zeroed() });
+        scratch.pairs.resize(8 * nb, 0);
     }
     let pf = prefetch_distance();
     for r in 0..ROWS {
@@ -214,11 +234,18 @@ pub(super) unsafe fn sweep<const N: usize>(
                 prefetch(w.wrapping_add(r * rb + bb * b + pf), bb);
             }
             // SAFETY: block b of row r lies in the rows (the caller's
-            // contract).
-            let v = block(unsafe { w.add(r * rb + bb * b) }, b);
+            // contract), its bytes pair..pair + 4 too.
+            let (v, d) = unsafe {
+                let blk = w.add(r * rb + bb * b);
+                (
+                    block(blk, b),
+                    (blk.add(pair) as *const u32).read_unaligned(),
+                )
+            };
             for (i, v) in v.into_iter().enumerate() {
-                scratch[8 * N * b + 8 * i + r] = v;
+                scratch.parts[8 * N * b + 8 * i + r] = v;
             }
+            scratch.pairs[8 * b + r] = d;
         }
     }
 }
@@ -256,18 +283,17 @@ pub(super) unsafe fn q4k_scales(blk: *const u8) -> __m256i {
     _mm256_cvtepu8_epi16(_mm_or_si128(low, high))
 }
 
-/// The f16 pair at byte `off` of each of eight blocks `rb` bytes apart
-/// from `p`, as f32 lanes: (first f16s, second f16s) (exact).
+/// The f16 pairs of block `b` of the eight rows kept in `scratch`, as
+/// f32 lanes: (first f16s, second f16s) (exact).
 ///
 /// # Safety
-/// `p + r·rb + off .. + 4` readable for r in 0..8.
+/// F16C; `scratch` filled for block `b`.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn f16_pairs(p: *const u8, rb: usize, off: usize) -> (__m256, __m256) {
-    let rb = rb as i32;
-    let idx = _mm256_setr_epi32(0, rb, 2 * rb, 3 * rb, 4 * rb, 5 * rb, 6 * rb, 7 * rb);
-    // SAFETY: the caller's contract.
-    let v = unsafe { _mm256_i32gather_epi32::<1>(p.add(off) as *const i32, idx) };
+unsafe fn f16_pairs(scratch: &Scratch, b: usize) -> (__m256, __m256) {
+    let v = &scratch.pairs[8 * b..8 * b + 8];
+    // SAFETY: eight u32 (sliced above).
+    let v = unsafe { _mm256_loadu_si256(v.as_ptr() as *const __m256i) };
     // Per 128-bit half: [first f16 of four lanes, second f16 of them].
     let h = _mm256_packus_epi32(
         _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)),
@@ -292,33 +318,27 @@ unsafe fn sum_rows(v: &[__m256i]) -> __m256i {
     super::avx2::sums8(unsafe { &*(v.as_ptr() as *const [__m256i; 8]) })
 }
 
-/// The eight Q4_K / Q5_K rows' values (`bb`-byte blocks, rows `rb` bytes
-/// apart from `w`) from each block's integer partials in `scratch`
-/// (`16 b + r`: row r's `Σ sc·(q·x)`, `16 b + 8 + r`: its `Σ m·bsum`):
-/// per block, `acc += (d · dx) · isum - (dmin · dx) · msum`, one lane per
-/// row.
+/// The eight Q4_K / Q5_K rows' values from each block's integer partials
+/// in `scratch` (`16 b + r`: row r's `Σ sc·(q·x)`, `16 b + 8 + r`: its
+/// `Σ m·bsum`) and its f16 pair `(d, dmin)` (offset 0): per block,
+/// `acc += (d · dx) · isum - (dmin · dx) · msum`, one lane per row.
 ///
 /// # Safety
-/// AVX2 and F16C; eight whole rows of `a`'s length at `w`; `scratch`
-/// filled for each of `a`'s blocks.
+/// AVX2 and F16C; `scratch` filled ([`sweep`] with `N` 2) for each of
+/// `a`'s blocks.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn finish_q45k(
-    w: *const u8,
-    rb: usize,
-    bb: usize,
-    a: &Decode,
-    scratch: &[__m256i],
-) -> [f32; 8] {
-    assert!(scratch.len() >= 16 * a.scales.len());
+pub(super) unsafe fn finish_q45k(a: &Decode, scratch: &Scratch) -> [f32; 8] {
+    let parts = &scratch.parts;
+    assert!(parts.len() >= 16 * a.scales.len() && scratch.pairs.len() >= 8 * a.scales.len());
     let mut acc = _mm256_setzero_ps();
     for (b, &dx) in a.scales.iter().enumerate() {
-        // SAFETY: 16 b + 16 <= scratch.len() (asserted); the blocks' first
-        // four bytes (the caller's contract).
+        // SAFETY: 16 b + 16 <= parts.len() and 8 b + 8 <= pairs.len()
+        // (asserted).
         let (isum, msum, (d, dmin)) = unsafe {
             (
-                _mm256_cvtepi32_ps(sum_rows(&scratch[16 * b..])),
-                _mm256_cvtepi32_ps(sum_rows(&scratch[16 * b + 8..])),
-                f16_pairs(w.add(bb * b), rb, 0),
+                _mm256_cvtepi32_ps(sum_rows(&parts[16 * b..])),
+                _mm256_cvtepi32_ps(sum_rows(&parts[16 * b + 8..])),
+                f16_pairs(scratch, b),
             )
         };
         let dxv = _mm256_set1_ps(dx);
@@ -337,28 +357,24 @@ pub(super) unsafe fn finish_q45k(
 }
 
 /// The eight Q6_K rows' values from each block's integer sums in
-/// `scratch` (`8 b + r`: row r's `Σ sc·(q·x) - 32 Σ sc·bsum`): per block,
+/// `scratch` (`8 b + r`: row r's `Σ sc·(q·x) - 32 Σ sc·bsum`) and its f16
+/// `d` (the second of the pair kept from offset 206): per block,
 /// `acc += (d · dx) · isum`, one lane per row.
 ///
 /// # Safety
-/// As [`finish_q45k`], with `8 b + r` filled.
+/// As [`finish_q45k`], [`sweep`] with `N` 1.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn finish_q6k(
-    w: *const u8,
-    rb: usize,
-    a: &Decode,
-    scratch: &[__m256i],
-) -> [f32; 8] {
-    assert!(scratch.len() >= 8 * a.scales.len());
+pub(super) unsafe fn finish_q6k(a: &Decode, scratch: &Scratch) -> [f32; 8] {
+    let parts = &scratch.parts;
+    assert!(parts.len() >= 8 * a.scales.len() && scratch.pairs.len() >= 8 * a.scales.len());
     let mut acc = _mm256_setzero_ps();
     for (b, &dx) in a.scales.iter().enumerate() {
         // The f16 d at bytes 208..210: the second of the pair at 206.
-        // SAFETY: 8 b + 8 <= scratch.len() (asserted); bytes 206..210 of
-        // each block (the caller's contract).
+        // SAFETY: 8 b + 8 <= parts.len() and pairs.len() (asserted).
         let (isum, (_, d)) = unsafe {
             (
-                _mm256_cvtepi32_ps(sum_rows(&scratch[8 * b..])),
-                f16_pairs(w.add(210 * b), rb, 206),
+                _mm256_cvtepi32_ps(sum_rows(&parts[8 * b..])),
+                f16_pairs(scratch, b),
             )
         };
         acc = _mm256_add_ps(
