@@ -357,7 +357,13 @@ macro_rules! int8_kernels {
                     for r in 0..RW {
                         let a = w[r].wrapping_add(2 * p * bb);
                         let b = a.wrapping_add(bb);
-                        _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf) as *const i8);
+                        // Every line of the pair's span (Q8_0's 68 bytes
+                        // take two).
+                        let mut line = 0;
+                        while line < 2 * bb {
+                            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(pf + line) as *const i8);
+                            line += 64;
+                        }
                         let (l, h) = unpack_pair::<F>(a, b);
                         if RX == 4 {
                             dm[r] = _mm256_castps128_ps256(_mm_cvtph_ps(scale_pairs::<F>(
