@@ -204,6 +204,72 @@ unsafe fn quad_vbmi<const F: u8>(a: *const u8) -> (__m512i, __m512i, __m256) {
     }
 }
 
+/// Byte `pos` of a Q5_0 quad (four 22-byte blocks) in a two-source byte
+/// permute over its first 64 bytes and the 64 from byte 24 (the quad's
+/// last 64).
+const fn q5_pos(pos: usize) -> u8 {
+    if pos < 64 {
+        pos as u8
+    } else {
+        (pos + 40) as u8
+    }
+}
+
+/// Permute indices of a Q5_0 quad's parts into [`quad5_vbmi`]'s lanes:
+/// 0, the nibble bytes (128-bit lane i: block i's 16); 1 and 2, the fifth
+/// bits of the low and high nibbles (lane i: block i's `qh` byte 0 eight
+/// times then byte 1, or bytes 2 and 3); 3, the f16 `d` of each block in
+/// lanes `4i, 4i + 1` of the first 16 bytes.
+const fn q5_index(part: usize) -> [u8; 64] {
+    let mut idx = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        let (blk, j) = (i / 16, i % 16);
+        let pos = match part {
+            0 => blk * 22 + 6 + j,
+            1 => blk * 22 + 2 + j / 8,
+            2 => blk * 22 + 4 + j / 8,
+            _ => (i / 4) * 22 + i % 4 % 2,
+        };
+        idx[i] = q5_pos(pos);
+        i += 1;
+    }
+    idx
+}
+
+static Q5_0_INDICES: [[u8; 64]; 4] = [q5_index(0), q5_index(1), q5_index(2), q5_index(3)];
+
+/// [`unpack_quad`] and [`scales_quad`] for Q5_0 with VBMI: the four
+/// blocks' nibble bytes, fifth bits and f16 scales picked by byte permutes
+/// from two 64-byte loads (instead of eight 16-byte loads, four scalar
+/// ones and their inserts). Same values in the same lanes.
+///
+/// # Safety
+/// `a` starts 4 whole Q5_0 blocks (88 bytes).
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vbmi")]
+#[inline]
+unsafe fn quad5_vbmi(a: *const u8) -> (__m512i, __m512i, __m256) {
+    let [nib, qlo, qhi, sca] = &Q5_0_INDICES;
+    // SAFETY: the caller's contract (bytes 0..64 and 24..88); the tables
+    // are 64 bytes.
+    unsafe {
+        let (v0, v1) = (load64(a), load64(a.wrapping_add(24)));
+        let pick = |t: &[u8; 64]| _mm512_permutex2var_epi8(v0, load64(t.as_ptr()), v1);
+        let v = pick(nib);
+        let m4 = _mm512_set1_epi8(0x0f);
+        let bit = _mm512_set1_epi64(0x8040_2010_0804_0201_u64 as i64);
+        let x10 = _mm512_set1_epi8(0x10);
+        let fifth = |t: &[u8; 64]| _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(pick(t), bit), x10);
+        // `d` of each block in lanes 4i, 4i + 1; the minimum lanes +0.
+        let dm = _mm512_maskz_permutex2var_epi8(0x3333, v0, load64(sca.as_ptr()), v1);
+        (
+            _mm512_or_si512(_mm512_and_si512(v, m4), fifth(qlo)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(v), m4), fifth(qhi)),
+            _mm256_cvtph_ps(_mm512_castsi512_si128(dm)),
+        )
+    }
+}
+
 /// `acc + sum w * x` per i32 lane (4 products each); Q8_0's weights are
 /// signed (the unsigned operand is |w|, x carries w's sign).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -301,6 +367,8 @@ macro_rules! wide_tile {
                         }
                         let (lo, hi, d) = if $vbmi && (F == Q4_0 || F == Q4_1) {
                             quad_vbmi::<F>(a)
+                        } else if $vbmi && F == Q5_0 {
+                            quad5_vbmi(a)
                         } else {
                             let (lo, hi) = unpack_quad::<F>(a, bb);
                             (lo, hi, scales_quad::<F>(a, bb))
