@@ -313,7 +313,7 @@ pub(super) unsafe fn q45k_rows8<const FIVE: bool>(
     // SAFETY: eight whole rows at `w` (the caller's contract); block b of
     // the activation row has 256 codes and 16 aux values.
     unsafe {
-        sweep::<2>(w, rb, (bb, 0), a.scales.len(), scratch, |blk, b| {
+        sweep(w, rb, (bb, 0), a.scales.len(), scratch, |blk, b| {
             let z = q4k_scales(blk);
             let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(z));
             let xp = a.codes.as_ptr().add(256 * b) as *const u8;
@@ -338,7 +338,7 @@ pub(super) unsafe fn q45k_rows8<const FIVE: bool>(
                     s = _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, pick[t])));
                 }
             }
-            [s, m]
+            super::decode::join_sm(s, m)
         });
         finish_q45k(a, scratch)
     }
@@ -364,7 +364,7 @@ pub(super) unsafe fn q6k_rows8(
         std::array::from_fn(|i| _mm256_set_m128i(pick16(2 * i + 1), pick16(2 * i)));
     // SAFETY: as in q45k_rows8.
     unsafe {
-        sweep::<1>(w, rb, (210, 206), a.scales.len(), scratch, |blk, b| {
+        sweep(w, rb, (210, 206), a.scales.len(), scratch, |blk, b| {
             let xp = a.codes.as_ptr().add(256 * b) as *const u8;
             let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
             // -32 Σ sc·bsum: twice the scales against -16 bsum.
@@ -386,7 +386,7 @@ pub(super) unsafe fn q6k_rows8(
                     s = _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sh, pick[i])));
                 }
             }
-            [s]
+            s
         });
         finish_q6k(a, scratch)
     }

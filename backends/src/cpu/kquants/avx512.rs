@@ -143,13 +143,13 @@ pub(super) unsafe fn q45k_rows8<const FIVE: bool>(
     // SAFETY: eight whole rows at `w` (the caller's contract); block b of
     // the activation row has 256 codes and 16 aux values.
     unsafe {
-        sweep::<2>(w, rb, (bb, 0), a.scales.len(), scratch, |blk, b| {
+        sweep(w, rb, (bb, 0), a.scales.len(), scratch, |blk, b| {
             let (s, m) = k.block::<FIVE>(
                 blk,
                 a.codes.as_ptr().add(256 * b),
                 _mm256_loadu_si256(a.aux.as_ptr().add(16 * b) as *const __m256i),
             );
-            [s, m]
+            super::decode::join_sm(s, m)
         })
     };
     // SAFETY: the caller's contract; every block's partials are in
@@ -245,12 +245,12 @@ pub(super) unsafe fn q6k_rows8(
     let k = Q6k::new();
     // SAFETY: as in q45k_rows8.
     unsafe {
-        sweep::<1>(w, rb, (210, 206), a.scales.len(), scratch, |blk, b| {
-            [k.block(
+        sweep(w, rb, (210, 206), a.scales.len(), scratch, |blk, b| {
+            k.block(
                 blk,
                 a.codes.as_ptr().add(256 * b),
                 _mm256_loadu_si256(a.aux.as_ptr().add(16 * b) as *const __m256i),
-            )]
+            )
         })
     };
     // SAFETY: the caller's contract; every block's sums are in

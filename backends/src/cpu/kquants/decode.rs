@@ -190,8 +190,7 @@ pub(super) fn prefetch(p: *const u8, bb: usize) {
 /// pair, so that the reduction reads the eight rows' pairs with one load.
 #[derive(Default)]
 pub(super) struct Scratch {
-    /// `N` vectors per block and row: block `b`, vector `i`, row `r` at
-    /// `8 N b + 8 i + r`.
+    /// One vector per block and row: block `b` of row `r` at `8 b + r`.
     parts: Vec<__m256i>,
     /// The four bytes at the pair's offset of block `b` of row `r`, at
     /// `8 b + r`.
@@ -201,7 +200,7 @@ pub(super) struct Scratch {
 /// Runs `block` on each block of the eight rows at `w` (`rb` bytes
 /// apart, `nb` blocks of `bb` bytes each), in memory order (row by row:
 /// one stream the hardware prefetchers follow, each block also fetching
-/// [`prefetch_distance`] bytes ahead into L2), and keeps the `N` vectors it
+/// [`prefetch_distance`] bytes ahead into L2), and keeps the vector it
 /// gives for each block, and the four bytes at `pair` in the block (its
 /// f16 scales), in `scratch` until the eight rows' are reduced together.
 /// `block` gets the block's address and `b`.
@@ -209,22 +208,20 @@ pub(super) struct Scratch {
 /// # Safety
 /// Eight whole rows of `nb` blocks at `w`; `pair + 4 <= bb`.
 #[inline(always)]
-pub(super) unsafe fn sweep<const N: usize>(
+pub(super) unsafe fn sweep(
     w: *const u8,
     rb: usize,
     (bb, pair): (usize, usize),
     nb: usize,
     scratch: &mut Scratch,
-    mut block: impl FnMut(*const u8, usize) -> [__m256i; N],
+    mut block: impl FnMut(*const u8, usize) -> __m256i,
 ) {
     debug_assert!(pair + 4 <= bb);
     // Sized on the first pass, then reused: every slot read after a pass
     // is written first in it.
-    if scratch.parts.len() < 8 * N * nb {
+    if scratch.parts.len() < 8 * nb {
         // SAFETY: an all-zero vector is a valid value.
-        scratch
-            .parts
-            .resize(8 * N * nb, unsafe { std::mem::zeroed() });
+        scratch.parts.resize(8 * nb, unsafe { std::mem::zeroed() });
         scratch.pairs.resize(8 * nb, 0);
     }
     let pf = prefetch_distance();
@@ -242,9 +239,7 @@ pub(super) unsafe fn sweep<const N: usize>(
                     (blk.add(pair) as *const u32).read_unaligned(),
                 )
             };
-            for (i, v) in v.into_iter().enumerate() {
-                scratch.parts[8 * N * b + 8 * i + r] = v;
-            }
+            scratch.parts[8 * b + r] = v;
             scratch.pairs[8 * b + r] = d;
         }
     }
@@ -318,29 +313,57 @@ unsafe fn sum_rows(v: &[__m256i]) -> __m256i {
     super::avx2::sums8(unsafe { &*(v.as_ptr() as *const [__m256i; 8]) })
 }
 
+/// One vector for a block's two partials: lanes 0-3 hold `s`'s eight
+/// lanes summed in pairs (lane i: `s[i] + s[i + 4]`), lanes 4-7 `m`'s
+/// (exact), so that the sweep keeps one vector a block, not two.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn join_sm(s: __m256i, m: __m256i) -> __m256i {
+    let fold =
+        |v: __m256i| _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    _mm256_set_m128i(fold(m), fold(s))
+}
+
+/// Of eight vectors `v[r]` made by [`join_sm`]: (lane r the sum of lanes
+/// 0-3 of `v[r]`, lane r the sum of lanes 4-7) (exact).
+///
+/// # Safety
+/// `v` holds eight vectors.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_halves(v: &[__m256i]) -> (__m256i, __m256i) {
+    debug_assert!(v.len() >= 8);
+    // Per 128-bit half, after two rounds of pairwise sums: rows 4j..4j + 4
+    // of `s` (low half) and of `m` (high half).
+    let (u0, u1) = (
+        _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3])),
+        _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7])),
+    );
+    (
+        _mm256_permute2x128_si256::<0x20>(u0, u1),
+        _mm256_permute2x128_si256::<0x31>(u0, u1),
+    )
+}
+
 /// The eight Q4_K / Q5_K rows' values from each block's integer partials
-/// in `scratch` (`16 b + r`: row r's `Σ sc·(q·x)`, `16 b + 8 + r`: its
-/// `Σ m·bsum`) and its f16 pair `(d, dmin)` (offset 0): per block,
+/// in `scratch` (`8 b + r`: row r's `Σ sc·(q·x)` and `Σ m·bsum` joined by
+/// [`join_sm`]) and its f16 pair `(d, dmin)` (offset 0): per block,
 /// `acc += (d · dx) · isum - (dmin · dx) · msum`, one lane per row.
 ///
 /// # Safety
-/// AVX2 and F16C; `scratch` filled ([`sweep`] with `N` 2) for each of
-/// `a`'s blocks.
+/// AVX2 and F16C; `scratch` filled by [`sweep`] for each of `a`'s
+/// blocks.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn finish_q45k(a: &Decode, scratch: &Scratch) -> [f32; 8] {
     let parts = &scratch.parts;
-    assert!(parts.len() >= 16 * a.scales.len() && scratch.pairs.len() >= 8 * a.scales.len());
+    assert!(parts.len() >= 8 * a.scales.len() && scratch.pairs.len() >= 8 * a.scales.len());
     let mut acc = _mm256_setzero_ps();
     for (b, &dx) in a.scales.iter().enumerate() {
         // SAFETY: 16 b + 16 <= parts.len() and 8 b + 8 <= pairs.len()
         // (asserted).
-        let (isum, msum, (d, dmin)) = unsafe {
-            (
-                _mm256_cvtepi32_ps(sum_rows(&parts[16 * b..])),
-                _mm256_cvtepi32_ps(sum_rows(&parts[16 * b + 8..])),
-                f16_pairs(scratch, b),
-            )
-        };
+        let ((isum, msum), (d, dmin)) =
+            unsafe { (sum_halves(&parts[8 * b..]), f16_pairs(scratch, b)) };
+        let (isum, msum) = (_mm256_cvtepi32_ps(isum), _mm256_cvtepi32_ps(msum));
         let dxv = _mm256_set1_ps(dx);
         acc = _mm256_add_ps(
             acc,
@@ -362,7 +385,7 @@ pub(super) unsafe fn finish_q45k(a: &Decode, scratch: &Scratch) -> [f32; 8] {
 /// `acc += (d · dx) · isum`, one lane per row.
 ///
 /// # Safety
-/// As [`finish_q45k`], [`sweep`] with `N` 1.
+/// As [`finish_q45k`].
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn finish_q6k(a: &Decode, scratch: &Scratch) -> [f32; 8] {
     let parts = &scratch.parts;
