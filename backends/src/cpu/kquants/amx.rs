@@ -17,6 +17,7 @@
 //! are inline assembly (Rust's AMX intrinsics are not stable); Linux must
 //! grant the process the tile state first ([`available`]).
 
+pub(super) use super::decode::Ahead;
 use super::{Acts, KFormat, Unpacked};
 pub(crate) use crate::cpu::amx::{available, transpose16, Tiles};
 use std::arch::asm;
@@ -73,43 +74,6 @@ impl Rows16 {
 pub(super) struct Weights16 {
     lo: Vec<u8>,
     hi: Vec<u8>,
-}
-
-/// The next sixteen weight rows, fetched into L2 a few lines at a time
-/// while the current ones are multiplied: [`Ahead::step`] runs once per
-/// block of every tile pass. (All at once, when the current rows were laid
-/// out, the prefetches waited for free line-fill buffers: the first
-/// touches of the next rows, their scales, then waited on memory.)
-pub(super) struct Ahead {
-    p: *const u8,
-    left: usize,
-    per: usize,
-}
-
-impl Ahead {
-    /// `next` (none: nothing to fetch) spread over `steps` calls.
-    pub(super) fn new(next: Option<&[u8]>, steps: usize) -> Self {
-        let (p, left) = next.map_or((std::ptr::null(), 0), |n| (n.as_ptr(), n.len()));
-        Ahead {
-            p,
-            left,
-            per: left.div_ceil(steps.max(1)).next_multiple_of(64),
-        }
-    }
-
-    /// Fetches the next share of the rows.
-    #[inline]
-    pub(super) fn step(&mut self) {
-        let n = self.per.min(self.left);
-        let mut off = 0;
-        while off < n {
-            // SAFETY: a prefetch never faults; `p + off` lies in `next`.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(self.p.wrapping_add(off) as *const i8) };
-            off += 64;
-        }
-        self.p = self.p.wrapping_add(n);
-        self.left -= n;
-    }
 }
 
 /// [`Weights16`]'s offset for Q6_K: `sc · (q - 32)` is -4064..=4096.

@@ -1,6 +1,7 @@
 //! Decode (one activation row) of Q4_K, Q5_K and Q6_K, eight weight rows
 //! at a time: the activation row's layout ([`Decode`]), the pass over the
-//! rows, and the parts both instruction sets share.
+//! rows, and the parts both instruction sets share; and the prefetching
+//! of weight rows ahead that decode and the prefill kernels use.
 //!
 //! The one-row kernels spent most of their time outside the products: a
 //! scalar unpacking of each block's scales, two broadcasts per 32 codes,
@@ -182,6 +183,45 @@ pub(super) fn prefetch(p: *const u8, bb: usize) {
         // SAFETY: a prefetch never faults; the address is only computed.
         unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off) as *const i8) };
         off += 64;
+    }
+}
+
+/// The next weight rows of a prefill kernel, fetched into L2 a few lines
+/// at a time while the current ones are multiplied ([`Ahead::step`] once
+/// per block of every AMX tile pass; once per chunk of blocks and group
+/// of activation rows in the lane kernels). (All at once, when the
+/// current rows were laid out, the prefetches waited for free line-fill
+/// buffers: the first touches of the next rows, their scales, then
+/// waited on memory.)
+pub(super) struct Ahead {
+    p: *const u8,
+    left: usize,
+    per: usize,
+}
+
+impl Ahead {
+    /// `next` (none: nothing to fetch) spread over `steps` calls.
+    pub(super) fn new(next: Option<&[u8]>, steps: usize) -> Self {
+        let (p, left) = next.map_or((std::ptr::null(), 0), |n| (n.as_ptr(), n.len()));
+        Ahead {
+            p,
+            left,
+            per: left.div_ceil(steps.max(1)).next_multiple_of(64),
+        }
+    }
+
+    /// Fetches the next share of the rows.
+    #[inline]
+    pub(super) fn step(&mut self) {
+        let n = self.per.min(self.left);
+        let mut off = 0;
+        while off < n {
+            // SAFETY: a prefetch never faults; `p + off` lies in `next`.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(self.p.wrapping_add(off) as *const i8) };
+            off += 64;
+        }
+        self.p = self.p.wrapping_add(n);
+        self.left -= n;
     }
 }
 

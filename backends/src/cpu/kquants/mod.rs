@@ -913,9 +913,17 @@ pub(crate) fn matmul_isa(
                 }
             }
             acc.fill([0.0; 8]);
+            // The next tile's rows, fetched into L2 over this tile's
+            // passes: unpacking them otherwise waits on memory.
+            let next = TILE.min(all.saturating_sub((t + 1) * TILE));
+            let mut ahead = decode::Ahead::new(
+                w.get((j + TILE) * rb..(j + TILE + next) * rb),
+                nb.div_ceil(chunk) * groups.len().div_ceil(per),
+            );
             for b0 in (0..nb).step_by(chunk) {
                 let blocks = b0..(b0 + chunk).min(nb);
                 for (gs, acc) in groups.chunks(per).zip(acc.chunks_mut(per * halves * TILE)) {
+                    ahead.step();
                     for w0 in (0..rows).step_by(width) {
                         let w1 = (w0 + width).min(rows);
                         // SAFETY: AVX2 was detected (`avx2` is only
