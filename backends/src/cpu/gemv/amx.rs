@@ -136,7 +136,9 @@ impl Weights16 {
 /// # Safety
 /// The features of the AVX-512 VBMI kernels (whose unpacking this
 /// inlines) available.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
+#[target_feature(
+    enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx512bitalg"
+)]
 unsafe fn fill_row<const F: u8>(
     codes: &mut [u8],
     row: &[u8],

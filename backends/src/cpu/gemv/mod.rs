@@ -149,9 +149,9 @@ pub(crate) enum Isa {
     /// (Ice Lake, Sapphire Rapids, Zen 4...).
     Avx512Wide,
     /// [`Isa::Avx512Wide`] with AVX-512 VBMI byte permutes gathering a
-    /// step's Q4 nibbles and scales from two loads (Ice Lake, Sapphire
-    /// Rapids, Zen 4...; not Skylake / Cascade Lake): preferred where
-    /// present.
+    /// step's Q4 / Q5_0 nibbles and scales from two loads, and BITALG bit
+    /// shuffles picking Q5_0's fifth bits (Ice Lake, Sapphire Rapids,
+    /// Zen 4...; not Skylake / Cascade Lake): preferred where present.
     Avx512Vbmi,
     /// [`Isa::Avx512Vbmi`], with prefill on AMX tiles ([`amx`]; Sapphire
     /// Rapids and later, where Linux grants the tile state).
@@ -192,7 +192,9 @@ impl Isa {
                 && std::is_x86_feature_detected!("avx512bw")
             {
                 v.push(Isa::Avx512Wide);
-                if std::is_x86_feature_detected!("avx512vbmi") {
+                if std::is_x86_feature_detected!("avx512vbmi")
+                    && std::is_x86_feature_detected!("avx512bitalg")
+                {
                     v.push(Isa::Avx512Vbmi);
                     if crate::cpu::amx::available() {
                         v.push(Isa::Amx);
@@ -467,8 +469,9 @@ fn matmul_with(
             // are as above.
             Isa::Avx512Wide => unsafe { avx512wide::rows(fmt, w, rb, &xq, out, packed) },
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: AVX-512 BW (so F), VL, VNNI and VBMI detected (AMX
-            // is only offered with them); the buffers are as above.
+            // SAFETY: AVX-512 BW (so F), VL, VNNI, VBMI and BITALG
+            // detected (AMX is only offered with them); the buffers are as
+            // above.
             Isa::Avx512Vbmi | Isa::Amx => unsafe { avx512vbmi::rows(fmt, w, rb, &xq, out, packed) },
             Isa::Portable => portable::rows(fmt, w, rb, &xq, out),
             #[cfg(not(target_arch = "x86_64"))]
