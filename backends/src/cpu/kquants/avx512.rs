@@ -1,8 +1,13 @@
 //! The per-block integer parts of K-quant decode on 512-bit registers
 //! (AVX-512 F / BW / VL / VNNI), for [`super::decode`]'s eight-row passes:
-//! each block of a row is 64 codes per instruction, its 6-bit scales
-//! spread over the lanes by one `vpermw` per 64 codes, the scaled pair
-//! sums straight into the accumulator (`vpdpwssd`).
+//! each block of a row is 64 codes per instruction. Q6_K's 6-bit scales
+//! are spread over the lanes by one `vpermw` per 64 codes and the scaled
+//! pair sums go straight into the accumulator (`vpdpwssd`). Q4_K / Q5_K
+//! sum each 64 codes' products into i32 (`vpdpbusd`), pack two loads'
+//! sums to i16 (at most 4 · 31 · 127 each: they fit) and scale and add
+//! them with one `vpdpwssd` per 128 codes: 10 instructions a block where
+//! `maddubs`, `vpermw` and `vpdpwssd` per 64 codes took 12 (Q4_K decode
+//! 8-9 % faster on one Zen 4 thread).
 
 use std::arch::x86_64::*;
 
@@ -28,12 +33,13 @@ fn halves16(a: i16, b: i16) -> __m512i {
 }
 
 /// Q4_K's and Q5_K's constants: the nibble mask, the `vpermw` indices
-/// that spread sub-block scales over the lanes of each 64-code load, and
+/// that spread sub-block scales over the lanes of two 64-code loads'
+/// packed sums, and
 /// for Q5_K the mask and shifts that move each load's fifth bits (one
 /// `qh` bit per sub-block) to bit 4.
 struct Q4k {
     m4: __m512i,
-    idx: [__m512i; 4],
+    idx: [__m512i; 2],
     hmask: [__m512i; 4],
     hshift: [__m512i; 4],
 }
@@ -44,12 +50,18 @@ impl Q4k {
     fn new() -> Self {
         Q4k {
             m4: _mm512_set1_epi8(0x0F),
-            idx: [
-                halves16(0, 2),
-                halves16(1, 3),
-                halves16(4, 6),
-                halves16(5, 7),
-            ],
+            // Loads t = 2h, 2h + 1 hold sub-blocks (4h, 4h + 2) and
+            // (4h + 1, 4h + 3) in their 256-bit halves; packed, 128-bit
+            // lane k holds four sums of load 2h then four of load 2h + 1,
+            // of the low half's sub-blocks for k < 2.
+            idx: [0i16, 4].map(|base| {
+                let l: [i16; 32] = std::array::from_fn(|l| {
+                    let (k, within) = (l / 8, l % 8);
+                    base + (within >= 4) as i16 + if k >= 2 { 2 } else { 0 }
+                });
+                // SAFETY: 64 bytes.
+                unsafe { _mm512_loadu_si512(l.as_ptr() as *const __m512i) }
+            }),
             // Load t holds sub-blocks (0, 2), (1, 3), (4, 6), (5, 7): their
             // fifth bits are qh bits 0 / 2, 1 / 3, 4 / 6, 5 / 7.
             hmask: [(0, 2), (1, 3), (4, 6), (5, 7)].map(|(a, b)| {
@@ -102,16 +114,17 @@ impl Q4k {
                     *c = _mm512_or_si512(*c, h);
                 }
             }
-            // Two accumulators: two dependency chains of two.
-            let mut s = [_mm512_setzero_si512(); 2];
-            for (t, c) in codes.into_iter().enumerate() {
-                s[t & 1] = _mm512_dpwssd_epi32(
-                    s[t & 1],
-                    _mm512_maddubs_epi16(c, load64(xp.add(64 * t))),
-                    _mm512_permutexvar_epi16(self.idx[t], zz),
-                );
-            }
-            (fold(_mm512_add_epi32(s[0], s[1])), _mm256_madd_epi16(z, pv))
+            let z0 = _mm512_setzero_si512();
+            let r: [__m512i; 4] =
+                std::array::from_fn(|t| _mm512_dpbusd_epi32(z0, codes[t], load64(xp.add(64 * t))));
+            let p01 = _mm512_packs_epi32(r[0], r[1]);
+            let p23 = _mm512_packs_epi32(r[2], r[3]);
+            let s = _mm512_dpwssd_epi32(
+                _mm512_madd_epi16(p01, _mm512_permutexvar_epi16(self.idx[0], zz)),
+                p23,
+                _mm512_permutexvar_epi16(self.idx[1], zz),
+            );
+            (fold(s), _mm256_madd_epi16(z, pv))
         }
     }
 }
