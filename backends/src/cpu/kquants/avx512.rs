@@ -1,13 +1,12 @@
 //! The per-block integer parts of K-quant decode on 512-bit registers
 //! (AVX-512 F / BW / VL / VNNI), for [`super::decode`]'s eight-row passes:
-//! each block of a row is 64 codes per instruction. Q6_K's 6-bit scales
-//! are spread over the lanes by one `vpermw` per 64 codes and the scaled
-//! pair sums go straight into the accumulator (`vpdpwssd`). Q4_K / Q5_K
-//! sum each 64 codes' products into i32 (`vpdpbusd`), pack two loads'
-//! sums to i16 (at most 4 · 31 · 127 each: they fit) and scale and add
-//! them with one `vpdpwssd` per 128 codes: 10 instructions a block where
-//! `maddubs`, `vpermw` and `vpdpwssd` per 64 codes took 12 (Q4_K decode
-//! 8-9 % faster on one Zen 4 thread).
+//! each block of a row is 64 codes per instruction. Each 64 codes'
+//! products are summed into i32 (`vpdpbusd`), two loads' sums packed to
+//! i16 (at most 4 · 63 · 127 each: they fit) and scaled and added with one
+//! `vpdpwssd` per 128 codes, the scales spread over the lanes by one
+//! `vpermw`: 10 instructions a block where `maddubs`, `vpermw` and
+//! `vpdpwssd` per 64 codes took 12 (decode 8-9 % faster on one Zen 4
+//! thread, Q4_K and Q6_K).
 
 use std::arch::x86_64::*;
 
@@ -178,7 +177,7 @@ struct Q6k {
     m30: __m512i,
     shl: __m512i,
     shr: __m512i,
-    idx: [__m512i; 4],
+    idx: [__m512i; 2],
 }
 
 impl Q6k {
@@ -194,10 +193,11 @@ impl Q6k {
             m30: _mm512_inserti64x4::<1>(_mm512_set1_epi8(0x30), _mm256_set1_epi8(0xC0u8 as i8)),
             shl: halves16(4, 2),
             shr: halves16(0, 2),
-            // Eight i16 lanes (sixteen codes) per group.
-            idx: std::array::from_fn(|q| {
-                let g = 4 * q as i16;
-                let l: [i16; 32] = std::array::from_fn(|i| g + i as i16 / 8);
+            // Half h's packed sums: 128-bit lane k holds four of group
+            // 8h + k (codes 0..64 of the half), then four of 8h + 4 + k.
+            idx: std::array::from_fn(|h| {
+                let l: [i16; 32] =
+                    std::array::from_fn(|i| 8 * h as i16 + 4 * (i % 8 >= 4) as i16 + i as i16 / 8);
                 // SAFETY: 64 bytes.
                 unsafe { _mm512_loadu_si512(l.as_ptr() as *const __m512i) }
             }),
@@ -230,13 +230,18 @@ impl Q6k {
                     _mm512_or_si512(_mm512_and_si512(l, self.m0f), hi_lo),
                     _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(l), self.m0f), hi_hi),
                 ];
-                for (t, c) in codes.into_iter().enumerate() {
-                    acc = _mm512_dpwssd_epi32(
-                        acc,
-                        _mm512_maddubs_epi16(c, load64(xp.add(128 * h + 64 * t))),
-                        _mm512_permutexvar_epi16(self.idx[2 * h + t], ss),
-                    );
-                }
+                // As Q4_K's: each 64 codes' products to i32 (at most
+                // 4 · 63 · 127: they fit i16), the two packed, scaled and
+                // added by one `vpdpwssd`.
+                let z0 = _mm512_setzero_si512();
+                let r: [__m512i; 2] = std::array::from_fn(|t| {
+                    _mm512_dpbusd_epi32(z0, codes[t], load64(xp.add(128 * h + 64 * t)))
+                });
+                acc = _mm512_dpwssd_epi32(
+                    acc,
+                    _mm512_packs_epi32(r[0], r[1]),
+                    _mm512_permutexvar_epi16(self.idx[h], ss),
+                );
             }
             fold(acc)
         }
