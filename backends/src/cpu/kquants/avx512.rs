@@ -33,9 +33,8 @@ fn halves16(a: i16, b: i16) -> __m512i {
 
 /// Q4_K's and Q5_K's constants: the nibble mask, the `vpermw` indices
 /// that spread sub-block scales over the lanes of two 64-code loads'
-/// packed sums, and
-/// for Q5_K the mask and shifts that move each load's fifth bits (one
-/// `qh` bit per sub-block) to bit 4.
+/// packed sums, and for Q5_K the mask and shifts that move each load's
+/// fifth bits (one `qh` bit per sub-block) to bit 4.
 struct Q4k {
     m4: __m512i,
     idx: [__m512i; 2],
