@@ -12,6 +12,8 @@
 //!
 //! Single products from [`SGEMM_MIN_ROWS`] rows run on this crate's packed
 //! GEMM instead ([`sgemm`]), which never copies a linear layer's weights.
+//! The routing below is for weights that are plain host tensors; weights
+//! placed on the CPU run on their pack instead (`placed_linear`).
 
 use super::sgemm;
 use candle_core::{DType as CDType, Storage as CStorage, Tensor as CTensor};
@@ -23,7 +25,7 @@ use rayon::prelude::*;
 /// products above, 7 M, stay on one; DINOv2 ViT-S's 65 x 384 x 384
 /// attention output, 9.6 M, took 0.30 ms on one Zen 3 thread and 0.14 ms
 /// on two).
-const PAR_MACS: usize = 1 << 23;
+pub(super) const PAR_MACS: usize = 1 << 23;
 
 /// Rows (and output columns) from which a single product runs on
 /// [`sgemm`] rather than the `gemm` crate (prefill-shaped linear layers:

@@ -3,8 +3,9 @@
 
 use super::gemv::{self, WeightFormat};
 use super::placed::PackedWeights;
+use super::placed_linear::PlacedLinear;
 use super::plain::{f32_values, plain};
-use super::tensors::{cdev, with_host_slice};
+use super::tensors::{cdev, with_host_slice, wrap};
 use super::{gemm, gemv_f16, kquants};
 use candle_core::quantized::QMatMul;
 use candle_core::{DType as CDType, Module, Tensor as CTensor};
@@ -13,6 +14,9 @@ use std::sync::Arc;
 
 /// `x[..., k] @ w[n, k]^T (+ b)` with a plain (f32/f16/bf16) or quantized `w`.
 pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CTensor> {
+    if let Some(p) = PlacedLinear::of(w) {
+        return placed(x, p, w, bias);
+    }
     let x = plain(x, "linear")?;
     let dims = x.dims().to_vec();
     let (Some(&k), true) = (dims.last(), w.rank() == 2) else {
@@ -77,6 +81,27 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
         *last = n;
     }
     Ok(y.reshape(out)?)
+}
+
+/// [`linear`] with placed f32 weights: on their pack where there is one
+/// or the rows make one, else on their plain values as a host weight.
+fn placed(x: &Tensor, p: &PlacedLinear, w: &Tensor, bias: Option<&Tensor>) -> Result<CTensor> {
+    let xc = plain(x, "linear")?;
+    let dims = xc.dims().to_vec();
+    let (n, k) = (w.dims()[0], w.dims()[1]);
+    if dims.last() == Some(&k) && xc.dtype() == CDType::F32 {
+        let rows: usize = dims[..dims.len() - 1].iter().product();
+        let b = f32_values(bias, "linear")?;
+        let par = rows * n * k >= gemm::PAR_MACS && rayon::current_num_threads() > 1;
+        if let Some(y) = p.linear(&xc, rows, b.as_deref(), par)? {
+            let mut out = dims;
+            if let Some(last) = out.last_mut() {
+                *last = n;
+            }
+            return Ok(CTensor::from_vec(y, out, &cdev())?);
+        }
+    }
+    linear(x, &wrap(p.plain()?)?, bias)
 }
 
 /// Activation rows up to which f16 weights run the f16 GEMV kernel; more

@@ -26,7 +26,10 @@
 //! Placing a f32 tensor of rank 3 (a convolution's weights) keeps it as a
 //! [`PlacedConv`], which holds the direct kernel's packs of it from their
 //! first use for as long as the weights live; every other op reads its
-//! plain values.
+//! plain values. Placing a f32 tensor of rank 2 (a linear layer's weights)
+//! keeps it as a `PlacedLinear`: plain until a product of five rows or
+//! more packs it for the GEMM, then held packed only (other ops get its
+//! plain values rebuilt, once).
 
 mod act;
 #[cfg(target_arch = "x86_64")]
@@ -46,6 +49,7 @@ mod norm;
 mod ops;
 mod pack_cache;
 mod placed;
+mod placed_linear;
 mod plain;
 mod pool;
 mod resampled_snake;
@@ -63,6 +67,7 @@ use linear::linear;
 use ops::{attention, binary, binary_own, pad, quantized_rows, reduce, unary, unary_own};
 use pack_cache::PlacedConv;
 use placed::PackedWeights;
+use placed_linear::PlacedLinear;
 use plain::{add_channel_bias, cast, f32_values, plain};
 use std::sync::{Arc, OnceLock};
 use tensors::{arity, check_dim, dense, index_tensor, with_f32_slice, wrap};
@@ -539,7 +544,10 @@ impl Backend for CpuBackend {
     }
 
     fn holds(&self, t: &Tensor) -> bool {
-        t.is_host() || PackedWeights::of(t).is_some() || PlacedConv::of(t).is_some()
+        t.is_host()
+            || PackedWeights::of(t).is_some()
+            || PlacedConv::of(t).is_some()
+            || PlacedLinear::of(t).is_some()
     }
 
     fn upload(&self, t: &Tensor) -> Result<Tensor> {
@@ -560,6 +568,9 @@ impl Backend for CpuBackend {
         if let Some(p) = PlacedConv::of(t) {
             return wrap(p.plain.clone());
         }
+        if let Some(p) = PlacedLinear::of(t) {
+            return wrap(p.plain()?);
+        }
         self.upload(t)
     }
 
@@ -572,7 +583,9 @@ impl Backend for CpuBackend {
             return Ok(p);
         }
         huge_pages::advise_later(t);
-        Ok(PlacedConv::place(t).unwrap_or_else(|| t.clone()))
+        Ok(PlacedConv::place(t)
+            .or_else(|| PlacedLinear::place(t))
+            .unwrap_or_else(|| t.clone()))
     }
 
     fn run_batch(&self, f: &mut (dyn FnMut() + Send)) {

@@ -4,6 +4,7 @@
 
 use super::pack_cache::PlacedConv;
 use super::placed::PackedWeights;
+use super::placed_linear::PlacedLinear;
 use super::tensors::{cdev, ggml_dtype, to_candle_dtype, wrap};
 use candle_core::quantized::QTensor;
 use candle_core::{DType as CDType, Tensor as CTensor};
@@ -15,14 +16,20 @@ pub(crate) fn plain(t: &Tensor, op: &'static str) -> Result<CTensor> {
     match t.storage() {
         Storage::Host(c) => Ok(c.clone()),
         Storage::Quantized(q) => Ok(q.dequantize(&cdev())?),
-        Storage::Device(_) => match (PackedWeights::of(t), PlacedConv::of(t)) {
-            (Some(p), _) => Ok(p.to_qtensor()?.dequantize(&cdev())?),
-            (_, Some(p)) => Ok(p.plain.clone()),
-            (None, None) => Err(Error::bad_input(
-                op,
-                "CPU backend got a device tensor; Device::run moves it to the host first",
-            )),
-        },
+        Storage::Device(_) => {
+            if let Some(p) = PackedWeights::of(t) {
+                Ok(p.to_qtensor()?.dequantize(&cdev())?)
+            } else if let Some(p) = PlacedConv::of(t) {
+                Ok(p.plain.clone())
+            } else if let Some(p) = PlacedLinear::of(t) {
+                p.plain()
+            } else {
+                Err(Error::bad_input(
+                    op,
+                    "CPU backend got a device tensor; Device::run moves it to the host first",
+                ))
+            }
+        }
     }
 }
 

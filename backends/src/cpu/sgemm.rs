@@ -18,12 +18,25 @@
 //! The broadcast operand ("rows") is cut into panels of `R` rows (14 on
 //! AVX-512, 6 on AVX2, 4 portable). A task owns a block of panels and, per
 //! slice of [`KC`] steps of `k`, copies each panel's slice into a small
-//! `[KC][R]` buffer (L1) and runs it over every 32-lane block of the packed
+//! `[KC][R]` buffer (L1; the next panel's rows meanwhile prefetched into
+//! L2) and runs it over every 32-lane block of the packed
 //! operand's slice (`KC x lanes`, L2). Sums stay in a per-task `[rows][lanes]`
 //! buffer between slices and are written to the output once at the end
 //! (transposed back for a linear layer). The AVX-512 tile is `14 x 32`:
 //! 28 accumulators, 2 loads and 14 broadcasts per 28 fused multiply-adds.
 //! AVX2 runs the same panels 16 lanes at a time (`6 x 16`, 12 accumulators).
+//!
+//! A task owns a block of panels and all lanes, except where the panels
+//! make one block (a few dozen activation rows): then tasks split the
+//! lanes, two groups per thread, and each transposes the same rows.
+//!
+//! Weights placed on the CPU are packed once ([`LanesPacked`], kept by
+//! the backend's placed linear weights) as the lanes of the product, and
+//! [`linear_packed`] broadcasts the activation rows over them: no weights
+//! are copied per call, they are read as one contiguous stream, and the
+//! rows' panels pad less than 32-lane blocks of them would (65 rows: 70
+//! against 80). Each output element gets the same sums in the same order,
+//! so the bits are those of [`gemm()`] on the plain weights.
 //!
 //! ## Results across instruction sets
 //! Every output element is its seed (the bias or 0) followed by one fused
@@ -243,38 +256,168 @@ impl OutPtr {
 }
 
 fn run(isa: Isa, plan: &Plan<'_>, k: usize, bias: Option<&[f32]>, c: &mut [f32], parallel: bool) {
+    let vp = pack_lanes(&plan.v, k, plan.lanes, parallel);
+    run_packed(isa, plan, &vp, k, bias, c, parallel);
+}
+
+/// A linear layer's weights `w [n, k]` packed once as the lanes of the
+/// product (`[n_pad / 32][k][32]`, zeros past `n`), so that a call
+/// broadcasts its activation rows over them and copies no weights.
+#[derive(Debug)]
+pub(crate) struct LanesPacked {
+    n: usize,
+    k: usize,
+    data: Vec<f32>,
+}
+
+impl LanesPacked {
+    /// Pack the row-major `w [n, k]` (None when `w` is not `n * k` values).
+    pub(crate) fn new(w: &[f32], n: usize, k: usize) -> Option<LanesPacked> {
+        if n == 0 || k == 0 || w.len() != n.checked_mul(k)? {
+            return None;
+        }
+        let v = Strided {
+            data: w,
+            off: 0,
+            rs: 1,
+            cs: k as isize,
+        };
+        Some(LanesPacked {
+            n,
+            k,
+            data: pack_lanes(&v, k, n, true),
+        })
+    }
+
+    /// Bytes held.
+    pub(crate) fn size_bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<f32>()
+    }
+
+    /// The plain row-major `[n, k]` values.
+    pub(crate) fn unpack(&self) -> Vec<f32> {
+        let mut w = vec![0f32; self.n * self.k];
+        for (j, row) in w.chunks_exact_mut(self.k).enumerate() {
+            let block = &self.data[(j / LANES) * self.k * LANES..];
+            for (p, v) in row.iter_mut().enumerate() {
+                *v = block[p * LANES + j % LANES];
+            }
+        }
+        w
+    }
+}
+
+/// `c [m, n] = x [m, k] @ w [n, k]^T (+ bias [n] on every row)` with `w`
+/// packed ([`LanesPacked`]); the same bits as [`gemm()`] on the plain `w`.
+pub(crate) fn linear_packed(
+    m: usize,
+    x: Strided<'_>,
+    w: &LanesPacked,
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    parallel: bool,
+) {
+    assert!(c.len() >= m * w.n && bias.is_none_or(|bs| bs.len() == w.n));
+    if m == 0 {
+        return;
+    }
+    let plan = Plan {
+        s: x,
+        rows: m,
+        v: x,
+        lanes: w.n,
+        bias_on_rows: false,
+        out_rs: w.n,
+        out_ls: 1,
+    };
+    run_packed(isa(), &plan, &w.data, w.k, bias, c, parallel);
+}
+
+/// How a product's work is cut into tasks: row blocks (of whole panels)
+/// times lane groups (of whole 32-lane blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Split {
+    row_blocks: usize,
+    groups: usize,
+}
+
+impl Split {
+    /// Row blocks of at most [`MAX_BLOCK_PANELS`] panels, as many as a
+    /// multiple of the thread count (as even as whole panels allow). A
+    /// product of one row block (a few activation rows broadcast over
+    /// packed weights) is cut along its lanes instead, into twice as many
+    /// groups as threads, so that each thread gets a share.
+    fn new(panels: usize, lane_blocks: usize, threads: usize) -> Split {
+        let row_blocks = panels.div_ceil(MAX_BLOCK_PANELS).max(1);
+        if threads <= 1 {
+            return Split {
+                row_blocks,
+                groups: 1,
+            };
+        }
+        if row_blocks == 1 && lane_blocks > 1 {
+            return Split {
+                row_blocks,
+                groups: (2 * threads).min(lane_blocks),
+            };
+        }
+        Split {
+            row_blocks: (row_blocks.div_ceil(threads) * threads).min(panels),
+            groups: 1,
+        }
+    }
+}
+
+/// `plan`'s product with its packed operand already in `vp`
+/// (`[lanes_pad / 32][k][32]`, as [`pack_lanes`] makes it).
+fn run_packed(
+    isa: Isa,
+    plan: &Plan<'_>,
+    vp: &[f32],
+    k: usize,
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+    parallel: bool,
+) {
     let r = panel_rows(isa);
     let lanes = plan.lanes;
-    let lp = lanes.div_ceil(LANES) * LANES;
-    let vp = pack_lanes(&plan.v, k, lanes, parallel);
+    let nlb = lanes.div_ceil(LANES);
+    assert!(vp.len() >= nlb * k * LANES);
     let panels = plan.rows.div_ceil(r);
     let threads = if parallel {
         rayon::current_num_threads().max(1)
     } else {
         1
     };
-    // Blocks: a multiple of the thread count, each at most
-    // MAX_BLOCK_PANELS panels (as even as whole panels allow).
-    let mut nblocks = panels.div_ceil(MAX_BLOCK_PANELS).max(1);
-    nblocks = nblocks.div_ceil(threads) * threads;
-    let nblocks = nblocks.min(panels);
+    let split = Split::new(panels, nlb, threads);
     let out = OutPtr(c.as_mut_ptr());
     let out_len = c.len();
-    let block = |bi: usize| {
-        let (p0, p1) = (bi * panels / nblocks, (bi + 1) * panels / nblocks);
+    let task = |t: usize| {
+        let (bi, g) = (t / split.groups, t % split.groups);
+        let (p0, p1) = (
+            bi * panels / split.row_blocks,
+            (bi + 1) * panels / split.row_blocks,
+        );
+        let (lb0, lb1) = (g * nlb / split.groups, (g + 1) * nlb / split.groups);
+        if p0 == p1 || lb0 == lb1 {
+            return;
+        }
         let r0 = p0 * r;
         let r1 = (p1 * r).min(plan.rows);
         let br = (p1 - p0) * r;
-        // Sums of this block's rows, seeded.
-        let mut ct = vec![0f32; br * lp];
+        // This task's lanes l0..l1, `lw` wide in its sum buffer.
+        let (l0, l1) = (lb0 * LANES, (lb1 * LANES).min(lanes));
+        let lw = (lb1 - lb0) * LANES;
+        // Sums of this task's rows and lanes, seeded.
+        let mut ct = vec![0f32; br * lw];
         if let Some(bs) = bias {
-            for (i, row) in ct.chunks_exact_mut(lp).enumerate() {
+            for (i, row) in ct.chunks_exact_mut(lw).enumerate() {
                 if plan.bias_on_rows {
                     if r0 + i < plan.rows {
                         row.fill(bs[r0 + i]);
                     }
                 } else {
-                    row[..lanes].copy_from_slice(bs);
+                    row[..l1 - l0].copy_from_slice(&bs[l0..l1]);
                 }
             }
         }
@@ -301,49 +444,93 @@ fn run(isa: Isa, plan: &Plan<'_>, k: usize, bias: Option<&[f32]>, c: &mut [f32],
                         }
                     }
                 }
-                let acc = &mut ct[pi * r * lp..(pi + 1) * r * lp];
-                for lb in 0..lp / LANES {
+                // The next panel slice's rows, fetched while this one
+                // computes (a cold weight row is a short stream the
+                // hardware prefetcher barely starts on).
+                if pi + 1 < p1 - p0 {
+                    fetch_slice(&plan.s, pr0 + r..(pr0 + 2 * r).min(plan.rows), k0, kc);
+                } else if k0 + KC < k {
+                    fetch_slice(
+                        &plan.s,
+                        r0..(r0 + r).min(plan.rows),
+                        k0 + KC,
+                        KC.min(k - k0 - KC),
+                    );
+                }
+                let acc = &mut ct[pi * r * lw..(pi + 1) * r * lw];
+                for lb in lb0..lb1 {
                     let vs = &vp[(lb * k + k0) * LANES..(lb * k + k0 + kc) * LANES];
                     let half = lanes - lb * LANES <= LANES / 2;
-                    tile(isa, r, &sp[..kc * r], vs, kc, acc, lp, lb * LANES, half);
+                    tile(
+                        isa,
+                        r,
+                        &sp[..kc * r],
+                        vs,
+                        kc,
+                        acc,
+                        lw,
+                        (lb - lb0) * LANES,
+                        half,
+                    );
                 }
             }
         }
-        // Write the valid rows and lanes out: rows r0..r1 of the output
-        // (a row's lanes contiguous), or columns r0..r1 of each of its
-        // rows (a transposed product).
+        // Write the valid rows and lanes out: rows r0..r1, lanes l0..l1
+        // of the output (a row's lanes contiguous), or columns r0..r1 of
+        // its rows l0..l1 (a transposed product).
         let o = out.get();
         let nr = r1.saturating_sub(r0);
         if plan.out_ls == 1 {
-            assert!((r1 - 1) * plan.out_rs + lanes <= out_len);
+            assert!((r1 - 1) * plan.out_rs + l1 <= out_len);
             for i in 0..nr {
-                // SAFETY: inside `c` (asserted); output rows r0..r1 are
-                // this block's alone.
-                let dst =
-                    unsafe { std::slice::from_raw_parts_mut(o.add((r0 + i) * plan.out_rs), lanes) };
-                dst.copy_from_slice(&ct[i * lp..i * lp + lanes]);
+                // SAFETY: inside `c` (asserted); rows r0..r1 x lanes
+                // l0..l1 are this task's alone.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(o.add((r0 + i) * plan.out_rs + l0), l1 - l0)
+                };
+                dst.copy_from_slice(&ct[i * lw..i * lw + l1 - l0]);
             }
         } else {
-            assert!(plan.out_rs == 1 && (lanes - 1) * plan.out_ls + r1 <= out_len);
+            assert!(plan.out_rs == 1 && (l1 - 1) * plan.out_ls + r1 <= out_len);
             // In groups of 16 lanes: each row of ct gives one 64-byte read.
-            for g0 in (0..lanes).step_by(16) {
-                for l in g0..lanes.min(g0 + 16) {
-                    // SAFETY: inside `c` (asserted); columns r0..r1 are
-                    // this block's alone.
+            for g0 in (l0..l1).step_by(16) {
+                for l in g0..l1.min(g0 + 16) {
+                    // SAFETY: inside `c` (asserted); columns r0..r1 of
+                    // rows l0..l1 are this task's alone.
                     let dst =
                         unsafe { std::slice::from_raw_parts_mut(o.add(l * plan.out_ls + r0), nr) };
-                    for (d, row) in dst.iter_mut().zip(ct.chunks_exact(lp)) {
-                        *d = row[l];
+                    for (d, row) in dst.iter_mut().zip(ct.chunks_exact(lw)) {
+                        *d = row[l - l0];
                     }
                 }
             }
         }
     };
-    if nblocks > 1 && parallel {
-        (0..nblocks).into_par_iter().for_each(block);
+    let tasks = split.row_blocks * split.groups;
+    if tasks > 1 && parallel {
+        (0..tasks).into_par_iter().for_each(task);
     } else {
-        (0..nblocks).for_each(block);
+        (0..tasks).for_each(task);
     }
+}
+
+/// Prefetch steps `k0..k0 + kc` of rows `rows` of `s` into L2, when its
+/// rows are contiguous along `k` (a linear layer's weights).
+fn fetch_slice(s: &Strided<'_>, rows: std::ops::Range<usize>, k0: usize, kc: usize) {
+    if s.cs != 1 || kc == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    for i in rows {
+        let p = s.data.as_ptr().wrapping_add(s.at(i, k0));
+        for off in (0..kc).step_by(16).chain([kc - 1]) {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            // SAFETY: a prefetch never faults; the address is only a hint.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off) as *const i8) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (s, rows, k0);
 }
 
 /// Accumulate `kc` steps into the `r x 32` tile at lane `l0` of `acc`
@@ -577,6 +764,17 @@ mod tests {
                             };
                             let mut c = vec![f32::NAN; m * n];
                             gemm_with(isa, m, n, k, av, bv, bs, &mut c, par);
+                            // The weights packed once: the in-place bits.
+                            if vi == 0 {
+                                let p = LanesPacked::new(&bt, n, k).expect("pack");
+                                assert_eq!(p.unpack(), bt, "{m}x{n}x{k}: unpacked");
+                                let mut cp = vec![f32::NAN; m * n];
+                                linear_packed(m, av, &p, bs, &mut cp, par);
+                                assert!(
+                                    cp.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()),
+                                    "{isa:?} {m}x{n}x{k} bias {bi}: packed bits differ"
+                                );
+                            }
                             for (idx, (&g, &w)) in c.iter().zip(&want).enumerate() {
                                 let tol = 1e-5 * (k as f64).sqrt() * (1.0 + w.abs());
                                 assert!(
@@ -599,6 +797,23 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Work is cut along the rows while they fill a block per thread, else
+    /// along the lanes (two groups per thread, at most one per 32-lane
+    /// block).
+    #[test]
+    fn split_cuts_lanes_only_for_one_row_block() {
+        let s = |p, l, t| {
+            let s = Split::new(p, l, t);
+            (s.row_blocks, s.groups)
+        };
+        assert_eq!(s(74, 7, 2), (10, 1), "a linear's 1024 weight rows");
+        assert_eq!(s(9, 48, 2), (2, 1));
+        assert_eq!(s(5, 48, 2), (1, 4), "65 activation rows");
+        assert_eq!(s(5, 3, 2), (1, 3));
+        assert_eq!(s(5, 1, 2), (2, 1), "one lane block: cut the rows");
+        assert_eq!(s(5, 48, 1), (1, 1), "one thread");
     }
 
     /// A transposed (column-major) left operand.
