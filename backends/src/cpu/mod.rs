@@ -28,8 +28,9 @@
 //! first use for as long as the weights live; every other op reads its
 //! plain values. Placing a f32 tensor of rank 2 (a linear layer's weights)
 //! keeps it as a `PlacedLinear`: plain until a product of five rows or
-//! more packs it for the GEMM, then held packed only (other ops get its
-//! plain values rebuilt, once).
+//! more packs it for the GEMM (on AVX2-only CPUs, a product that GEMM
+//! already ran in place), then held packed only (other ops get its plain
+//! values rebuilt, once).
 
 mod act;
 #[cfg(target_arch = "x86_64")]

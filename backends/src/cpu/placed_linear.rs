@@ -18,6 +18,7 @@
 //! after that (a tied embedding) gets them rebuilt once and both forms
 //! are kept from then on.
 
+use super::gemm;
 use super::sgemm::{self, LanesPacked, Strided};
 use super::tensors::with_f32_slice;
 use candle_core::{DType as CDType, Tensor as CTensor};
@@ -26,11 +27,6 @@ use std::sync::{Arc, Mutex};
 
 /// Smallest weight placed (elements): smaller ones stay plain host tensors.
 const PLACED_MIN_ELEMENTS: usize = 4096;
-
-/// Activation rows from which a product packs the weights ([`sgemm`]'s
-/// own threshold: fewer rows run the streaming GEMV on plain weights
-/// until a larger product has packed them).
-pub(crate) const PACK_MIN_ROWS: usize = 5;
 
 /// Which forms of the weights are held.
 #[derive(Debug)]
@@ -41,8 +37,9 @@ enum Form {
 }
 
 /// f32 weights of rank 2 placed on the CPU (by the backend's
-/// `make_resident`), plain until a product of [`PACK_MIN_ROWS`] rows or
-/// more packs them.
+/// `make_resident`), plain until a product that runs on packed weights
+/// (`gemm::packs_weights`: five rows or more, and on AVX2-only CPUs only
+/// where the in-place GEMM would run too) packs them.
 #[derive(Debug)]
 pub(crate) struct PlacedLinear {
     n: usize,
@@ -114,13 +111,13 @@ impl PlacedLinear {
         Ok(c)
     }
 
-    /// The pack, made now (and the plain values let go) when `rows` reach
-    /// [`PACK_MIN_ROWS`]; None while plain and `rows` are fewer.
+    /// The pack, made now (and the plain values let go) when a product of
+    /// `rows` runs on packed weights; None while plain and it does not.
     fn packed(&self, rows: usize) -> Result<Option<Arc<LanesPacked>>> {
         let mut form = self.lock();
         let c = match &*form {
             Form::Packed(p) | Form::Both(_, p) => return Ok(Some(Arc::clone(p))),
-            Form::Plain(_) if rows < PACK_MIN_ROWS => return Ok(None),
+            Form::Plain(_) if !gemm::packs_weights(rows, self.n, self.k) => return Ok(None),
             Form::Plain(c) => c.contiguous()?,
         };
         let Some(p) = with_f32_slice(&c, |w| LanesPacked::new(w, self.n, self.k))?.flatten() else {
@@ -132,8 +129,8 @@ impl PlacedLinear {
     }
 
     /// `x [rows, k] @ w^T (+ bias)` on the packed weights (packing them
-    /// first if `rows` reach [`PACK_MIN_ROWS`]), the rows `rows x n`; None
-    /// while the weights are plain and `rows` are fewer, or `x` is not f32.
+    /// first where such a product runs on a pack), the rows `rows x n`;
+    /// None while the weights are plain and it does not, or `x` is not f32.
     pub(crate) fn linear(
         &self,
         x: &CTensor,
