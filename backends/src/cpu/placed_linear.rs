@@ -17,6 +17,11 @@
 //! memory stays what the weights take); an op that reads the plain values
 //! after that (a tied embedding) gets them rebuilt once and both forms
 //! are kept from then on.
+//!
+//! Packing costs the first product on each weight a copy into fresh
+//! memory: 50 matrices of 1024 x 1024 (200 MB) added 137 ms to their first
+//! products on two Zen 4 threads (about 0.7 s per GB, mostly page faults),
+//! and left the process's resident memory where it was (205 -> 206 MiB).
 
 use super::gemm;
 use super::sgemm::{self, LanesPacked, Strided};
