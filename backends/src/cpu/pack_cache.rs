@@ -3,9 +3,9 @@
 //! weight tensor.
 
 use super::conv;
-use super::tensors::with_f32_slice;
-use candle_core::{DType as CDType, Tensor as CTensor};
-use edgeflow_runtime::{Result, Storage, Tensor};
+use super::tensors::{device_buffer, placeable_f32, with_f32_slice};
+use candle_core::Tensor as CTensor;
+use edgeflow_runtime::{Result, Tensor};
 use std::sync::{Arc, Mutex};
 
 /// f32 weights of rank 3 placed on the CPU (by the backend's
@@ -49,21 +49,13 @@ impl edgeflow_runtime::DeviceBuffer for PlacedConv {
 impl PlacedConv {
     /// `t`'s placed convolution weights, if it holds some.
     pub(crate) fn of(t: &Tensor) -> Option<&PlacedConv> {
-        match t.storage() {
-            Storage::Device(b) => b.as_any().downcast_ref(),
-            _ => None,
-        }
+        device_buffer(t)
     }
 
     /// `t` as placed convolution weights, when it is a f32 host tensor of
     /// rank 3 and at least [`PLACED_MIN_ELEMENTS`] elements.
     pub(crate) fn place(t: &Tensor) -> Option<Tensor> {
-        let Storage::Host(c) = t.storage() else {
-            return None;
-        };
-        if c.rank() != 3 || c.dtype() != CDType::F32 || c.elem_count() < PLACED_MIN_ELEMENTS {
-            return None;
-        }
+        let c = placeable_f32(t, 3, PLACED_MIN_ELEMENTS)?;
         let p = PlacedConv {
             plain: c.clone(),
             packs: Mutex::new(Vec::new()),

@@ -2,7 +2,7 @@
 
 use super::gemv::{self, WeightFormat};
 use super::huge_pages;
-use super::tensors::{cdev, index_tensor};
+use super::tensors::{cdev, device_buffer, index_tensor};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType as CDType, Tensor as CTensor};
 use edgeflow_runtime::{Error, Result, Storage, Tensor};
@@ -41,10 +41,7 @@ impl edgeflow_runtime::DeviceBuffer for PackedWeights {
 impl PackedWeights {
     /// `t`'s packed weights, if it holds some.
     pub(crate) fn of(t: &Tensor) -> Option<&PackedWeights> {
-        match t.storage() {
-            Storage::Device(b) => b.as_any().downcast_ref(),
-            _ => None,
-        }
+        device_buffer(t)
     }
 
     /// `t` packed, when it is a block-quantized matrix of at least one tile that this

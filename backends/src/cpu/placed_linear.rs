@@ -25,9 +25,9 @@
 
 use super::gemm;
 use super::sgemm::{self, LanesPacked, Strided};
-use super::tensors::with_f32_slice;
+use super::tensors::{device_buffer, placeable_f32, with_f32_slice};
 use candle_core::{DType as CDType, Tensor as CTensor};
-use edgeflow_runtime::{Result, Storage, Tensor};
+use edgeflow_runtime::{Result, Tensor};
 use std::sync::{Arc, Mutex};
 
 /// Smallest weight placed (elements): smaller ones stay plain host tensors.
@@ -74,21 +74,13 @@ impl edgeflow_runtime::DeviceBuffer for PlacedLinear {
 impl PlacedLinear {
     /// `t`'s placed linear weights, if it holds some.
     pub(crate) fn of(t: &Tensor) -> Option<&PlacedLinear> {
-        match t.storage() {
-            Storage::Device(b) => b.as_any().downcast_ref(),
-            _ => None,
-        }
+        device_buffer(t)
     }
 
     /// `t` as placed linear weights, when it is a f32 host tensor of rank 2
     /// and at least [`PLACED_MIN_ELEMENTS`] elements.
     pub(crate) fn place(t: &Tensor) -> Option<Tensor> {
-        let Storage::Host(c) = t.storage() else {
-            return None;
-        };
-        if c.rank() != 2 || c.dtype() != CDType::F32 || c.elem_count() < PLACED_MIN_ELEMENTS {
-            return None;
-        }
+        let c = placeable_f32(t, 2, PLACED_MIN_ELEMENTS)?;
         let (n, k) = (c.dims()[0], c.dims()[1]);
         let p = PlacedLinear {
             n,

@@ -4,10 +4,29 @@
 use super::math;
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType as CDType, Tensor as CTensor};
-use edgeflow_runtime::{DType, Error, Op, Result, Tensor};
+use edgeflow_runtime::{DType, Error, Op, Result, Storage, Tensor};
 
 pub(crate) fn cdev() -> candle_core::Device {
     candle_core::Device::Cpu
+}
+
+/// This backend's buffer of type `B` behind `t`, if that is what holds it
+/// (weights placed in one of its layouts).
+pub(crate) fn device_buffer<B: 'static>(t: &Tensor) -> Option<&B> {
+    match t.storage() {
+        Storage::Device(b) => b.as_any().downcast_ref(),
+        _ => None,
+    }
+}
+
+/// `t`'s candle tensor when it is a f32 host tensor of rank `rank` with at
+/// least `min` values: weights worth placing in one of this backend's
+/// layouts.
+pub(crate) fn placeable_f32(t: &Tensor, rank: usize, min: usize) -> Option<&CTensor> {
+    let Storage::Host(c) = t.storage() else {
+        return None;
+    };
+    (c.rank() == rank && c.dtype() == CDType::F32 && c.elem_count() >= min).then_some(c)
 }
 
 /// Map a runtime dtype to candle's (quantized dtypes have no plain form).
