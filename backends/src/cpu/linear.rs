@@ -3,7 +3,7 @@
 
 use super::gemv::{self, WeightFormat};
 use super::placed::PackedWeights;
-use super::placed_linear::PlacedLinear;
+use super::placed_linear::{PlacedBf16, PlacedLinear};
 use super::plain::{f32_values, plain};
 use super::tensors::{cdev, with_host_slice, wrap};
 use super::{gemm, gemv_f16, kquants};
@@ -15,7 +15,22 @@ use std::sync::Arc;
 /// `x[..., k] @ w[n, k]^T (+ b)` with a plain (f32/f16/bf16) or quantized `w`.
 pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CTensor> {
     if let Some(p) = PlacedLinear::of(w) {
-        return placed(x, p, w, bias);
+        return placed(
+            x,
+            w,
+            bias,
+            |xc, rows, b, par| p.linear(xc, rows, b, par),
+            || p.plain(),
+        );
+    }
+    if let Some(p) = PlacedBf16::of(w) {
+        return placed(
+            x,
+            w,
+            bias,
+            |xc, rows, b, par| p.linear(xc, rows, b, par),
+            || p.plain(),
+        );
     }
     let x = plain(x, "linear")?;
     let dims = x.dims().to_vec();
@@ -83,9 +98,16 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<CT
     Ok(y.reshape(out)?)
 }
 
-/// [`linear`] with placed f32 weights: on their pack where there is one
-/// or the rows make one, else on their plain values as a host weight.
-fn placed(x: &Tensor, p: &PlacedLinear, w: &Tensor, bias: Option<&Tensor>) -> Result<CTensor> {
+/// [`linear`] with placed weights (f32 or bf16): on their pack where
+/// `packed` (f32 rows `[rows, k]`, bias, parallel) runs the product, else
+/// on their plain values (`plain_w`) as a host weight.
+fn placed(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    packed: impl Fn(&CTensor, usize, Option<&[f32]>, bool) -> Result<Option<Vec<f32>>>,
+    plain_w: impl Fn() -> Result<CTensor>,
+) -> Result<CTensor> {
     let xc = plain(x, "linear")?;
     let dims = xc.dims().to_vec();
     let (n, k) = (w.dims()[0], w.dims()[1]);
@@ -93,7 +115,7 @@ fn placed(x: &Tensor, p: &PlacedLinear, w: &Tensor, bias: Option<&Tensor>) -> Re
         let rows: usize = dims[..dims.len() - 1].iter().product();
         let b = f32_values(bias, "linear")?;
         let par = rows * n * k >= gemm::PAR_MACS && rayon::current_num_threads() > 1;
-        if let Some(y) = p.linear(&xc, rows, b.as_deref(), par)? {
+        if let Some(y) = packed(&xc, rows, b.as_deref(), par)? {
             let mut out = dims;
             if let Some(last) = out.last_mut() {
                 *last = n;
@@ -101,7 +123,7 @@ fn placed(x: &Tensor, p: &PlacedLinear, w: &Tensor, bias: Option<&Tensor>) -> Re
             return Ok(CTensor::from_vec(y, out, &cdev())?);
         }
     }
-    linear(x, &wrap(p.plain()?)?, bias)
+    linear(x, &wrap(plain_w()?)?, bias)
 }
 
 /// Activation rows up to which f16 weights run the f16 GEMV kernel; more

@@ -30,12 +30,16 @@
 //! keeps it as a `PlacedLinear`: plain until a product of five rows or
 //! more packs it for the GEMM (on AVX2-only CPUs, a product that GEMM
 //! already ran in place), then held packed only (other ops get its plain
-//! values rebuilt, once).
+//! values rebuilt, once). Placing a bf16 tensor of rank 2 on a CPU with
+//! the bf16 dot product (AVX512_BF16) packs it at once for that
+//! instruction (`PlacedBf16`: activations rounded to bf16, f32 sums);
+//! elsewhere bf16 weights stay host tensors, widened per product.
 
 mod act;
 #[cfg(target_arch = "x86_64")]
 mod amx;
 mod attn;
+mod bf16_gemm;
 mod conv;
 mod conv_ops;
 mod ew;
@@ -68,7 +72,7 @@ use linear::linear;
 use ops::{attention, binary, binary_own, pad, quantized_rows, reduce, unary, unary_own};
 use pack_cache::PlacedConv;
 use placed::PackedWeights;
-use placed_linear::PlacedLinear;
+use placed_linear::{PlacedBf16, PlacedLinear};
 use plain::{add_channel_bias, cast, f32_values, plain};
 use std::sync::{Arc, OnceLock};
 use tensors::{arity, check_dim, dense, index_tensor, with_f32_slice, wrap};
@@ -549,6 +553,7 @@ impl Backend for CpuBackend {
             || PackedWeights::of(t).is_some()
             || PlacedConv::of(t).is_some()
             || PlacedLinear::of(t).is_some()
+            || PlacedBf16::of(t).is_some()
     }
 
     fn upload(&self, t: &Tensor) -> Result<Tensor> {
@@ -572,6 +577,9 @@ impl Backend for CpuBackend {
         if let Some(p) = PlacedLinear::of(t) {
             return wrap(p.plain()?);
         }
+        if let Some(p) = PlacedBf16::of(t) {
+            return wrap(p.plain()?);
+        }
         self.upload(t)
     }
 
@@ -586,6 +594,7 @@ impl Backend for CpuBackend {
         huge_pages::advise_later(t);
         Ok(PlacedConv::place(t)
             .or_else(|| PlacedLinear::place(t))
+            .or_else(|| PlacedBf16::place(t))
             .unwrap_or_else(|| t.clone()))
     }
 

@@ -1,5 +1,7 @@
-//! f32 linear-layer weights placed on the CPU: packed once for the GEMM
-//! on their first prefill-shaped use, and then kept only packed.
+//! Linear-layer weights placed on the CPU: f32 ones packed once for the
+//! GEMM on their first prefill-shaped use, and then kept only packed; bf16
+//! ones packed at placement for the bf16 dot product where the CPU has it
+//! ([`PlacedBf16`]).
 //!
 //! ## Why
 //! A linear layer's GEMM on plain `w [n, k]` either copies the weights into
@@ -23,11 +25,13 @@
 //! products on two Zen 4 threads (about 0.7 s per GB, mostly page faults),
 //! and left the process's resident memory where it was (205 -> 206 MiB).
 
+use super::bf16_gemm::{self, PairsPacked};
 use super::gemm;
 use super::sgemm::{self, LanesPacked, Strided};
-use super::tensors::{device_buffer, placeable_f32, with_f32_slice};
+use super::tensors::{device_buffer, placeable_f32, with_f32_slice, with_host_slice};
 use candle_core::{DType as CDType, Tensor as CTensor};
-use edgeflow_runtime::{Result, Tensor};
+use edgeflow_runtime::{Result, Storage, Tensor};
+use half::bf16;
 use std::sync::{Arc, Mutex};
 
 /// Smallest weight placed (elements): smaller ones stay plain host tensors.
@@ -155,6 +159,115 @@ impl PlacedLinear {
                 cs: 1,
             };
             sgemm::linear_packed(rows, xv, &p, bias, &mut y, parallel);
+            true
+        })?;
+        Ok((done == Some(true)).then_some(y))
+    }
+}
+
+/// bf16 weights of rank 2 placed on a CPU with the bf16 dot product
+/// ([`bf16_gemm::available`]): packed at placement for
+/// [`bf16_gemm::linear`], whatever the rows; the plain values are rebuilt
+/// (once) only for an op that reads them.
+#[derive(Debug)]
+pub(crate) struct PlacedBf16 {
+    k: usize,
+    pack: PairsPacked,
+    plain: Mutex<Option<CTensor>>,
+}
+
+impl edgeflow_runtime::DeviceBuffer for PlacedBf16 {
+    fn backend(&self) -> &str {
+        "cpu"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn size_bytes(&self) -> usize {
+        let plain = match &*self.lock() {
+            Some(c) => c.elem_count() * 2,
+            None => 0,
+        };
+        self.pack.size_bytes() + plain
+    }
+}
+
+impl PlacedBf16 {
+    /// `t`'s placed bf16 linear weights, if it holds some.
+    pub(crate) fn of(t: &Tensor) -> Option<&PlacedBf16> {
+        device_buffer(t)
+    }
+
+    /// `t` packed, when it is a bf16 host tensor of rank 2 and at least
+    /// [`PLACED_MIN_ELEMENTS`] values and this CPU has the bf16 dot
+    /// product (elsewhere bf16 weights stay host tensors, widened per
+    /// product).
+    pub(crate) fn place(t: &Tensor) -> Option<Tensor> {
+        let Storage::Host(c) = t.storage() else {
+            return None;
+        };
+        if c.rank() != 2
+            || c.dtype() != CDType::BF16
+            || c.elem_count() < PLACED_MIN_ELEMENTS
+            || !bf16_gemm::available()
+        {
+            return None;
+        }
+        let (n, k) = (c.dims()[0], c.dims()[1]);
+        let c = c.contiguous().ok()?;
+        let pack = with_host_slice::<bf16, _>(&c, |w| PairsPacked::new(w, n, k))
+            .ok()
+            .flatten()
+            .flatten()?;
+        let p = PlacedBf16 {
+            k,
+            pack,
+            plain: Mutex::new(None),
+        };
+        Some(Tensor::from_device(Arc::new(p), t.dims(), t.dtype()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<CTensor>> {
+        self.plain.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The plain bf16 `[n, k]` values (rebuilt from the pack once).
+    pub(crate) fn plain(&self) -> Result<CTensor> {
+        let mut plain = self.lock();
+        if let Some(c) = &*plain {
+            return Ok(c.clone());
+        }
+        let c = CTensor::from_vec(
+            self.pack.unpack(),
+            (self.pack.n(), self.k),
+            &candle_core::Device::Cpu,
+        )?;
+        *plain = Some(c.clone());
+        Ok(c)
+    }
+
+    /// `x [rows, k] @ w^T (+ bias)` on the pack, the rows `rows x n`; None
+    /// when `x` is not f32.
+    pub(crate) fn linear(
+        &self,
+        x: &CTensor,
+        rows: usize,
+        bias: Option<&[f32]>,
+        parallel: bool,
+    ) -> Result<Option<Vec<f32>>> {
+        let n = self.pack.n();
+        if x.dtype() != CDType::F32 || bias.is_some_and(|b| b.len() != n) {
+            return Ok(None);
+        }
+        let x = x.contiguous()?;
+        let mut y = vec![0f32; rows * n];
+        let done = with_f32_slice(&x, |xs| {
+            if xs.len() != rows * self.k {
+                return false;
+            }
+            bf16_gemm::linear(rows, xs, &self.pack, bias, &mut y, parallel);
             true
         })?;
         Ok((done == Some(true)).then_some(y))

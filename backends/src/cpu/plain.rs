@@ -4,7 +4,7 @@
 
 use super::pack_cache::PlacedConv;
 use super::placed::PackedWeights;
-use super::placed_linear::PlacedLinear;
+use super::placed_linear::{PlacedBf16, PlacedLinear};
 use super::tensors::{cdev, ggml_dtype, to_candle_dtype, wrap};
 use candle_core::quantized::QTensor;
 use candle_core::{DType as CDType, Tensor as CTensor};
@@ -22,6 +22,8 @@ pub(crate) fn plain(t: &Tensor, op: &'static str) -> Result<CTensor> {
             } else if let Some(p) = PlacedConv::of(t) {
                 Ok(p.plain.clone())
             } else if let Some(p) = PlacedLinear::of(t) {
+                p.plain()
+            } else if let Some(p) = PlacedBf16::of(t) {
                 p.plain()
             } else {
                 Err(Error::bad_input(

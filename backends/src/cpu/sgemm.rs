@@ -242,7 +242,7 @@ fn pack_lanes(v: &Strided<'_>, k: usize, lanes: usize, parallel: bool) -> Vec<f3
 
 /// A raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(pub(crate) *mut f32);
 // SAFETY: every task writes the output elements of its own rows only, and
 // the buffer outlives the parallel loop.
 unsafe impl Send for OutPtr {}
@@ -250,7 +250,7 @@ unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
-    fn get(self) -> *mut f32 {
+    pub(crate) fn get(self) -> *mut f32 {
         self.0
     }
 }
@@ -336,9 +336,9 @@ pub(crate) fn linear_packed(
 /// How a product's work is cut into tasks: row blocks (of whole panels)
 /// times lane groups (of whole 32-lane blocks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Split {
-    row_blocks: usize,
-    groups: usize,
+pub(crate) struct Split {
+    pub(crate) row_blocks: usize,
+    pub(crate) groups: usize,
 }
 
 impl Split {
@@ -347,7 +347,7 @@ impl Split {
     /// product of one row block (a few activation rows broadcast over
     /// packed weights) is cut along its lanes instead, into twice as many
     /// groups as threads, so that each thread gets a share.
-    fn new(panels: usize, lane_blocks: usize, threads: usize) -> Split {
+    pub(crate) fn new(panels: usize, lane_blocks: usize, threads: usize) -> Split {
         let row_blocks = panels.div_ceil(MAX_BLOCK_PANELS).max(1);
         if threads <= 1 {
             return Split {

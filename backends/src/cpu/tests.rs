@@ -239,6 +239,48 @@ fn placed_linear_weights_pack_on_prefill_and_give_the_plain_results() {
     assert_eq!(bits(&dev.to_host(&placed).expect("down")), bits(&w));
 }
 
+/// bf16 weights: packed at placement where the CPU has the bf16 dot
+/// product (kept as they are elsewhere); products within the rounding of
+/// the activations to bf16 (2^-9 relative per value, so a 2^-8 share of the
+/// sum of absolute products) of the f32 product on the same weights; the
+/// plain values come back exactly.
+#[test]
+fn placed_bf16_weights_run_near_the_f32_product_and_give_their_values_back() {
+    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
+    let dev = Device::new(cpu.clone(), cpu);
+    let (n, k) = (80, 301);
+    let w32 = rng::rand_normal_host(&[n, k], 0.0, 0.2, 31).expect("w");
+    let w = dev.host().cast(&w32, DType::BF16).expect("bf16");
+    let wide = dev.host().cast(&w, DType::F32).expect("widened");
+    let b = rng::rand_normal_host(&[n], 0.0, 1.0, 32).expect("b");
+    let placed = dev.place(&w).expect("place");
+    assert_eq!(placed.dtype(), DType::BF16);
+    assert_eq!(
+        placed_linear::PlacedBf16::of(&placed).is_some(),
+        bf16_gemm::available()
+    );
+    let wv = wide.to_vec_f32().expect("w");
+    for rows in [1, 3, 14, 33] {
+        let x = rng::rand_normal_host(&[rows, k], 0.0, 1.0, 40 + rows as u64).expect("x");
+        let want = dev.linear(&x, &wide, Some(&b)).expect("f32");
+        let got = dev.linear(&x, &placed, Some(&b)).expect("bf16");
+        assert_eq!(got.dims(), &[rows, n]);
+        let (g, f, xv) = (
+            got.to_vec_f32().expect("got"),
+            want.to_vec_f32().expect("want"),
+            x.to_vec_f32().expect("x"),
+        );
+        for i in 0..rows {
+            for j in 0..n {
+                let abs: f32 = (0..k).map(|p| (xv[i * k + p] * wv[j * k + p]).abs()).sum();
+                let d = (g[i * n + j] - f[i * n + j]).abs();
+                assert!(d <= abs / 256.0, "{rows} rows ({i}, {j}): {d} of {abs}");
+            }
+        }
+    }
+    assert_eq!(bits(&dev.to_host(&placed).expect("down")), bits(&w));
+}
+
 #[test]
 fn transposed_convolution_in_polyphase_form_matches_candle() {
     let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new());
