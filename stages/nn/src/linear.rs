@@ -1,15 +1,15 @@
 //! [`Linear`] in every weight format the runtime has, [`Embedding`], and
 //! stacking of projections that share an input ([`stack_rows`]).
 
-use crate::{Error, Result, VarBuilder};
+use crate::{Error, Result, VarBuilder, WeightFormat};
 use edgeflow_runtime::candle_core;
 use edgeflow_runtime::{Device, Storage, Tensor};
 use std::sync::Arc;
 
 /// `y = x @ w^T (+ b)` over the last dim: `x[..., in]`, `w[out, in]`.
 ///
-/// The weight may be f32, f16 or a block-quantized format (Q4_0 / Q4_1 /
-/// Q8_0, kept quantized: the runtime's `linear` reads the blocks). A
+/// The weight may be f32, f16, bf16 or a block-quantized format (Q4_0 /
+/// Q4_1 / Q8_0, kept quantized: the runtime's `linear` reads the blocks). A
 /// second copy of the same weights for calls with few activation rows can
 /// be attached ([`Linear::with_small_batch_weight`]): e.g. a checkpoint's
 /// f16 values for decode steps, which stream half the bytes of the f32
@@ -31,7 +31,30 @@ impl Linear {
     /// `weight` (and `bias` when `bias`) under `vb`, in the stored format,
     /// checked against `[out, in]` / `[out]`.
     pub fn load(vb: &VarBuilder, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
-        let w = vb.get("weight", &[out_dim, in_dim])?;
+        Self::load_as(vb, in_dim, out_dim, bias, WeightFormat::Stored)
+    }
+
+    /// [`Linear::load`] keeping the weight in `format` (the bias is f32 in
+    /// every case).
+    pub fn load_as(
+        vb: &VarBuilder,
+        in_dim: usize,
+        out_dim: usize,
+        bias: bool,
+        format: WeightFormat,
+    ) -> Result<Self> {
+        let dims = [out_dim, in_dim];
+        let w = match format {
+            WeightFormat::Stored => vb.get("weight", &dims)?,
+            WeightFormat::F32 => vb.get_f32("weight", &dims)?,
+            _ => {
+                let t = vb.host("weight", &dims)?;
+                match format.kept_as(t.dtype()) {
+                    to if to != t.dtype() => vb.place(&vb.device().host().cast(&t, to)?)?,
+                    _ => vb.get("weight", &dims)?,
+                }
+            }
+        };
         let b = if bias {
             Some(vb.get_f32("bias", &[out_dim])?)
         } else {

@@ -49,7 +49,7 @@ use crate::ecapa::{self, Ecapa};
 use crate::{Error, Result};
 use edgeflow_nn::{
     merge_heads, split_heads, Embedding, Linear, OdeMethod, OdeSampler, RopeAt, RopeLayout,
-    RotaryEmbedding, Schedule, VarBuilder,
+    RotaryEmbedding, Schedule, VarBuilder, WeightFormat,
 };
 use edgeflow_runtime::{Device, PadMode, Tensor};
 use serde::Deserialize;
@@ -403,17 +403,29 @@ impl Dit {
     /// Read the DiT's weights under `vb` (upstream names; the full
     /// checkpoint's prefix is `token2wav.code2wav_dit_model`).
     pub fn load(vb: &VarBuilder, cfg: &Config) -> Result<Self> {
+        Self::load_with_format(vb, cfg, WeightFormat::Stored)
+    }
+
+    /// [`Dit::load`] keeping the linear layers' weights in `format`:
+    /// [`WeightFormat::Bf16`] halves an f32 checkpoint's memory and, on a
+    /// CPU with AVX512_BF16, runs them on its bf16 dot product (the
+    /// released checkpoint is bf16 already: `Stored` does the same there).
+    /// Norms, biases, embeddings and convolutions stay as `load` reads them.
+    pub fn load_with_format(vb: &VarBuilder, cfg: &Config, format: WeightFormat) -> Result<Self> {
         cfg.check()
             .map_err(|m| Error::bad_file(vb.path(), format!("DiT config: {m}")))?;
         let h = cfg.hidden_size;
         let inner = cfg.num_attention_heads * cfg.head_dim;
         let ff = cfg.ff_dim();
         let in_dim = cfg.mel_dim + cfg.enc_dim + cfg.enc_emb_dim + cfg.emb_dim;
-        let lin = |name: &str, i: usize, o: usize| Linear::load(&vb.pp(name), i, o, true);
+        let lin =
+            |name: &str, i: usize, o: usize| Linear::load_as(&vb.pp(name), i, o, true, format);
         let blocks = (0..cfg.num_hidden_layers)
             .map(|i| {
                 let b = vb.pp("transformer_blocks").pp(i);
-                let l = |name: &str, i: usize, o: usize| Linear::load(&b.pp(name), i, o, true);
+                let l = |name: &str, i: usize, o: usize| {
+                    Linear::load_as(&b.pp(name), i, o, true, format)
+                };
                 Ok(Block {
                     ada: l("attn_norm.linear", h, 6 * h)?,
                     q: l("attn.to_q", h, inner)?,

@@ -25,7 +25,7 @@ mod error;
 pub mod stage;
 pub mod talker;
 
-pub use edgeflow_nn::VarBuilder;
+pub use edgeflow_nn::{VarBuilder, WeightFormat};
 pub use error::{Error, Result};
 
 /// Register the stage kinds of this crate (`talker`, `dit`, `bigvgan`).

@@ -45,7 +45,7 @@ use edgeflow_nn::{
     RotaryEmbedding, VarBuilder, WeightFormat,
 };
 use edgeflow_runtime::rng::Xoshiro256;
-use edgeflow_runtime::{DType, Device, Tensor};
+use edgeflow_runtime::{Device, Tensor};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -368,24 +368,7 @@ impl Talker {
         let dev = vb.device().clone();
         let (e, h, v) = (cfg.embedding_size, cfg.hidden_size, cfg.vocab_size);
         let linear = |p: &VarBuilder, i: usize, o: usize, bias: bool| -> Result<Linear> {
-            let w = match format {
-                WeightFormat::F32 => p.get_f32("weight", &[o, i])?,
-                WeightFormat::DequantizeQuantized => {
-                    let t = p.host("weight", &[o, i])?;
-                    if t.dtype().is_quantized() {
-                        p.place(&dev.host().cast(&t, DType::F32)?)?
-                    } else {
-                        p.get("weight", &[o, i])?
-                    }
-                }
-                WeightFormat::Stored => p.get("weight", &[o, i])?,
-            };
-            let b = if bias {
-                Some(p.get_f32("bias", &[o])?)
-            } else {
-                None
-            };
-            Ok(Linear::new(w, b))
+            Ok(Linear::load_as(p, i, o, bias, format)?)
         };
         let m = vb.pp("model");
         let decoder = Decoder::load(

@@ -19,6 +19,16 @@ fn pipeline(max_codes: usize, steps: usize) -> Pipeline {
 
 /// The pipeline with the talker, DiT and vocoder on `devices`.
 fn placed(max_codes: usize, steps: usize, devices: [&str; 3]) -> Pipeline {
+    built(max_codes, steps, devices, "").unwrap()
+}
+
+/// [`placed`] with `dit_params` added to the DiT's params.
+fn built(
+    max_codes: usize,
+    steps: usize,
+    devices: [&str; 3],
+    dit_params: &str,
+) -> edgeflow_graph::Result<Pipeline> {
     let [dt, dd, dv] = devices;
     let mut r = Registry::builtin();
     r.set_device_opener(edgeflow_backends::open);
@@ -29,7 +39,7 @@ name: omni-test
 stages:
   - {{ id: in, kind: host_in, params: {{ type: tensor }} }}
   - {{ id: talker, kind: talker, device: {dt}, params: {{ embedding_size: {E}, greedy: true, max_codes: {max_codes} }} }}
-  - {{ id: dit, kind: dit, device: {dd}, params: {{ steps: {steps}, first_chunk_codes: 6, chunk_codes: 12, left_codes: 12, right_codes: 6 }} }}
+  - {{ id: dit, kind: dit, device: {dd}, params: {{ steps: {steps}{dit_params}, first_chunk_codes: 6, chunk_codes: 12, left_codes: 12, right_codes: 6 }} }}
   - {{ id: voc, kind: bigvgan, device: {dv}, params: {{ chunk_frames: 24, left_frames: 8, right_frames: 8 }} }}
   - {{ id: codes, kind: host_out, params: {{ type: any }} }}
   - {{ id: out, kind: host_out, params: {{ type: audio }} }}
@@ -41,7 +51,7 @@ edges:
   - {{ from: voc.out, to: out.in, capacity: 4096 }}
 "#
     );
-    Pipeline::from_yaml(&yaml, &r).unwrap()
+    Pipeline::from_yaml(&yaml, &r)
 }
 
 /// A turn's two state tensors: 8 prompt rows + the 3 TTS text rows, then
@@ -203,4 +213,22 @@ fn wrong_state_width_is_a_clear_error() {
     let err = result.expect_err("a 32-wide state into a 64-wide talker must fail");
     let msg = format!("{err:#}");
     assert!(msg.contains("embedding_size is 64"), "{msg}");
+}
+
+/// The DiT with its linear weights in bf16 streams a turn to audio; an
+/// unknown weight format is refused at build, naming the choices.
+#[test]
+fn dit_weights_in_bf16_run_and_an_unknown_format_is_refused() {
+    let p = built(8, 2, ["cpu", "cpu", "cpu"], ", weights: bf16").unwrap();
+    let summary = run_turn(p.start().unwrap());
+    assert!(summary.contains("dit"), "{summary}");
+    let err = match built(8, 2, ["cpu", "cpu", "cpu"], ", weights: fp8") {
+        Ok(p) => p.start().map(|_| ()).expect_err("fp8 is no format"),
+        Err(e) => e,
+    };
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("unknown format `fp8`") && msg.contains("stored, f32 or bf16"),
+        "{msg}"
+    );
 }
