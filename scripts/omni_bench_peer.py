@@ -21,7 +21,9 @@ Modes:
              frames; prints ``median_ms`` and ``audio_s``.
 
 Both run ``torch.set_num_threads(--threads)`` under ``torch.no_grad()`` in
-float32. The environment is scripts/omni_reference_requirements.txt
+float32; ``--dit-dtype bfloat16`` runs the DiT (its weights and
+activations) in bfloat16 instead, the peer of ``edgeflow bench omni
+--dit-bf16``. The environment is scripts/omni_reference_requirements.txt
 (``scripts/peer_envs.sh omni``).
 """
 
@@ -59,13 +61,15 @@ def token2wav(args):
     dcfg = Qwen2_5OmniDiTConfig()
     dcfg._attn_implementation = "sdpa"
     dit = Qwen2_5OmniToken2WavDiTModel._from_config(dcfg, attn_implementation="sdpa").eval()
+    dtype = getattr(torch, args.dit_dtype)
+    dit = dit.to(dtype)
     voc = Qwen2_5OmniToken2WavBigVGANModel._from_config(Qwen2_5OmniBigVGANConfig()).eval()
     codes = torch.randint(0, dcfg.num_embeds - 1, (1, args.codes))
-    cond = torch.randn(1, dcfg.enc_emb_dim)
-    ref_mel = torch.randn(1, args.ref_frames, dcfg.mel_dim)
+    cond = torch.randn(1, dcfg.enc_emb_dim).to(dtype)
+    ref_mel = torch.randn(1, args.ref_frames, dcfg.mel_dim).to(dtype)
     out = {}
     with torch.no_grad():
-        mel = dit.sample(cond, ref_mel, codes, num_steps=args.steps)
+        mel = dit.sample(cond, ref_mel, codes, num_steps=args.steps).float()
         out["dit_ms"] = median_ms(lambda: dit.sample(cond, ref_mel, codes, num_steps=args.steps), args.runs)
         out["bigvgan_ms"] = median_ms(lambda: voc(mel), args.runs)
         wav = voc(mel)
@@ -102,6 +106,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--codes", type=int, default=50)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--dit-dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--ref-frames", type=int, default=300)
     ap.add_argument("--frames", type=int, default=172)
     ap.add_argument("--model-dir", default=None)

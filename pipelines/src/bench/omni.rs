@@ -26,7 +26,7 @@
 
 use super::{median, pool_threads, repo_root, Bench, BenchReport, Peer, Row};
 use anyhow::Context as _;
-use edgeflow_omni::{bigvgan, dit, VarBuilder};
+use edgeflow_omni::{bigvgan, dit, VarBuilder, WeightFormat};
 use edgeflow_runtime::weights::RandomWeights;
 use edgeflow_runtime::{Device, DeviceSpec, Tensor};
 use std::process::Command;
@@ -56,6 +56,10 @@ pub(crate) struct OmniArgs {
     /// Skip the token2wav rows (they take minutes on a small CPU).
     #[arg(long)]
     pub no_token2wav: bool,
+    /// The DiT's linear weights in bf16 (on a CPU with AVX512_BF16, its
+    /// bf16 dot product), and PyTorch's DiT in bfloat16.
+    #[arg(long)]
+    pub dit_bf16: bool,
     /// After each model's timed runs, one more run with every op timed:
     /// the top K ops by time go into the notes (0: none).
     #[arg(long, default_value_t = 0)]
@@ -72,6 +76,7 @@ impl Default for OmniArgs {
             hifigan_frames: 172,
             runs: 3,
             no_token2wav: false,
+            dit_bf16: false,
             profile_ops: 0,
         }
     }
@@ -153,13 +158,23 @@ impl OmniArgs {
         let dw = RandomWeights::new("random:token2wav-dit", dit::weight_shapes(&dcfg), 1)?;
         let vw = RandomWeights::new("random:token2wav-bigvgan", bigvgan::weight_shapes(&vcfg), 2)?;
         let params = dw.elements() + vw.elements();
-        let model = dit::Dit::load(&VarBuilder::from_reader(dw, dev), &dcfg)?;
+        let format = if self.dit_bf16 {
+            WeightFormat::Bf16
+        } else {
+            WeightFormat::Stored
+        };
+        let model = dit::Dit::load_with_format(&VarBuilder::from_reader(dw, dev), &dcfg, format)?;
         let voc = bigvgan::BigVgan::load(&VarBuilder::from_reader(vw, dev), &vcfg)?;
         let built_s = t0.elapsed().as_secs_f64();
         let pages = super::settle_huge_pages();
         rep.context.push(format!(
-            "token2wav at the real configuration, random weights ({:.0} M parameters, f32), built in {built_s:.1} s, {pages}",
+            "token2wav at the real configuration, random weights ({:.0} M parameters, f32{}), built in {built_s:.1} s, {pages}",
             params as f64 / 1e6,
+            if self.dit_bf16 {
+                "; the DiT's linear weights rounded to bf16, PyTorch's DiT in bfloat16"
+            } else {
+                ""
+            },
         ));
         let cond = dev.rand_normal(&[1, dcfg.enc_emb_dim], 0.0, 1.0, 3)?;
         let ref_mel = dev.rand_normal(&[1, 300, dcfg.mel_dim], 0.0, 1.0, 4)?;
@@ -204,7 +219,7 @@ impl OmniArgs {
             Ok(())
         })?;
         eprintln!("  transformers on torch...");
-        let p = peer(&[
+        let mut peer_args = vec![
             "token2wav".into(),
             "--threads".into(),
             n.to_string(),
@@ -214,7 +229,11 @@ impl OmniArgs {
             self.codes.to_string(),
             "--steps".into(),
             self.steps.to_string(),
-        ])?;
+        ];
+        if self.dit_bf16 {
+            peer_args.extend(["--dit-dtype".into(), "bfloat16".into()]);
+        }
+        let p = peer(&peer_args)?;
         // Ours again after the peer: on a shared machine the load drifts
         // between the two sides; runs on both sides of the peer's keep a
         // drift from favouring either.
@@ -336,6 +355,9 @@ impl Bench for OmniArgs {
         push("--profile-ops", self.profile_ops, d.profile_ops);
         if self.no_token2wav {
             a.push("--no-token2wav".into());
+        }
+        if self.dit_bf16 {
+            a.push("--dit-bf16".into());
         }
         a
     }
