@@ -508,14 +508,37 @@ mod tests {
                 tb = tb.min(best(&mut || linear(m, &x, &pb, None, &mut c, true)));
                 tf = tf.min(best(&mut || linear_packed(m, xv, &pf, None, &mut c, true)));
             }
+            // Cold: round-robin over copies that do not fit in the cache
+            // together (a model's layers in turn).
+            let copies = (96 << 20) / (n * k * 4);
+            let pbs: Vec<PairsPacked> = (0..copies)
+                .map(|_| PairsPacked::new(&w, n, k).expect("pack"))
+                .collect();
+            let pfs: Vec<LanesPacked> = (0..copies)
+                .map(|_| LanesPacked::new(&wide, n, k).expect("pack"))
+                .collect();
+            let (mut cb, mut cf) = (f64::INFINITY, f64::INFINITY);
+            for _ in 0..3 {
+                let t0 = std::time::Instant::now();
+                pbs.iter()
+                    .for_each(|p| linear(m, &x, p, None, &mut c, true));
+                cb = cb.min(t0.elapsed().as_secs_f64() / copies as f64);
+                let t0 = std::time::Instant::now();
+                pfs.iter()
+                    .for_each(|p| linear_packed(m, xv, p, None, &mut c, true));
+                cf = cf.min(t0.elapsed().as_secs_f64() / copies as f64);
+            }
             let macs = (m * n * k) as f64;
             eprintln!(
-                "{m:>4} x {n:>4} x {k:>4}: bf16 {:>7.1} us {:>6.1} GMAC/s | f32 {:>7.1} us {:>6.1} GMAC/s | {:.2}x",
+                "{m:>4} x {n:>4} x {k:>4}: bf16 {:>7.1} us {:>6.1} GMAC/s | f32 {:>7.1} us {:>6.1} GMAC/s | {:.2}x; cold: bf16 {:>7.1} us | f32 {:>7.1} us | {:.2}x",
                 tb * 1e6,
                 macs / tb / 1e9,
                 tf * 1e6,
                 macs / tf / 1e9,
-                tf / tb
+                tf / tb,
+                cb * 1e6,
+                cf * 1e6,
+                cf / cb
             );
         }
     }
