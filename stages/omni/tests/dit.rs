@@ -180,6 +180,36 @@ fn velocity_with_and_without_guidance_matches_transformers() {
     }
 }
 
+/// The time embedding and every block's modulations are kept per time: an
+/// evaluation at a time seen before (from the cache, and again after 60
+/// other times pushed it out) gives the bits of the first one and of a
+/// fresh model's.
+#[test]
+fn a_time_evaluated_again_gives_the_same_bits() {
+    let f = fixture();
+    let spk = f
+        .dit
+        .speaker(&f.t("in.cond"), &f.t("in.ref_mel"))
+        .expect("speaker");
+    let c = f.dit.prepare(&spk, &f.codes(), true).expect("prepare");
+    let (x, t) = (f.t("in.x"), f.v("in.t")[0]);
+    let bits = |d: &Dit, c| -> Vec<u32> {
+        let y = d.model_output(c, &x, t).expect("model");
+        f.host(&y).iter().map(|v| v.to_bits()).collect()
+    };
+    let first = bits(&f.dit, &c);
+    assert_eq!(bits(&f.dit, &c), first, "from the cache");
+    for i in 0..60 {
+        f.dit
+            .model_output(&c, &x, i as f32 / 60.0 + 1e-3)
+            .expect("other time");
+    }
+    assert_eq!(bits(&f.dit, &c), first, "after the cache turned over");
+    let fresh = fixture().dit;
+    let c2 = fresh.prepare(&spk, &f.codes(), true).expect("prepare");
+    assert_eq!(bits(&fresh, &c2), first, "a fresh model");
+}
+
 /// The linear layers' weights in bf16 ([`WeightFormat::Bf16`]): the
 /// velocity of the guided batch stays near transformers' f32 one, far
 /// nearer than a model with a wrong mask gets (about 1, the test above).
