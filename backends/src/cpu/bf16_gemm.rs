@@ -107,11 +107,6 @@ impl PairsPacked {
         Some(PairsPacked { n, k, data })
     }
 
-    /// Outputs (`n`).
-    pub(crate) fn n(&self) -> usize {
-        self.n
-    }
-
     /// Bytes held.
     pub(crate) fn size_bytes(&self) -> usize {
         self.data.len() * std::mem::size_of::<u32>()

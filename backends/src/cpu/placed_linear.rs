@@ -1,7 +1,7 @@
 //! Linear-layer weights placed on the CPU: f32 ones packed once for the
 //! GEMM on their first prefill-shaped use, and then kept only packed; bf16
-//! ones packed at placement for the bf16 dot product where the CPU has it
-//! ([`PlacedBf16`]).
+//! ones packed at placement for the bf16 dot product where the CPU has it,
+//! else widened to f32 for the f32 GEMM ([`PlacedBf16`]).
 //!
 //! ## Why
 //! A linear layer's GEMM on plain `w [n, k]` either copies the weights into
@@ -165,14 +165,26 @@ impl PlacedLinear {
     }
 }
 
-/// bf16 weights of rank 2 placed on a CPU with the bf16 dot product
-/// ([`bf16_gemm::available`]): packed at placement for
-/// [`bf16_gemm::linear`], whatever the rows; the plain values are rebuilt
-/// (once) only for an op that reads them.
+/// How placed bf16 weights are packed.
+#[derive(Debug)]
+enum Bf16Pack {
+    /// For the bf16 dot product (CPUs with AVX512_BF16).
+    Pairs(PairsPacked),
+    /// Widened to f32 (exact) for the f32 GEMM, on other CPUs: twice the
+    /// bytes, the products of the f32 path.
+    Wide(LanesPacked),
+}
+
+/// bf16 weights of rank 2 placed on the CPU, packed at placement: for the
+/// bf16 dot product ([`bf16_gemm::linear`]) where the CPU has it
+/// ([`bf16_gemm::available`]), else widened to f32 for the f32 GEMM
+/// ([`sgemm::linear_packed`]); whatever the rows. The plain bf16 values are
+/// rebuilt (once) only for an op that reads them.
 #[derive(Debug)]
 pub(crate) struct PlacedBf16 {
+    n: usize,
     k: usize,
-    pack: PairsPacked,
+    pack: Bf16Pack,
     plain: Mutex<Option<CTensor>>,
 }
 
@@ -190,7 +202,11 @@ impl edgeflow_runtime::DeviceBuffer for PlacedBf16 {
             Some(c) => c.elem_count() * 2,
             None => 0,
         };
-        self.pack.size_bytes() + plain
+        plain
+            + match &self.pack {
+                Bf16Pack::Pairs(p) => p.size_bytes(),
+                Bf16Pack::Wide(p) => p.size_bytes(),
+            }
     }
 }
 
@@ -201,32 +217,47 @@ impl PlacedBf16 {
     }
 
     /// `t` packed, when it is a bf16 host tensor of rank 2 and at least
-    /// [`PLACED_MIN_ELEMENTS`] values and this CPU has the bf16 dot
-    /// product (elsewhere bf16 weights stay host tensors, widened per
-    /// product).
+    /// [`PLACED_MIN_ELEMENTS`] values: in pairs where the CPU has the bf16
+    /// dot product, else widened.
     pub(crate) fn place(t: &Tensor) -> Option<Tensor> {
+        Self::place_as(t, bf16_gemm::available())
+    }
+
+    /// [`Self::place`], in pairs (`pairs`, where the CPU has the bf16 dot
+    /// product) or widened.
+    pub(crate) fn place_as(t: &Tensor, pairs: bool) -> Option<Tensor> {
         let Storage::Host(c) = t.storage() else {
             return None;
         };
-        if c.rank() != 2
-            || c.dtype() != CDType::BF16
-            || c.elem_count() < PLACED_MIN_ELEMENTS
-            || !bf16_gemm::available()
-        {
+        if c.rank() != 2 || c.dtype() != CDType::BF16 || c.elem_count() < PLACED_MIN_ELEMENTS {
             return None;
         }
         let (n, k) = (c.dims()[0], c.dims()[1]);
         let c = c.contiguous().ok()?;
-        let pack = with_host_slice::<bf16, _>(&c, |w| PairsPacked::new(w, n, k))
-            .ok()
-            .flatten()
-            .flatten()?;
+        let pack = with_host_slice::<bf16, _>(&c, |w| {
+            if pairs && bf16_gemm::available() {
+                PairsPacked::new(w, n, k).map(Bf16Pack::Pairs)
+            } else {
+                let wide: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+                LanesPacked::new(&wide, n, k).map(Bf16Pack::Wide)
+            }
+        })
+        .ok()
+        .flatten()
+        .flatten()?;
         let p = PlacedBf16 {
+            n,
             k,
             pack,
             plain: Mutex::new(None),
         };
         Some(Tensor::from_device(Arc::new(p), t.dims(), t.dtype()))
+    }
+
+    /// Whether the weights are packed for the bf16 dot product.
+    #[cfg(test)]
+    pub(crate) fn pairs(&self) -> bool {
+        matches!(self.pack, Bf16Pack::Pairs(_))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<CTensor>> {
@@ -239,11 +270,12 @@ impl PlacedBf16 {
         if let Some(c) = &*plain {
             return Ok(c.clone());
         }
-        let c = CTensor::from_vec(
-            self.pack.unpack(),
-            (self.pack.n(), self.k),
-            &candle_core::Device::Cpu,
-        )?;
+        let values = match &self.pack {
+            Bf16Pack::Pairs(p) => p.unpack(),
+            // Widened from bf16: narrowing gives the values back exactly.
+            Bf16Pack::Wide(p) => p.unpack().into_iter().map(bf16::from_f32).collect(),
+        };
+        let c = CTensor::from_vec(values, (self.n, self.k), &candle_core::Device::Cpu)?;
         *plain = Some(c.clone());
         Ok(c)
     }
@@ -257,17 +289,28 @@ impl PlacedBf16 {
         bias: Option<&[f32]>,
         parallel: bool,
     ) -> Result<Option<Vec<f32>>> {
-        let n = self.pack.n();
+        let (n, k) = (self.n, self.k);
         if x.dtype() != CDType::F32 || bias.is_some_and(|b| b.len() != n) {
             return Ok(None);
         }
         let x = x.contiguous()?;
         let mut y = vec![0f32; rows * n];
         let done = with_f32_slice(&x, |xs| {
-            if xs.len() != rows * self.k {
+            if xs.len() != rows * k {
                 return false;
             }
-            bf16_gemm::linear(rows, xs, &self.pack, bias, &mut y, parallel);
+            match &self.pack {
+                Bf16Pack::Pairs(p) => bf16_gemm::linear(rows, xs, p, bias, &mut y, parallel),
+                Bf16Pack::Wide(p) => {
+                    let xv = Strided {
+                        data: xs,
+                        off: 0,
+                        rs: k as isize,
+                        cs: 1,
+                    };
+                    sgemm::linear_packed(rows, xv, p, bias, &mut y, parallel);
+                }
+            }
             true
         })?;
         Ok((done == Some(true)).then_some(y))

@@ -239,8 +239,8 @@ fn placed_linear_weights_pack_on_prefill_and_give_the_plain_results() {
     assert_eq!(bits(&dev.to_host(&placed).expect("down")), bits(&w));
 }
 
-/// bf16 weights: packed at placement where the CPU has the bf16 dot
-/// product (kept as they are elsewhere); products within the rounding of
+/// bf16 weights: packed at placement, in pairs where the CPU has the bf16
+/// dot product and widened elsewhere; products within the rounding of
 /// the activations to bf16 (2^-9 relative per value, so a 2^-8 share of the
 /// sum of absolute products) of the f32 product on the same weights; the
 /// plain values come back exactly.
@@ -255,11 +255,20 @@ fn placed_bf16_weights_run_near_the_f32_product_and_give_their_values_back() {
     let b = rng::rand_normal_host(&[n], 0.0, 1.0, 32).expect("b");
     let placed = dev.place(&w).expect("place");
     assert_eq!(placed.dtype(), DType::BF16);
-    assert_eq!(
-        placed_linear::PlacedBf16::of(&placed).is_some(),
-        bf16_gemm::available()
-    );
+    let p = placed_linear::PlacedBf16::of(&placed).expect("placed bf16");
+    assert_eq!(p.pairs(), bf16_gemm::available());
+    // Widened (what CPUs without the instruction get): the f32 product on
+    // the widened weights, bit for bit where the f32 GEMM runs on a pack.
+    let widened = placed_linear::PlacedBf16::place_as(&w, false).expect("widened");
     let wv = wide.to_vec_f32().expect("w");
+    let wide_placed = dev.place(&wide).expect("place f32");
+    for rows in [5, 20] {
+        let x = rng::rand_normal_host(&[rows, k], 0.0, 1.0, 60 + rows as u64).expect("x");
+        let want = dev.linear(&x, &wide_placed, Some(&b)).expect("f32");
+        let got = dev.linear(&x, &widened, Some(&b)).expect("widened");
+        assert_eq!(bits(&got), bits(&want), "{rows} rows widened");
+    }
+    assert_eq!(bits(&dev.to_host(&widened).expect("down")), bits(&w));
     for rows in [1, 3, 14, 33] {
         let x = rng::rand_normal_host(&[rows, k], 0.0, 1.0, 40 + rows as u64).expect("x");
         let want = dev.linear(&x, &wide, Some(&b)).expect("f32");
