@@ -112,7 +112,7 @@ impl StageFactory for DitKind {
                 ParamInfo::new("model", ParamType::String, "random-small", "random-small (a small random configuration) or random-real (the real configuration, random weights): no Qwen2.5-Omni weights are shipped"),
                 ParamInfo::optional("model_dir", ParamType::InputPath, "a Qwen2.5-Omni checkpoint folder (config.json, *.safetensors): runs the real DiT"),
                 ParamInfo::optional("speaker", ParamType::InputPath, "safetensors with `cond` [1, 192] and `ref_mel` [1, frames, 80] (one voice of Qwen2.5-Omni's spk_dict.pt); default: a seeded random speaker"),
-                ParamInfo::new("weights", ParamType::String, "stored", "the linear layers' weights: stored (as the checkpoint has them: bf16 in the released one; random weights are f32), f32, or bf16 (half of f32's memory; on a CPU with AVX512_BF16 its bf16 dot product, about twice the f32 rate, activations rounded to bf16)"),
+                ParamInfo::new("weights", ParamType::String, "stored", "the linear layers' weights: stored (as the checkpoint has them: bf16 in the released one; random weights are f32), f32, or bf16 (on a CPU with AVX512_BF16: half of f32's memory and its bf16 dot product, about twice the f32 rate, activations rounded to bf16; other CPUs widen bf16 weights to f32 once)"),
                 ParamInfo::new("steps", ParamType::Int, 10, "ODE schedule points (upstream's num_steps: steps - 1 solver steps)"),
                 ParamInfo::new("method", ParamType::String, "rk4", "solver: rk4 (the 3/8 rule, upstream's), rk4-classic, midpoint or euler"),
                 ParamInfo::new("guidance", ParamType::Float, 0.5, "classifier-free guidance scale (0: one conditioned pass per evaluation, half the work)"),
