@@ -99,9 +99,10 @@ pub enum WeightFormat {
     /// Every weight as f32 (f16 / bf16 widened, quantized blocks expanded).
     F32,
     /// Float weights as bf16 (f32 / f16 rounded to the nearest, ties to
-    /// even), quantized blocks as stored: half an f32 checkpoint's memory,
-    /// and on a CPU with AVX512_BF16 the linear layers run its bf16 dot
-    /// product (activations rounded to bf16, sums in f32).
+    /// even), quantized blocks as stored. On a CPU with AVX512_BF16 the
+    /// linear layers then hold half an f32 checkpoint's memory and run its
+    /// bf16 dot product (activations rounded to bf16, sums in f32); other
+    /// CPUs widen them to f32 once.
     Bf16,
 }
 

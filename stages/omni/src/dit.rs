@@ -442,9 +442,9 @@ impl Dit {
         Self::load_with_format(vb, cfg, WeightFormat::Stored)
     }
 
-    /// [`Dit::load`] keeping the linear layers' weights in `format`:
-    /// [`WeightFormat::Bf16`] halves an f32 checkpoint's memory and, on a
-    /// CPU with AVX512_BF16, runs them on its bf16 dot product (the
+    /// [`Dit::load`] keeping the linear layers' weights in `format`: on a
+    /// CPU with AVX512_BF16, [`WeightFormat::Bf16`] halves an f32
+    /// checkpoint's memory and runs them on its bf16 dot product (the
     /// released checkpoint is bf16 already: `Stored` does the same there).
     /// Norms, biases, embeddings and convolutions stay as `load` reads them.
     pub fn load_with_format(vb: &VarBuilder, cfg: &Config, format: WeightFormat) -> Result<Self> {
