@@ -34,10 +34,10 @@
 //! 14, or 1 / 2 / 4 / 8 for fewer rows) into a small `[slice][R]` buffer and
 //! runs it over every 32-lane block of the weights' slice: per pair of `k`,
 //! 2 loads, `R` broadcasts and `2 R` dot products into `2 R` accumulators.
-//! Tasks are cut as [`super::sgemm`]'s (row blocks, or lane groups for a
-//! single row block).
+//! Tasks are cut as [`super::sgemm`]'s ([`for_each_share`]: row blocks,
+//! or lane groups for a single row block).
 
-use super::sgemm::{OutPtr, Split};
+use super::sgemm::{for_each_share, OutPtr, Share};
 use half::bf16;
 use rayon::prelude::*;
 use std::sync::OnceLock;
@@ -180,35 +180,20 @@ fn linear_with(
         to_pairs(fast, row, dst);
     }
     let r = panel_rows(m);
-    let nlb = n.div_ceil(LANES);
-    let panels = m.div_ceil(r);
-    let threads = if parallel {
-        rayon::current_num_threads().max(1)
-    } else {
-        1
-    };
-    let split = Split::new(panels, nlb, threads);
     let out = OutPtr(c.as_mut_ptr());
-    let task = |t: usize| {
-        let (bi, g) = (t / split.groups, t % split.groups);
-        let (p0, p1) = (
-            bi * panels / split.row_blocks,
-            (bi + 1) * panels / split.row_blocks,
-        );
-        let (lb0, lb1) = (g * nlb / split.groups, (g + 1) * nlb / split.groups);
-        if p0 == p1 || lb0 == lb1 {
-            return;
-        }
-        let (r0, r1) = (p0 * r, (p1 * r).min(m));
-        let (l0, l1) = (lb0 * LANES, (lb1 * LANES).min(n));
-        let lw = (lb1 - lb0) * LANES;
+    let out_len = c.len();
+    for_each_share(m, r, n, parallel, |sh| {
+        let Share {
+            p0,
+            p1,
+            r0,
+            lb0,
+            lb1,
+            lw,
+            ..
+        } = sh;
         // Sums of this task's rows and lanes, seeded.
-        let mut ct = vec![0f32; (p1 - p0) * r * lw];
-        if let Some(bs) = bias {
-            for row in ct.chunks_exact_mut(lw) {
-                row[..l1 - l0].copy_from_slice(&bs[l0..l1]);
-            }
-        }
+        let mut ct = sh.seeded(r, bias);
         let mut sp = vec![0u32; SLICE * r];
         for q0 in (0..kp).step_by(SLICE) {
             let qc = SLICE.min(kp - q0);
@@ -234,20 +219,8 @@ fn linear_with(
                 }
             }
         }
-        let o = out.get();
-        for i in 0..r1 - r0 {
-            // SAFETY: `c` holds m x n values (asserted); rows r0..r1 x
-            // lanes l0..l1 are this task's alone.
-            let dst = unsafe { std::slice::from_raw_parts_mut(o.add((r0 + i) * n + l0), l1 - l0) };
-            dst.copy_from_slice(&ct[i * lw..i * lw + l1 - l0]);
-        }
-    };
-    let tasks = split.row_blocks * split.groups;
-    if tasks > 1 && parallel {
-        (0..tasks).into_par_iter().for_each(task);
-    } else {
-        (0..tasks).for_each(task);
-    }
+        sh.write_rows(&ct, out, n, out_len);
+    });
 }
 
 /// `row` rounded to bf16 (to nearest, ties to even) as pairs into `dst`

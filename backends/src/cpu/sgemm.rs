@@ -336,9 +336,9 @@ pub(crate) fn linear_packed(
 /// How a product's work is cut into tasks: row blocks (of whole panels)
 /// times lane groups (of whole 32-lane blocks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Split {
-    pub(crate) row_blocks: usize,
-    pub(crate) groups: usize,
+struct Split {
+    row_blocks: usize,
+    groups: usize,
 }
 
 impl Split {
@@ -347,7 +347,7 @@ impl Split {
     /// product of one row block (a few activation rows broadcast over
     /// packed weights) is cut along its lanes instead, into twice as many
     /// groups as threads, so that each thread gets a share.
-    pub(crate) fn new(panels: usize, lane_blocks: usize, threads: usize) -> Split {
+    fn new(panels: usize, lane_blocks: usize, threads: usize) -> Split {
         let row_blocks = panels.div_ceil(MAX_BLOCK_PANELS).max(1);
         if threads <= 1 {
             return Split {
@@ -381,43 +381,27 @@ fn run_packed(
 ) {
     let r = panel_rows(isa);
     let lanes = plan.lanes;
-    let nlb = lanes.div_ceil(LANES);
-    assert!(vp.len() >= nlb * k * LANES);
-    let panels = plan.rows.div_ceil(r);
-    let threads = if parallel {
-        rayon::current_num_threads().max(1)
-    } else {
-        1
-    };
-    let split = Split::new(panels, nlb, threads);
+    assert!(vp.len() >= lanes.div_ceil(LANES) * k * LANES);
     let out = OutPtr(c.as_mut_ptr());
     let out_len = c.len();
-    let task = |t: usize| {
-        let (bi, g) = (t / split.groups, t % split.groups);
-        let (p0, p1) = (
-            bi * panels / split.row_blocks,
-            (bi + 1) * panels / split.row_blocks,
-        );
-        let (lb0, lb1) = (g * nlb / split.groups, (g + 1) * nlb / split.groups);
-        if p0 == p1 || lb0 == lb1 {
-            return;
-        }
-        let r0 = p0 * r;
-        let r1 = (p1 * r).min(plan.rows);
-        let br = (p1 - p0) * r;
-        // This task's lanes l0..l1, `lw` wide in its sum buffer.
-        let (l0, l1) = (lb0 * LANES, (lb1 * LANES).min(lanes));
-        let lw = (lb1 - lb0) * LANES;
+    for_each_share(plan.rows, r, lanes, parallel, |sh| {
+        let Share {
+            p0,
+            p1,
+            r0,
+            r1,
+            lb0,
+            lb1,
+            l0,
+            l1,
+            lw,
+        } = sh;
         // Sums of this task's rows and lanes, seeded.
-        let mut ct = vec![0f32; br * lw];
-        if let Some(bs) = bias {
+        let mut ct = sh.seeded(r, bias.filter(|_| !plan.bias_on_rows));
+        if let (Some(bs), true) = (bias, plan.bias_on_rows) {
             for (i, row) in ct.chunks_exact_mut(lw).enumerate() {
-                if plan.bias_on_rows {
-                    if r0 + i < plan.rows {
-                        row.fill(bs[r0 + i]);
-                    }
-                } else {
-                    row[..l1 - l0].copy_from_slice(&bs[l0..l1]);
+                if r0 + i < plan.rows {
+                    row.fill(bs[r0 + i]);
                 }
             }
         }
@@ -478,39 +462,118 @@ fn run_packed(
         // Write the valid rows and lanes out: rows r0..r1, lanes l0..l1
         // of the output (a row's lanes contiguous), or columns r0..r1 of
         // its rows l0..l1 (a transposed product).
+        if plan.out_ls == 1 {
+            sh.write_rows(&ct, out, plan.out_rs, out_len);
+            return;
+        }
         let o = out.get();
         let nr = r1.saturating_sub(r0);
-        if plan.out_ls == 1 {
-            assert!((r1 - 1) * plan.out_rs + l1 <= out_len);
-            for i in 0..nr {
-                // SAFETY: inside `c` (asserted); rows r0..r1 x lanes
+        assert!(plan.out_rs == 1 && (l1 - 1) * plan.out_ls + r1 <= out_len);
+        // In groups of 16 lanes: each row of ct gives one 64-byte read.
+        for g0 in (l0..l1).step_by(16) {
+            for l in g0..l1.min(g0 + 16) {
+                // SAFETY: inside `c` (asserted); columns r0..r1 of rows
                 // l0..l1 are this task's alone.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(o.add((r0 + i) * plan.out_rs + l0), l1 - l0)
-                };
-                dst.copy_from_slice(&ct[i * lw..i * lw + l1 - l0]);
-            }
-        } else {
-            assert!(plan.out_rs == 1 && (l1 - 1) * plan.out_ls + r1 <= out_len);
-            // In groups of 16 lanes: each row of ct gives one 64-byte read.
-            for g0 in (l0..l1).step_by(16) {
-                for l in g0..l1.min(g0 + 16) {
-                    // SAFETY: inside `c` (asserted); columns r0..r1 of
-                    // rows l0..l1 are this task's alone.
-                    let dst =
-                        unsafe { std::slice::from_raw_parts_mut(o.add(l * plan.out_ls + r0), nr) };
-                    for (d, row) in dst.iter_mut().zip(ct.chunks_exact(lw)) {
-                        *d = row[l - l0];
-                    }
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut(o.add(l * plan.out_ls + r0), nr) };
+                for (d, row) in dst.iter_mut().zip(ct.chunks_exact(lw)) {
+                    *d = row[l - l0];
                 }
             }
         }
+    });
+}
+
+/// One task's share of a product: panels `p0..p1` of the broadcast rows
+/// (rows `r0..r1`, the last panel cut at the rows' end) and 32-lane blocks
+/// `lb0..lb1` (lanes `l0..l1`, `lw` wide in its sum buffer).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Share {
+    pub p0: usize,
+    pub p1: usize,
+    pub r0: usize,
+    pub r1: usize,
+    pub lb0: usize,
+    pub lb1: usize,
+    pub l0: usize,
+    pub l1: usize,
+    pub lw: usize,
+}
+
+impl Share {
+    /// The share's sum buffer for panels of `r` rows (`(p1 - p0) r` rows
+    /// of `lw`), each row seeded with `bias`'s values of its lanes, or 0.
+    pub(crate) fn seeded(&self, r: usize, bias: Option<&[f32]>) -> Vec<f32> {
+        let mut ct = vec![0f32; (self.p1 - self.p0) * r * self.lw];
+        if let Some(bs) = bias {
+            for row in ct.chunks_exact_mut(self.lw) {
+                row[..self.l1 - self.l0].copy_from_slice(&bs[self.l0..self.l1]);
+            }
+        }
+        ct
+    }
+
+    /// The valid rows and lanes of the sum buffer `ct` into the output
+    /// `out` (`len` values, row `i` at `i * rs`, its lanes contiguous).
+    pub(crate) fn write_rows(&self, ct: &[f32], out: OutPtr, rs: usize, len: usize) {
+        let (r0, r1, l0, l1) = (self.r0, self.r1, self.l0, self.l1);
+        assert!(r1 > r0 && (r1 - 1) * rs + l1 <= len && ct.len() >= (r1 - r0) * self.lw);
+        for i in 0..r1 - r0 {
+            // SAFETY: inside the output (asserted); rows r0..r1 x lanes
+            // l0..l1 are this share's alone.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(out.get().add((r0 + i) * rs + l0), l1 - l0)
+            };
+            dst.copy_from_slice(&ct[i * self.lw..i * self.lw + l1 - l0]);
+        }
+    }
+}
+
+/// Run `task` on every share of a product of `rows` broadcast rows (in
+/// panels of `r`) and `lanes` lanes, cut by [`Split`] for rayon's threads
+/// (`parallel`) or one; shares with no rows or lanes are skipped.
+pub(crate) fn for_each_share(
+    rows: usize,
+    r: usize,
+    lanes: usize,
+    parallel: bool,
+    task: impl Fn(Share) + Sync + Send,
+) {
+    let nlb = lanes.div_ceil(LANES);
+    let panels = rows.div_ceil(r);
+    let threads = if parallel {
+        rayon::current_num_threads().max(1)
+    } else {
+        1
+    };
+    let split = Split::new(panels, nlb, threads);
+    let run = |t: usize| {
+        let (bi, g) = (t / split.groups, t % split.groups);
+        let (p0, p1) = (
+            bi * panels / split.row_blocks,
+            (bi + 1) * panels / split.row_blocks,
+        );
+        let (lb0, lb1) = (g * nlb / split.groups, (g + 1) * nlb / split.groups);
+        if p0 == p1 || lb0 == lb1 {
+            return;
+        }
+        task(Share {
+            p0,
+            p1,
+            r0: p0 * r,
+            r1: (p1 * r).min(rows),
+            lb0,
+            lb1,
+            l0: lb0 * LANES,
+            l1: (lb1 * LANES).min(lanes),
+            lw: (lb1 - lb0) * LANES,
+        });
     };
     let tasks = split.row_blocks * split.groups;
     if tasks > 1 && parallel {
-        (0..tasks).into_par_iter().for_each(task);
+        (0..tasks).into_par_iter().for_each(run);
     } else {
-        (0..tasks).for_each(task);
+        (0..tasks).for_each(run);
     }
 }
 
