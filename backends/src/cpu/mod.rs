@@ -30,10 +30,11 @@
 //! keeps it as a `PlacedLinear`: plain until a product of five rows or
 //! more packs it for the GEMM (on AVX2-only CPUs, a product that GEMM
 //! already ran in place), then held packed only (other ops get its plain
-//! values rebuilt, once). Placing a bf16 tensor of rank 2 packs it at once
-//! (`PlacedBf16`): on a CPU with the bf16 dot product (AVX512_BF16) for
-//! that instruction (activations rounded to bf16, f32 sums), elsewhere
-//! widened to f32 for the f32 GEMM (the products of f32 weights).
+//! values rebuilt, once). A bf16 tensor of rank 2 is kept as a
+//! `PlacedBf16`: plain until its first product packs it, on a CPU with the
+//! bf16 dot product (AVX512_BF16) for that instruction (activations
+//! rounded to bf16, f32 sums), elsewhere widened to f32 for the f32 GEMM
+//! (the products of f32 weights).
 
 mod act;
 #[cfg(target_arch = "x86_64")]

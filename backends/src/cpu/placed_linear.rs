@@ -1,7 +1,7 @@
 //! Linear-layer weights placed on the CPU: f32 ones packed once for the
 //! GEMM on their first prefill-shaped use, and then kept only packed; bf16
-//! ones packed at placement for the bf16 dot product where the CPU has it,
-//! else widened to f32 for the f32 GEMM ([`PlacedBf16`]).
+//! ones packed at their first product for the bf16 dot product where the
+//! CPU has it, else widened to f32 for the f32 GEMM ([`PlacedBf16`]).
 //!
 //! ## Why
 //! A linear layer's GEMM on plain `w [n, k]` either copies the weights into
@@ -175,17 +175,37 @@ enum Bf16Pack {
     Wide(LanesPacked),
 }
 
-/// bf16 weights of rank 2 placed on the CPU, packed at placement: for the
-/// bf16 dot product ([`bf16_gemm::linear`]) where the CPU has it
-/// ([`bf16_gemm::available`]), else widened to f32 for the f32 GEMM
-/// ([`sgemm::linear_packed`]); whatever the rows. The plain bf16 values are
-/// rebuilt (once) only for an op that reads them.
+impl Bf16Pack {
+    fn size_bytes(&self) -> usize {
+        match self {
+            Bf16Pack::Pairs(p) => p.size_bytes(),
+            Bf16Pack::Wide(p) => p.size_bytes(),
+        }
+    }
+}
+
+/// Which forms of placed bf16 weights are held.
+#[derive(Debug)]
+enum Bf16Form {
+    Plain(CTensor),
+    Packed(Arc<Bf16Pack>),
+    Both(CTensor, Arc<Bf16Pack>),
+}
+
+/// bf16 weights of rank 2 placed on the CPU: plain until their first
+/// product, which packs them (for the bf16 dot product,
+/// [`bf16_gemm::linear`], where the CPU has it, [`bf16_gemm::available`];
+/// else widened to f32 for the f32 GEMM, [`sgemm::linear_packed`]) and
+/// lets the plain values go; whatever the rows. An op that reads the
+/// plain values after that (a tied embedding) gets them rebuilt once and
+/// both forms are kept; a table only looked up is never packed.
 #[derive(Debug)]
 pub(crate) struct PlacedBf16 {
     n: usize,
     k: usize,
-    pack: Bf16Pack,
-    plain: Mutex<Option<CTensor>>,
+    /// Pack for the dot product (else widened).
+    pairs: bool,
+    form: Mutex<Bf16Form>,
 }
 
 impl edgeflow_runtime::DeviceBuffer for PlacedBf16 {
@@ -198,15 +218,12 @@ impl edgeflow_runtime::DeviceBuffer for PlacedBf16 {
     }
 
     fn size_bytes(&self) -> usize {
-        let plain = match &*self.lock() {
-            Some(c) => c.elem_count() * 2,
-            None => 0,
-        };
-        plain
-            + match &self.pack {
-                Bf16Pack::Pairs(p) => p.size_bytes(),
-                Bf16Pack::Wide(p) => p.size_bytes(),
-            }
+        let plain = self.n * self.k * 2;
+        match &*self.lock() {
+            Bf16Form::Plain(_) => plain,
+            Bf16Form::Packed(p) => p.size_bytes(),
+            Bf16Form::Both(_, p) => plain + p.size_bytes(),
+        }
     }
 }
 
@@ -216,15 +233,15 @@ impl PlacedBf16 {
         device_buffer(t)
     }
 
-    /// `t` packed, when it is a bf16 host tensor of rank 2 and at least
-    /// [`PLACED_MIN_ELEMENTS`] values: in pairs where the CPU has the bf16
-    /// dot product, else widened.
+    /// `t` placed, when it is a bf16 host tensor of rank 2 and at least
+    /// [`PLACED_MIN_ELEMENTS`] values: packed at its first product in
+    /// pairs where the CPU has the bf16 dot product, else widened.
     pub(crate) fn place(t: &Tensor) -> Option<Tensor> {
         Self::place_as(t, bf16_gemm::available())
     }
 
-    /// [`Self::place`], in pairs (`pairs`, where the CPU has the bf16 dot
-    /// product) or widened.
+    /// [`Self::place`], to be packed in pairs (`pairs`, where the CPU has
+    /// the bf16 dot product) or widened.
     pub(crate) fn place_as(t: &Tensor, pairs: bool) -> Option<Tensor> {
         let Storage::Host(c) = t.storage() else {
             return None;
@@ -232,56 +249,72 @@ impl PlacedBf16 {
         if c.rank() != 2 || c.dtype() != CDType::BF16 || c.elem_count() < PLACED_MIN_ELEMENTS {
             return None;
         }
-        let (n, k) = (c.dims()[0], c.dims()[1]);
-        let c = c.contiguous().ok()?;
-        let pack = with_host_slice::<bf16, _>(&c, |w| {
-            if pairs && bf16_gemm::available() {
-                PairsPacked::new(w, n, k).map(Bf16Pack::Pairs)
-            } else {
-                let wide: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
-                LanesPacked::new(&wide, n, k).map(Bf16Pack::Wide)
-            }
-        })
-        .ok()
-        .flatten()
-        .flatten()?;
         let p = PlacedBf16 {
-            n,
-            k,
-            pack,
-            plain: Mutex::new(None),
+            n: c.dims()[0],
+            k: c.dims()[1],
+            pairs: pairs && bf16_gemm::available(),
+            form: Mutex::new(Bf16Form::Plain(c.clone())),
         };
         Some(Tensor::from_device(Arc::new(p), t.dims(), t.dtype()))
     }
 
-    /// Whether the weights are packed for the bf16 dot product.
+    /// Whether the weights are packed for the bf16 dot product (once
+    /// packed).
     #[cfg(test)]
     pub(crate) fn pairs(&self) -> bool {
-        matches!(self.pack, Bf16Pack::Pairs(_))
+        self.pairs
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<CTensor>> {
-        self.plain.lock().unwrap_or_else(|e| e.into_inner())
+    /// A panic elsewhere leaves the form whole (it is replaced whole).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Bf16Form> {
+        self.form.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The plain bf16 `[n, k]` values (rebuilt from the pack once).
+    /// The plain bf16 `[n, k]` values (rebuilt from the pack once, if only
+    /// the pack is held).
     pub(crate) fn plain(&self) -> Result<CTensor> {
-        let mut plain = self.lock();
-        if let Some(c) = &*plain {
-            return Ok(c.clone());
-        }
-        let values = match &self.pack {
+        let mut form = self.lock();
+        let p = match &*form {
+            Bf16Form::Plain(c) | Bf16Form::Both(c, _) => return Ok(c.clone()),
+            Bf16Form::Packed(p) => Arc::clone(p),
+        };
+        let values = match &*p {
             Bf16Pack::Pairs(p) => p.unpack(),
             // Widened from bf16: narrowing gives the values back exactly.
             Bf16Pack::Wide(p) => p.unpack().into_iter().map(bf16::from_f32).collect(),
         };
         let c = CTensor::from_vec(values, (self.n, self.k), &candle_core::Device::Cpu)?;
-        *plain = Some(c.clone());
+        *form = Bf16Form::Both(c.clone(), p);
         Ok(c)
     }
 
-    /// `x [rows, k] @ w^T (+ bias)` on the pack, the rows `rows x n`; None
-    /// when `x` is not f32.
+    /// The pack, made now (and the plain values let go) on the first call.
+    fn packed(&self) -> Result<Option<Arc<Bf16Pack>>> {
+        let mut form = self.lock();
+        let c = match &*form {
+            Bf16Form::Packed(p) | Bf16Form::Both(_, p) => return Ok(Some(Arc::clone(p))),
+            Bf16Form::Plain(c) => c.contiguous()?,
+        };
+        let (n, k) = (self.n, self.k);
+        let pack = with_host_slice::<bf16, _>(&c, |w| {
+            if self.pairs {
+                PairsPacked::new(w, n, k).map(Bf16Pack::Pairs)
+            } else {
+                let wide: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+                LanesPacked::new(&wide, n, k).map(Bf16Pack::Wide)
+            }
+        })?
+        .flatten();
+        let Some(pack) = pack else {
+            return Ok(None);
+        };
+        let pack = Arc::new(pack);
+        *form = Bf16Form::Packed(Arc::clone(&pack));
+        Ok(Some(pack))
+    }
+
+    /// `x [rows, k] @ w^T (+ bias)` on the pack (packing the weights
+    /// first), the rows `rows x n`; None when `x` is not f32.
     pub(crate) fn linear(
         &self,
         x: &CTensor,
@@ -293,13 +326,16 @@ impl PlacedBf16 {
         if x.dtype() != CDType::F32 || bias.is_some_and(|b| b.len() != n) {
             return Ok(None);
         }
+        let Some(pack) = self.packed()? else {
+            return Ok(None);
+        };
         let x = x.contiguous()?;
         let mut y = vec![0f32; rows * n];
         let done = with_f32_slice(&x, |xs| {
             if xs.len() != rows * k {
                 return false;
             }
-            match &self.pack {
+            match &*pack {
                 Bf16Pack::Pairs(p) => bf16_gemm::linear(rows, xs, p, bias, &mut y, parallel),
                 Bf16Pack::Wide(p) => {
                     let xv = Strided {

@@ -239,8 +239,9 @@ fn placed_linear_weights_pack_on_prefill_and_give_the_plain_results() {
     assert_eq!(bits(&dev.to_host(&placed).expect("down")), bits(&w));
 }
 
-/// bf16 weights: packed at placement, in pairs where the CPU has the bf16
-/// dot product and widened elsewhere; products within the rounding of
+/// bf16 weights: plain until their first product (a lookup leaves them
+/// so), then packed, in pairs where the CPU has the bf16 dot product and
+/// widened elsewhere; products within the rounding of
 /// the activations to bf16 (2^-9 relative per value, so a 2^-8 share of the
 /// sum of absolute products) of the f32 product on the same weights; the
 /// plain values come back exactly.
@@ -257,6 +258,12 @@ fn placed_bf16_weights_run_near_the_f32_product_and_give_their_values_back() {
     assert_eq!(placed.dtype(), DType::BF16);
     let p = placed_linear::PlacedBf16::of(&placed).expect("placed bf16");
     assert_eq!(p.pairs(), bf16_gemm::available());
+    // Plain until the first product; a lookup does not pack them.
+    assert_eq!(placed.size_bytes(), n * k * 2);
+    let ids = Tensor::from_i64(vec![3, 0, 79], &[3]).expect("ids");
+    let rows = dev.index_select(&placed, &ids, 0).expect("lookup");
+    assert_eq!(rows.dims(), &[3, k]);
+    assert_eq!(placed.size_bytes(), n * k * 2, "a lookup does not pack");
     // Widened (what CPUs without the instruction get): the f32 product on
     // the widened weights, bit for bit where the f32 GEMM runs on a pack.
     let widened = placed_linear::PlacedBf16::place_as(&w, false).expect("widened");
@@ -287,7 +294,15 @@ fn placed_bf16_weights_run_near_the_f32_product_and_give_their_values_back() {
             }
         }
     }
+    // 80 outputs padded to 96; pairs of k in u32, or k widened to f32.
+    let pack = if bf16_gemm::available() {
+        96 * k.div_ceil(2) * 4
+    } else {
+        96 * k * 4
+    };
+    assert_eq!(placed.size_bytes(), pack, "only the pack is held");
     assert_eq!(bits(&dev.to_host(&placed).expect("down")), bits(&w));
+    assert_eq!(placed.size_bytes(), pack + n * k * 2, "both forms kept");
 }
 
 #[test]
