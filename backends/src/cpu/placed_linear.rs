@@ -37,12 +37,112 @@ use std::sync::{Arc, Mutex};
 /// Smallest weight placed (elements): smaller ones stay plain host tensors.
 const PLACED_MIN_ELEMENTS: usize = 4096;
 
+/// A packed form of `[n, k]` linear weights.
+trait WeightPack: std::fmt::Debug {
+    /// Bytes held.
+    fn size_bytes(&self) -> usize;
+    /// The plain `[n, k]` values, in the weights' own dtype.
+    fn unpack(&self, n: usize, k: usize) -> Result<CTensor>;
+}
+
+impl WeightPack for LanesPacked {
+    fn size_bytes(&self) -> usize {
+        LanesPacked::size_bytes(self)
+    }
+
+    fn unpack(&self, n: usize, k: usize) -> Result<CTensor> {
+        Ok(CTensor::from_vec(
+            LanesPacked::unpack(self),
+            (n, k),
+            &candle_core::Device::Cpu,
+        )?)
+    }
+}
+
 /// Which forms of the weights are held.
 #[derive(Debug)]
-enum Form {
+enum Form<P> {
     Plain(CTensor),
-    Packed(Arc<LanesPacked>),
-    Both(CTensor, Arc<LanesPacked>),
+    Packed(Arc<P>),
+    Both(CTensor, Arc<P>),
+}
+
+/// Placed weights' forms: plain until a product packs them (then the
+/// plain values are let go), both once an op reads the plain values after
+/// that (rebuilt once from the pack).
+#[derive(Debug)]
+struct Forms<P> {
+    n: usize,
+    k: usize,
+    /// Bytes of the plain values.
+    plain_bytes: usize,
+    form: Mutex<Form<P>>,
+}
+
+impl<P: WeightPack> Forms<P> {
+    /// The plain `c` (`[n, k]`).
+    fn new(c: &CTensor) -> Forms<P> {
+        Forms {
+            n: c.dims()[0],
+            k: c.dims()[1],
+            plain_bytes: c.elem_count() * c.dtype().size_in_bytes(),
+            form: Mutex::new(Form::Plain(c.clone())),
+        }
+    }
+
+    /// A panic elsewhere leaves the form whole (it is replaced whole).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Form<P>> {
+        self.form.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn size_bytes(&self) -> usize {
+        match &*self.lock() {
+            Form::Plain(_) => self.plain_bytes,
+            Form::Packed(p) => p.size_bytes(),
+            Form::Both(_, p) => self.plain_bytes + p.size_bytes(),
+        }
+    }
+
+    /// The plain values (rebuilt from the pack once, if only the pack is
+    /// held).
+    fn plain(&self) -> Result<CTensor> {
+        let mut form = self.lock();
+        let p = match &*form {
+            Form::Plain(c) | Form::Both(c, _) => return Ok(c.clone()),
+            Form::Packed(p) => Arc::clone(p),
+        };
+        let c = p.unpack(self.n, self.k)?;
+        *form = Form::Both(c.clone(), p);
+        Ok(c)
+    }
+
+    /// The pack; while only plain, `make`'s pack of the contiguous plain
+    /// values, kept in their place (None: not packed now).
+    fn packed(&self, make: impl FnOnce(&CTensor) -> Result<Option<P>>) -> Result<Option<Arc<P>>> {
+        let mut form = self.lock();
+        let c = match &*form {
+            Form::Packed(p) | Form::Both(_, p) => return Ok(Some(Arc::clone(p))),
+            Form::Plain(c) => c.contiguous()?,
+        };
+        let Some(p) = make(&c)? else {
+            return Ok(None);
+        };
+        let p = Arc::new(p);
+        *form = Form::Packed(Arc::clone(&p));
+        Ok(Some(p))
+    }
+}
+
+/// `x [rows, k]` (f32) as the left operand of a linear product: its rows,
+/// contiguous; None when `x` is not f32 or not `rows * k` values.
+fn with_rows<R>(
+    x: &CTensor,
+    rows: usize,
+    k: usize,
+    f: impl FnOnce(&[f32]) -> R,
+) -> Result<Option<R>> {
+    let x = x.contiguous()?;
+    Ok(with_f32_slice(&x, |xs| (xs.len() == rows * k).then(|| f(xs)))?.flatten())
 }
 
 /// f32 weights of rank 2 placed on the CPU (by the backend's
@@ -51,9 +151,7 @@ enum Form {
 /// where the in-place GEMM would run too) packs them.
 #[derive(Debug)]
 pub(crate) struct PlacedLinear {
-    n: usize,
-    k: usize,
-    form: Mutex<Form>,
+    forms: Forms<LanesPacked>,
 }
 
 impl edgeflow_runtime::DeviceBuffer for PlacedLinear {
@@ -66,12 +164,7 @@ impl edgeflow_runtime::DeviceBuffer for PlacedLinear {
     }
 
     fn size_bytes(&self) -> usize {
-        let plain = self.n * self.k * std::mem::size_of::<f32>();
-        match &*self.lock() {
-            Form::Plain(_) => plain,
-            Form::Packed(p) => p.size_bytes(),
-            Form::Both(_, p) => plain + p.size_bytes(),
-        }
+        self.forms.size_bytes()
     }
 }
 
@@ -85,48 +178,16 @@ impl PlacedLinear {
     /// and at least [`PLACED_MIN_ELEMENTS`] elements.
     pub(crate) fn place(t: &Tensor) -> Option<Tensor> {
         let c = placeable_f32(t, 2, PLACED_MIN_ELEMENTS)?;
-        let (n, k) = (c.dims()[0], c.dims()[1]);
         let p = PlacedLinear {
-            n,
-            k,
-            form: Mutex::new(Form::Plain(c.clone())),
+            forms: Forms::new(c),
         };
         Some(Tensor::from_device(Arc::new(p), t.dims(), t.dtype()))
-    }
-
-    /// A panic elsewhere leaves the form whole (it is replaced whole).
-    fn lock(&self) -> std::sync::MutexGuard<'_, Form> {
-        self.form.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The plain `[n, k]` values (rebuilt from the pack once, if only the
     /// pack is held).
     pub(crate) fn plain(&self) -> Result<CTensor> {
-        let mut form = self.lock();
-        let p = match &*form {
-            Form::Plain(c) | Form::Both(c, _) => return Ok(c.clone()),
-            Form::Packed(p) => Arc::clone(p),
-        };
-        let c = CTensor::from_vec(p.unpack(), (self.n, self.k), &candle_core::Device::Cpu)?;
-        *form = Form::Both(c.clone(), p);
-        Ok(c)
-    }
-
-    /// The pack, made now (and the plain values let go) when a product of
-    /// `rows` runs on packed weights; None while plain and it does not.
-    fn packed(&self, rows: usize) -> Result<Option<Arc<LanesPacked>>> {
-        let mut form = self.lock();
-        let c = match &*form {
-            Form::Packed(p) | Form::Both(_, p) => return Ok(Some(Arc::clone(p))),
-            Form::Plain(_) if !gemm::packs_weights(rows, self.n, self.k) => return Ok(None),
-            Form::Plain(c) => c.contiguous()?,
-        };
-        let Some(p) = with_f32_slice(&c, |w| LanesPacked::new(w, self.n, self.k))?.flatten() else {
-            return Ok(None);
-        };
-        let p = Arc::new(p);
-        *form = Form::Packed(Arc::clone(&p));
-        Ok(Some(p))
+        self.forms.plain()
     }
 
     /// `x [rows, k] @ w^T (+ bias)` on the packed weights (packing them
@@ -139,19 +200,21 @@ impl PlacedLinear {
         bias: Option<&[f32]>,
         parallel: bool,
     ) -> Result<Option<Vec<f32>>> {
-        if x.dtype() != CDType::F32 || bias.is_some_and(|b| b.len() != self.n) {
+        let (n, k) = (self.forms.n, self.forms.k);
+        if x.dtype() != CDType::F32 || bias.is_some_and(|b| b.len() != n) {
             return Ok(None);
         }
-        let Some(p) = self.packed(rows)? else {
+        let Some(p) = self.forms.packed(|c| {
+            if !gemm::packs_weights(rows, n, k) {
+                return Ok(None);
+            }
+            Ok(with_f32_slice(c, |w| LanesPacked::new(w, n, k))?.flatten())
+        })?
+        else {
             return Ok(None);
         };
-        let x = x.contiguous()?;
-        let k = self.k;
-        let mut y = vec![0f32; rows * self.n];
-        let done = with_f32_slice(&x, |xs| {
-            if xs.len() != rows * k {
-                return false;
-            }
+        let mut y = vec![0f32; rows * n];
+        let done = with_rows(x, rows, k, |xs| {
             let xv = Strided {
                 data: xs,
                 off: 0,
@@ -159,9 +222,8 @@ impl PlacedLinear {
                 cs: 1,
             };
             sgemm::linear_packed(rows, xv, &p, bias, &mut y, parallel);
-            true
         })?;
-        Ok((done == Some(true)).then_some(y))
+        Ok(done.map(|()| y))
     }
 }
 
@@ -175,21 +237,26 @@ enum Bf16Pack {
     Wide(LanesPacked),
 }
 
-impl Bf16Pack {
+impl WeightPack for Bf16Pack {
     fn size_bytes(&self) -> usize {
         match self {
             Bf16Pack::Pairs(p) => p.size_bytes(),
             Bf16Pack::Wide(p) => p.size_bytes(),
         }
     }
-}
 
-/// Which forms of placed bf16 weights are held.
-#[derive(Debug)]
-enum Bf16Form {
-    Plain(CTensor),
-    Packed(Arc<Bf16Pack>),
-    Both(CTensor, Arc<Bf16Pack>),
+    fn unpack(&self, n: usize, k: usize) -> Result<CTensor> {
+        let values = match self {
+            Bf16Pack::Pairs(p) => p.unpack(),
+            // Widened from bf16: narrowing gives the values back exactly.
+            Bf16Pack::Wide(p) => p.unpack().into_iter().map(bf16::from_f32).collect(),
+        };
+        Ok(CTensor::from_vec(
+            values,
+            (n, k),
+            &candle_core::Device::Cpu,
+        )?)
+    }
 }
 
 /// bf16 weights of rank 2 placed on the CPU: plain until their first
@@ -201,11 +268,9 @@ enum Bf16Form {
 /// both forms are kept; a table only looked up is never packed.
 #[derive(Debug)]
 pub(crate) struct PlacedBf16 {
-    n: usize,
-    k: usize,
     /// Pack for the dot product (else widened).
     pairs: bool,
-    form: Mutex<Bf16Form>,
+    forms: Forms<Bf16Pack>,
 }
 
 impl edgeflow_runtime::DeviceBuffer for PlacedBf16 {
@@ -218,12 +283,7 @@ impl edgeflow_runtime::DeviceBuffer for PlacedBf16 {
     }
 
     fn size_bytes(&self) -> usize {
-        let plain = self.n * self.k * 2;
-        match &*self.lock() {
-            Bf16Form::Plain(_) => plain,
-            Bf16Form::Packed(p) => p.size_bytes(),
-            Bf16Form::Both(_, p) => plain + p.size_bytes(),
-        }
+        self.forms.size_bytes()
     }
 }
 
@@ -250,10 +310,8 @@ impl PlacedBf16 {
             return None;
         }
         let p = PlacedBf16 {
-            n: c.dims()[0],
-            k: c.dims()[1],
             pairs: pairs && bf16_gemm::available(),
-            form: Mutex::new(Bf16Form::Plain(c.clone())),
+            forms: Forms::new(c),
         };
         Some(Tensor::from_device(Arc::new(p), t.dims(), t.dtype()))
     }
@@ -265,52 +323,10 @@ impl PlacedBf16 {
         self.pairs
     }
 
-    /// A panic elsewhere leaves the form whole (it is replaced whole).
-    fn lock(&self) -> std::sync::MutexGuard<'_, Bf16Form> {
-        self.form.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The plain bf16 `[n, k]` values (rebuilt from the pack once, if only
     /// the pack is held).
     pub(crate) fn plain(&self) -> Result<CTensor> {
-        let mut form = self.lock();
-        let p = match &*form {
-            Bf16Form::Plain(c) | Bf16Form::Both(c, _) => return Ok(c.clone()),
-            Bf16Form::Packed(p) => Arc::clone(p),
-        };
-        let values = match &*p {
-            Bf16Pack::Pairs(p) => p.unpack(),
-            // Widened from bf16: narrowing gives the values back exactly.
-            Bf16Pack::Wide(p) => p.unpack().into_iter().map(bf16::from_f32).collect(),
-        };
-        let c = CTensor::from_vec(values, (self.n, self.k), &candle_core::Device::Cpu)?;
-        *form = Bf16Form::Both(c.clone(), p);
-        Ok(c)
-    }
-
-    /// The pack, made now (and the plain values let go) on the first call.
-    fn packed(&self) -> Result<Option<Arc<Bf16Pack>>> {
-        let mut form = self.lock();
-        let c = match &*form {
-            Bf16Form::Packed(p) | Bf16Form::Both(_, p) => return Ok(Some(Arc::clone(p))),
-            Bf16Form::Plain(c) => c.contiguous()?,
-        };
-        let (n, k) = (self.n, self.k);
-        let pack = with_host_slice::<bf16, _>(&c, |w| {
-            if self.pairs {
-                PairsPacked::new(w, n, k).map(Bf16Pack::Pairs)
-            } else {
-                let wide: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
-                LanesPacked::new(&wide, n, k).map(Bf16Pack::Wide)
-            }
-        })?
-        .flatten();
-        let Some(pack) = pack else {
-            return Ok(None);
-        };
-        let pack = Arc::new(pack);
-        *form = Bf16Form::Packed(Arc::clone(&pack));
-        Ok(Some(pack))
+        self.forms.plain()
     }
 
     /// `x [rows, k] @ w^T (+ bias)` on the pack (packing the weights
@@ -322,33 +338,37 @@ impl PlacedBf16 {
         bias: Option<&[f32]>,
         parallel: bool,
     ) -> Result<Option<Vec<f32>>> {
-        let (n, k) = (self.n, self.k);
+        let (n, k) = (self.forms.n, self.forms.k);
         if x.dtype() != CDType::F32 || bias.is_some_and(|b| b.len() != n) {
             return Ok(None);
         }
-        let Some(pack) = self.packed()? else {
+        let Some(pack) = self.forms.packed(|c| {
+            Ok(with_host_slice::<bf16, _>(c, |w| {
+                if self.pairs {
+                    PairsPacked::new(w, n, k).map(Bf16Pack::Pairs)
+                } else {
+                    let wide: Vec<f32> = w.iter().map(|v| v.to_f32()).collect();
+                    LanesPacked::new(&wide, n, k).map(Bf16Pack::Wide)
+                }
+            })?
+            .flatten())
+        })?
+        else {
             return Ok(None);
         };
-        let x = x.contiguous()?;
         let mut y = vec![0f32; rows * n];
-        let done = with_f32_slice(&x, |xs| {
-            if xs.len() != rows * k {
-                return false;
+        let done = with_rows(x, rows, k, |xs| match &*pack {
+            Bf16Pack::Pairs(p) => bf16_gemm::linear(rows, xs, p, bias, &mut y, parallel),
+            Bf16Pack::Wide(p) => {
+                let xv = Strided {
+                    data: xs,
+                    off: 0,
+                    rs: k as isize,
+                    cs: 1,
+                };
+                sgemm::linear_packed(rows, xv, p, bias, &mut y, parallel);
             }
-            match &*pack {
-                Bf16Pack::Pairs(p) => bf16_gemm::linear(rows, xs, p, bias, &mut y, parallel),
-                Bf16Pack::Wide(p) => {
-                    let xv = Strided {
-                        data: xs,
-                        off: 0,
-                        rs: k as isize,
-                        cs: 1,
-                    };
-                    sgemm::linear_packed(rows, xv, p, bias, &mut y, parallel);
-                }
-            }
-            true
         })?;
-        Ok((done == Some(true)).then_some(y))
+        Ok(done.map(|()| y))
     }
 }
