@@ -866,6 +866,10 @@ impl Dit {
         let out = self.norm_affine(&m[1], &m[0])?;
         let mods = Arc::new(TimeMods { blocks, out });
         let mut cache = lock();
+        // Another caller may have kept this time meanwhile: one entry each.
+        if let Some((_, m)) = cache.iter().find(|(k, _)| *k == key) {
+            return Ok(Arc::clone(m));
+        }
         if cache.len() >= TIME_CACHE {
             cache.remove(0);
         }
